@@ -1,0 +1,37 @@
+"""The harness's exception hierarchy.
+
+Every error the harness raises on purpose derives from :class:`CrashmatrixError`;
+argument errors also subclass the matching builtin (as Hypothesis's ``InvalidArgument``
+subclasses ``TypeError``), so callers that catch builtins keep working. Messages take
+the form ``name=value!r must be ...`` and name what was wrong.
+"""
+
+from __future__ import annotations
+
+
+class CrashmatrixError(Exception):
+    """Base of every error crashmatrix raises on purpose."""
+
+
+class InvalidArgument(CrashmatrixError, ValueError):
+    """A caller passed an argument of the wrong shape or value."""
+
+
+class PlanError(InvalidArgument):
+    """A fault plan or case id is malformed: bad JSON, unknown fault kind, a crash point
+    not in the golden trace, an occurrence out of range. The message names the field."""
+
+
+class RegistryError(InvalidArgument, LookupError):
+    """No subject, workload or mutant is registered under the requested name."""
+
+
+class ServiceError(CrashmatrixError):
+    """A service (PostgreSQL, a provider, the fault proxy) could not be started or
+    reached. The message is one line naming the service and the address tried."""
+
+
+class HarnessError(CrashmatrixError):
+    """The harness itself failed to carry out a case: a fault that never fired, a worker
+    that vanished without a report, a trace that diverged from the golden run before the
+    fault. Reported separately from oracle failures (exit code 3, not 1)."""

@@ -1,0 +1,1 @@
+"""Workloads, their providers, and the catalogue of mutants (known-defective subjects)."""

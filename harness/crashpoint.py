@@ -23,7 +23,9 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable
 
-__all__ = ["crashpoint", "arm", "disarm", "set_logical_task", "logical_task", "Hook"]
+__all__ = [
+    "crashpoint", "arm", "disarm", "set_logical_task", "reset_logical_task", "logical_task", "Hook",
+]
 
 Hook = Callable[[str, str], None]
 """``hook(point_name, logical_task) -> None``; may raise or never return (SIGKILL)."""
@@ -51,6 +53,11 @@ def set_logical_task(task_id: str) -> contextvars.Token[str]:
     Returns the token for :meth:`contextvars.ContextVar.reset`.
     """
     return _logical_task.set(task_id)
+
+
+def reset_logical_task(token: contextvars.Token[str]) -> None:
+    """Undo the :func:`set_logical_task` call that returned ``token``."""
+    _logical_task.reset(token)
 
 
 def logical_task() -> str:

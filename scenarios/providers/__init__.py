@@ -1,0 +1,60 @@
+"""The external systems a workload's tools call: payment, mail and a scripted model.
+
+Each provider runs in its own process (:mod:`.server`) with its own durable SQLite
+ledger (:mod:`.ledger`); tools talk to them through :mod:`.clients`; the harness starts
+them with :func:`start_providers` (:mod:`.launcher`).
+
+Exports are loaded lazily (PEP 562), so that importing this package (as the server
+process does) costs nothing beyond what is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    # clients
+    "WORKER_HEADER": "clients",
+    "ProbeResult": "clients",
+    "ProviderError": "clients",
+    "DefiniteProviderError": "clients",
+    "ProviderUnreachableError": "clients",
+    "AmbiguousProviderError": "clients",
+    "charge": "clients",
+    "refund": "clients",
+    "send_mail": "clients",
+    "complete": "clients",
+    "get_charge_status": "clients",
+    "get_refund_status": "clients",
+    "get_mail_status": "clients",
+    "read_ledger": "clients",
+    "inflight": "clients",
+    "health": "clients",
+    "wait_inflight_zero": "clients",
+    # launcher
+    "KINDS": "launcher",
+    "Providers": "launcher",
+    "ProviderStartError": "launcher",
+    "start_providers": "launcher",
+    # ledger
+    "Ledger": "ledger",
+    "read_ledger_file": "ledger",
+    "ROW_FIELDS": "ledger",
+    # server
+    "build_app": "server",
+    "derive_id": "server",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

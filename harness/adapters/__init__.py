@@ -1,0 +1,1 @@
+"""Adapters for subjects: :mod:`.reference` for the reference runtime."""

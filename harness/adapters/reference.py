@@ -1,0 +1,110 @@
+"""The reference runtime's adapter: the first user of :class:`~crashmatrix.harness.adapter.Adapter`.
+
+Mutants (``scenarios/defects``) subclass :class:`ReferenceAdapter` and override
+:meth:`ReferenceAdapter.make_runtime` to swap one runtime component for a defective one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+
+from crashmatrix.reference_runtime import AppendOnlyLog, Runtime, connect, migrate
+from crashmatrix.reference_runtime.db import Db
+from crashmatrix.reference_runtime.graph import RunGraph
+from crashmatrix.reference_runtime.logstore import CorruptRecord, StoredRecord, decode_row
+from crashmatrix.scenarios.checkout.tools import Resources
+
+from ..adapter import Adapter, EffectEntry, Environment, LogEntry, Observation, RunContext
+
+
+class ReferenceAdapter(Adapter):
+    """The reference runtime (append-only log in PostgreSQL, effects ledger, leases)."""
+
+    name = "reference"
+    subject_packages = ("crashmatrix.reference_runtime",)
+
+    def make_runtime(self, db: Db, agent: Any, ctx: RunContext) -> Runtime:
+        """Build the runtime for one worker; mutants override this."""
+        return Runtime(db, agent, worker_id=ctx.worker_id, on_step=ctx.on_step)
+
+    async def prepare(self, env: Environment) -> None:
+        db = await connect(env.dsn, application_name="crashmatrix-prepare")
+        try:
+            await migrate(db.conn)
+        finally:
+            await db.close()
+
+    async def _run(self, ctx: RunContext, create: bool) -> str:
+        db = await connect(ctx.env.dsn, application_name=ctx.worker_id)
+        try:
+            async with aiohttp.ClientSession() as session:
+                resources = Resources(session, ctx.env.providers, ctx.worker_id, ctx.conversation)
+                agent = ctx.workload.build_agent(ctx.conversation, resources)
+                runtime = self.make_runtime(db, agent, ctx)
+                if create:
+                    await runtime.create_run(ctx.run_id, ctx.workload.name, ctx.workload.run_input(ctx.conversation))
+                return await runtime.run(ctx.run_id)
+        finally:
+            await db.conn.close(timeout=2)
+
+    async def start(self, ctx: RunContext) -> str:
+        return await self._run(ctx, create=True)
+
+    async def resume(self, ctx: RunContext) -> str:
+        return await self._run(ctx, create=False)
+
+    async def observe(self, env: Environment, run_id: str) -> Observation:
+        db = await connect(env.dsn, application_name="crashmatrix-oracle")
+        try:
+            run = await db.fetchrow("SELECT status, input, lease_epoch FROM cm_runs WHERE run_id = $1", run_id)
+            if run is None:
+                return Observation(run_id, "absent", log=[], effects=[], state=None, state_error="run does not exist")
+            rows = await db.fetch(
+                "SELECT seq, node_id, record, lease_epoch FROM cm_run_log WHERE run_id = $1 ORDER BY seq", run_id
+            )
+            effects = await db.fetch(
+                "SELECT idem_key, node_id, tool, status, result, lease_epoch FROM cm_effects WHERE run_id = $1", run_id
+            )
+        finally:
+            await db.close()
+        log: list[LogEntry] = []
+        stored: list[StoredRecord] = []
+        state_error = None
+        for r in rows:
+            try:
+                item = decode_row(run_id, r["seq"], r["node_id"], bytes(r["record"]))
+            except CorruptRecord as exc:
+                log.append(LogEntry(r["seq"], r["node_id"], (), "?", r["lease_epoch"], str(exc)))
+                state_error = str(exc)
+                continue
+            stored.append(item)
+            rec = item.record
+            log.append(LogEntry(r["seq"], r["node_id"], tuple(rec.parents), rec.kind, r["lease_epoch"]))
+        state = None
+        if state_error is None:
+            try:
+                graph = RunGraph.rehydrate(run_id, json.loads(run["input"]), stored)
+                state = {
+                    "transcript": graph.transcript(),
+                    "answer": graph.final_answer(),
+                    "budget": graph.budget(),
+                    "pending": graph.pending(),
+                }
+            except Exception as exc:  # a state that cannot be rebuilt is an oracle finding
+                state_error = f"rehydrate failed: {type(exc).__name__}: {exc}"
+        return Observation(
+            run_id,
+            run["status"],
+            log=log,
+            effects=[
+                EffectEntry(e["idem_key"], e["node_id"], e["tool"], e["status"],
+                            json.loads(e["result"]) if e["result"] is not None else None, e["lease_epoch"])
+                for e in effects
+            ],
+            state=state,
+            state_error=state_error,
+            lease_epoch=run["lease_epoch"],
+        )

@@ -1,0 +1,179 @@
+"""The ``crashmatrix`` command line (typer + rich).
+
+Exit codes (distinct per failure class, as TigerBeetle's simulator does):
+
+- 0: every case passed;
+- 1: at least one case failed an oracle check;
+- 2: bad input: unknown workload or subject, malformed case id or plan, unreachable DSN
+  (one line on stderr);
+- 3: harness errors (a fault that never fired, a worker that vanished) and no oracle
+  failure;
+- 130: interrupted (Ctrl-C); services are stopped and data directories removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .errors import CrashmatrixError, HarnessError
+from .explorer import DEFAULT_KINDS, DEFAULT_SOURCES, Options
+from .plan import FAULT_KINDS, POINT_SOURCES, Case
+
+app = typer.Typer(
+    name="crashmatrix",
+    help="Crash-consistency harness for durable agent runtimes: kill, SIGTERM and cancel a "
+    "workload at every crash point, resume it, and check it against the golden run.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+
+def _split(value: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    bad = [v for v in items if v not in allowed]
+    if bad or not items:
+        raise typer.BadParameter(f"{option}={value!r}: each item must be one of {', '.join(allowed)}")
+    return items
+
+
+def _fail(exc: BaseException) -> int:
+    err.print(f"crashmatrix: error: {exc}", markup=False, highlight=False)
+    return 3 if isinstance(exc, HarnessError) else 2
+
+
+def _run_async(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+@app.command()
+def run(
+    workload: Annotated[str, typer.Argument(help="Registered workload to run.")] = "checkout",
+    subject: Annotated[str, typer.Option(help="Registered subject (runtime adapter or mutant 'defect:NAME').")] = "reference",
+    kinds: Annotated[str, typer.Option(help=f"Comma-separated fault kinds: {', '.join(FAULT_KINDS)}.")] = ",".join(DEFAULT_KINDS),
+    sources: Annotated[str, typer.Option(help=f"Comma-separated crash-point sources: {', '.join(POINT_SOURCES[:2])} (await points: a later release).")] = ",".join(DEFAULT_SOURCES),
+    conversation: Annotated[Optional[list[str]], typer.Option(help="Only this conversation (repeatable). Default: all.")] = None,
+    jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once; 0: the number of cores.")] = 0,
+    report: Annotated[Optional[Path], typer.Option(help="Write the JSON report (every case, verdicts, replay commands) here.")] = None,
+    dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN to use instead of an embedded server (also: $CRASHMATRIX_PG_DSN).")] = None,
+    worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed and the case fails.")] = 60.0,
+    term_grace: Annotated[float, typer.Option(help="Seconds a worker may drain after SIGTERM before it is SIGKILLed.")] = 10.0,
+    max_failures_shown: Annotated[int, typer.Option(help="Failing cases printed in detail.")] = 20,
+) -> None:
+    """Run the golden runs, then the kill/term/cancel matrix; print a summary table.
+
+    Exit code 0 only if every case passed (1: oracle failures, 3: harness errors).
+    """
+    from .matrix import run_matrix
+    from .report import print_failures, print_summary, write_json
+
+    try:
+        kinds_t = _split(kinds, FAULT_KINDS, "--kinds")
+        sources_t = _split(sources, ("step", "label"), "--sources")
+    except typer.BadParameter as exc:
+        raise typer.Exit(_fail(exc)) from None
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("[red]{task.fields[failed]} failed"), TimeElapsedColumn(), console=console,
+                        transient=False)
+    state: dict[str, object] = {}
+
+    def on_start(n: int) -> None:
+        progress.start()
+        state["task"] = progress.add_task(f"{workload} cases", total=n, failed=0)
+        state["failed"] = 0
+
+    def on_result(result: object) -> None:
+        if getattr(result, "outcome") != "pass":
+            state["failed"] = int(state["failed"]) + 1  # type: ignore[call-overload]
+        progress.update(state["task"], advance=1, failed=state["failed"])  # type: ignore[arg-type]
+
+    console.print(f"crashmatrix: starting services for {workload} on {subject} ...")
+    try:
+        result = _run_async(run_matrix(
+            workload, subject, kinds=kinds_t, sources=sources_t,
+            conversations=tuple(conversation) if conversation else None, jobs=jobs or None, dsn=dsn,
+            options=Options(worker_timeout=worker_timeout, term_grace=term_grace),
+            on_start=on_start, on_result=on_result,
+        ))
+    except CrashmatrixError as exc:
+        progress.stop()
+        raise typer.Exit(_fail(exc)) from None
+    except KeyboardInterrupt:
+        progress.stop()
+        err.print("crashmatrix: interrupted; services stopped")
+        raise typer.Exit(130) from None
+    progress.stop()
+    from .matrix import MatrixReport
+
+    assert isinstance(result, MatrixReport)
+    print_failures(console, result.results, max_failures_shown)
+    print_summary(console, result)
+    if report is not None:
+        write_json(result, report)
+        console.print(f"report: {report}")
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def replay(
+    case_id: Annotated[str, typer.Argument(help="Case id as printed, e.g. 'checkout/conv1/kill@log.append.before[turn-4.tool-0]#1'.")],
+    subject: Annotated[str, typer.Option(help="Subject the case ran on.")] = "reference",
+    dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN instead of an embedded server.")] = None,
+    report: Annotated[Optional[Path], typer.Option(help="Write the JSON report here.")] = None,
+) -> None:
+    """Re-run one case (its golden run first) and print what each check saw."""
+    from .matrix import MatrixReport, run_matrix
+    from .report import write_json
+
+    try:
+        case = Case.parse(case_id)
+        result = _run_async(run_matrix(case.workload, subject, cases=[case], jobs=1, dsn=dsn))
+    except CrashmatrixError as exc:
+        raise typer.Exit(_fail(exc)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    assert isinstance(result, MatrixReport)
+    for r in result.results:
+        color = {"pass": "green", "fail": "red"}.get(r.outcome, "yellow")
+        console.print(f"[{color}]{r.outcome.upper()}[/{color}] {r.case.id} (subject {r.subject}, run {r.run_id}, {r.seconds:.2f} s)")
+        for w in r.workers:
+            how = f"signal {w['signal']}" if w["signal"] is not None else f"exit {w['returncode']}"
+            console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else ""))
+        if r.error:
+            console.print(f"  harness error: {r.error}", markup=False)
+        for v in r.verdicts:
+            mark = {True: "[green]valid[/green]", False: "[red]invalid[/red]", None: "[yellow]unknown[/yellow]"}[v.valid]
+            console.print(f"  {v.phase:5} {v.check:34} {mark}  ", end="")
+            console.print(v.details, markup=False, highlight=False)
+            for line in v.diff[:20]:
+                console.print(f"        {line}", markup=False)
+    if report is not None:
+        write_json(result, report)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command("list")
+def list_names() -> None:
+    """List registered subjects (with mutants) and workloads."""
+    from . import registry
+
+    console.print("subjects: " + ", ".join(registry.subject_names()))
+    console.print("workloads: " + ", ".join(registry.workload_names()))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="crashmatrix")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,322 @@
+"""The crash-point explorer: golden runs, the matrix, and one case end to end.
+
+For each conversation the explorer runs the workload once with no fault (the golden
+run) and records its crash-point trace; :func:`enumerate_cases` turns the trace into
+the matrix (every recorded point x every fault kind); :meth:`Explorer.run_case` runs one
+case:
+
+1. start the run in a forked worker with the plan armed; the worker reports
+   ``fired`` before the fault acts;
+2. check the fault fired and that the worker's trace equals the golden trace up to the
+   fault, per logical task (else: a harness error, never a pass);
+3. wait until the dead worker's database sessions are gone and no request of its is
+   still in flight at a provider (a COMMIT or a charge in flight can still land);
+4. read the crash state and run the crash-state checks;
+5. resume in new workers until the run reaches a terminal status (bounded);
+6. read the final state (rehydrated) and the providers' ledgers, run the end checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from . import oracle, registry
+from .adapter import Environment
+from .errors import HarnessError, PlanError
+from .plan import Case, CrashPoint, Fault, FaultPlan
+from .pool import WorkerExit, WorkerPool
+from .worker import Job, read_events
+
+TraceEntry = tuple[str, str, str, int]
+TERMINAL = ("completed", "failed", "needs_human")
+DEFAULT_KINDS = ("kill", "term", "cancel")
+DEFAULT_SOURCES = ("step", "label")
+
+
+@dataclass
+class Options:
+    """Knobs of a matrix run. Times in seconds."""
+
+    worker_timeout: float = 60.0
+    term_grace: float = 10.0
+    quiesce_timeout: float = 15.0
+    max_resumes: int = 3
+
+
+@dataclass
+class GoldenRun:
+    conversation: str
+    run_id: str
+    trace: list[TraceEntry]
+    evidence: oracle.Evidence
+    seconds: float
+
+
+@dataclass
+class CaseResult:
+    """One case's outcome: ``outcome`` is ``pass``, ``fail`` or ``harness-error``."""
+
+    case: Case
+    subject: str
+    outcome: str
+    verdicts: list[oracle.Verdict] = field(default_factory=list)
+    error: str | None = None
+    workers: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    run_id: str = ""
+
+    @property
+    def failed(self) -> list[oracle.Verdict]:
+        return [v for v in self.verdicts if v.valid is not True]
+
+    @property
+    def replay(self) -> str:
+        return replay_command(self.case, self.subject)
+
+    def to_dict(self) -> dict[str, Any]:
+        first = self.failed[0] if self.failed else None
+        return {
+            "id": self.case.id,
+            "subject": self.subject,
+            "plan": self.case.plan.to_dict(),
+            "outcome": self.outcome,
+            "failed_check": first.check if first else None,
+            "diff": first.diff if first else [],
+            "error": self.error,
+            "verdicts": [v.to_dict() for v in self.verdicts],
+            "workers": self.workers,
+            "seconds": round(self.seconds, 4),
+            "run_id": self.run_id,
+            "replay": self.replay,
+        }
+
+
+def replay_command(case: Case, subject: str) -> str:
+    cmd = ["crashmatrix", "replay", case.id]
+    if subject != "reference":
+        cmd += ["--subject", subject]
+    return shlex.join(cmd)
+
+
+def enumerate_cases(
+    workload: str, goldens: dict[str, GoldenRun], kinds: tuple[str, ...] = DEFAULT_KINDS,
+    sources: tuple[str, ...] = DEFAULT_SOURCES,
+) -> list[Case]:
+    """The matrix: every point of every golden trace (of the given sources) x ``kinds``,
+    in trace order. Deterministic: the same traces give the same list."""
+    cases = []
+    for conv in sorted(goldens):
+        for source, name, task, occ in goldens[conv].trace:
+            if source not in sources:
+                continue
+            point = CrashPoint(source, name, task, occ)
+            for kind in kinds:
+                cases.append(Case(workload, conv, FaultPlan((Fault(kind, point),))))
+    return cases
+
+
+def validate_case(case: Case, goldens: dict[str, GoldenRun]) -> None:
+    """Check a case (from a replay id or a plan file) against the golden traces; raises
+    :class:`PlanError` naming what is wrong (conversation, point, occurrence)."""
+    if case.conversation not in goldens:
+        raise PlanError(f"conversation={case.conversation!r} is not one of {', '.join(sorted(goldens))}")
+    trace = goldens[case.conversation].trace
+    for i, fault in enumerate(case.plan.faults):
+        p = fault.point
+        same_point = [e for e in trace if e[1] == p.name and e[2] == p.task]
+        if not same_point:
+            names = sorted({e[1] for e in trace if e[2] == p.task}) or sorted({e[2] for e in trace})[:8]
+            raise PlanError(
+                f"plan.faults[{i}].point {p.name}[{p.task}] is not in the golden trace of "
+                f"{case.conversation}; known there: {', '.join(names)}"
+            )
+        if p.occurrence > len(same_point):
+            raise PlanError(
+                f"plan.faults[{i}].point.occurrence={p.occurrence} is out of range: "
+                f"{p.name}[{p.task}] occurs {len(same_point)} time(s) in the golden run"
+            )
+
+
+def _per_task(trace: list[TraceEntry]) -> dict[str, list[tuple[str, int]]]:
+    out: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for _, name, task, occ in trace:
+        out[task].append((name, occ))
+    return out
+
+
+def trace_divergence(golden: list[TraceEntry], faulted: list[TraceEntry]) -> str | None:
+    """Where ``faulted`` (a trace up to a fault) stops being a prefix of ``golden``,
+    compared per logical task (interleaving between tasks may differ); None if it is."""
+    g = _per_task(golden)
+    for task, seq in _per_task(faulted).items():
+        ref = g.get(task, [])
+        for i, item in enumerate(seq):
+            if i >= len(ref) or ref[i] != item:
+                want = f"{ref[i][0]}#{ref[i][1]}" if i < len(ref) else "nothing"
+                return f"task {task}: point {i + 1} is {item[0]}#{item[1]}, golden has {want}"
+    return None
+
+
+class Explorer:
+    """Runs golden runs and cases for one subject and workload on live services."""
+
+    def __init__(
+        self, env: Environment, pool: WorkerPool, subject: str, workload: str, workdir: Path,
+        http: aiohttp.ClientSession, options: Options | None = None,
+    ) -> None:
+        self.env = env
+        self.pool = pool
+        self.subject = subject
+        self.workload_name = workload
+        self.workload = registry.workload(workload)
+        self.adapter = registry.subject(subject)
+        self.workdir = workdir
+        self.http = http
+        self.options = options or Options()
+        self._n = 0
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _job(self, role: str, conversation: str, run_id: str, plan: FaultPlan) -> tuple[Job, str]:
+        self._n += 1
+        worker_id = f"cmw-{self._n}-{uuid.uuid4().hex[:8]}"
+        base = self.workdir / worker_id
+        job = Job(role, self.subject, self.workload_name, conversation, run_id, worker_id, self.env, plan, f"{base}.jsonl")
+        return job, f"{base}.log"
+
+    async def _worker(self, job: Job, log: str, term: bool = False) -> tuple[WorkerExit, list[dict[str, Any]]]:
+        exit_ = await self.pool.run(job, log, timeout=self.options.worker_timeout,
+                                    term_grace=self.options.term_grace if term else None)
+        return exit_, read_events(job.result_path)
+
+    async def quiesce(self, worker_id: str) -> None:
+        """Wait until ``worker_id`` has no database session and no provider request in
+        flight. Raises :class:`HarnessError` after ``quiesce_timeout``."""
+        from crashmatrix.scenarios.providers import clients
+
+        from .services.postgres import wait_sessions_gone
+
+        try:
+            await wait_sessions_gone(self.env.dsn, worker_id, self.options.quiesce_timeout)
+        except TimeoutError as exc:
+            raise HarnessError(f"sessions of dead worker {worker_id} did not go away: {exc}") from None
+        deadline = time.monotonic() + self.options.quiesce_timeout
+        for kind in self.workload.providers:
+            while await clients.inflight(self.http, self.env.providers[kind], worker_id):
+                if time.monotonic() > deadline:
+                    raise HarnessError(f"requests of dead worker {worker_id} still in flight at {kind}")
+                await asyncio.sleep(0.01)
+
+    async def evidence(self, run_id: str) -> oracle.Evidence:
+        """The run's durable state (rehydrated), its provider ledgers and model bills."""
+        from crashmatrix.scenarios.providers import clients
+
+        obs = await self.adapter.observe(self.env, run_id)
+        ledgers = {}
+        model_calls: dict[str, int] = {}
+        for kind in self.workload.providers:
+            rows = await clients.read_ledger(self.http, self.env.providers[kind], run_id)
+            if kind == "model":
+                for row in rows:
+                    model_calls[row["node_id"]] = model_calls.get(row["node_id"], 0) + 1
+            else:
+                ledgers[kind] = rows
+        return oracle.Evidence(obs, ledgers, model_calls)
+
+    @staticmethod
+    def _end(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+        ends = [e for e in events if e.get("event") == "end"]
+        return ends[-1] if ends else None
+
+    # -- golden run ---------------------------------------------------------------------
+
+    async def golden(self, conversation: str) -> GoldenRun:
+        """Run ``conversation`` once without faults; raises :class:`HarnessError` if it
+        does not complete."""
+        t0 = time.monotonic()
+        run_id = f"cm-run-{uuid.uuid4().hex[:16]}"
+        job, log = self._job("start", conversation, run_id, FaultPlan())
+        exit_, events = await self._worker(job, log)
+        end = self._end(events)
+        if end is None or end.get("status") != "completed" or exit_.returncode != 0:
+            detail = (end or {}).get("error") or (end or {}).get("status") or exit_.describe()
+            raise HarnessError(f"golden run of {self.workload_name}/{conversation} on {self.subject} did not complete: {detail} (worker log: {log})")
+        trace = [tuple(e) for e in end["trace"]]
+        return GoldenRun(conversation, run_id, trace, await self.evidence(run_id), time.monotonic() - t0)  # type: ignore[arg-type]
+
+    # -- one case -----------------------------------------------------------------------
+
+    async def run_case(self, case: Case, golden: GoldenRun) -> CaseResult:
+        """Run ``case`` end to end (module docstring); never raises for a case's own
+        failure: harness problems become ``harness-error`` results."""
+        t0 = time.monotonic()
+        run_id = f"cm-run-{uuid.uuid4().hex[:16]}"
+        result = CaseResult(case, self.subject, "pass", run_id=run_id)
+        try:
+            await self._run_case(case, golden, run_id, result)
+        except HarnessError as exc:
+            result.outcome, result.error = "harness-error", str(exc)
+        except Exception as exc:
+            result.outcome, result.error = "harness-error", f"{type(exc).__name__}: {exc}"
+        result.seconds = time.monotonic() - t0
+        return result
+
+    async def _run_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult) -> None:
+        if len(case.plan.faults) != 1:
+            raise HarnessError(f"this build runs plans of exactly one fault, got {len(case.plan.faults)}")
+        fault = case.plan.faults[0]
+        job, log = self._job("start", case.conversation, run_id, case.plan)
+        exit_, events = await self._worker(job, log, term=fault.kind == "term")
+        result.workers.append({"role": "start", **exit_.to_dict()})
+        fired = [e for e in events if e.get("event") == "fired"]
+        if not fired:
+            end = self._end(events)
+            how = f"the run ended {end['status']!r}" if end else f"the worker ended ({exit_.describe()}) without a report"
+            raise HarnessError(f"fault {fault.label()} never fired: its point was not reached; {how}")
+        at_fault = [tuple(e) for e in fired[0]["trace"]]
+        divergence = trace_divergence(golden.trace, at_fault)  # type: ignore[arg-type]
+        if divergence:
+            raise HarnessError(f"the faulted run diverged from the golden run before the fault: {divergence}")
+        end = self._end(events)
+        full = [tuple(e) for e in end["trace"]] if end else at_fault
+        if fault.kind == "kill" and exit_.signal != 9:
+            raise HarnessError(f"kill fault fired but the worker ended otherwise ({exit_.describe()})")
+        await self.quiesce(job.worker_id)
+        crash_obs = await self.adapter.observe(self.env, run_id)
+        result.verdicts += oracle.crash_checks(oracle.CrashEvidence(
+            fault, at_fault, full, exit_.returncode, exit_.signal, exit_.timed_out, crash_obs))  # type: ignore[arg-type]
+        # a cancel or term lands after it fires (at the next await, at the drain): what
+        # was in flight is what the faulted worker's whole trace shows unfinished
+        allowance = oracle.in_flight_model_calls(full)  # type: ignore[arg-type]
+        status = crash_obs.status
+        resumes = 0
+        while status not in TERMINAL:
+            if resumes >= self.options.max_resumes:
+                result.verdicts.append(oracle.Verdict(
+                    "run.ends", "end", False, f"the run did not end after {resumes} resume(s); last status {status!r}"))
+                break
+            resumes += 1
+            rjob, rlog = self._job("resume", case.conversation, run_id, FaultPlan())
+            rexit, revents = await self._worker(rjob, rlog)
+            result.workers.append({"role": "resume", **rexit.to_dict()})
+            rend = self._end(revents)
+            if rexit.returncode != 0 or rend is None:
+                await self.quiesce(rjob.worker_id)
+                detail = (rend or {}).get("error") or rexit.describe()
+                result.verdicts.append(oracle.Verdict("resume.runs", "end", False, f"resume {resumes} failed: {detail}"))
+                status = (await self.adapter.observe(self.env, run_id)).status
+                break
+            status = rend["status"]
+        final = await self.evidence(run_id)
+        result.verdicts += oracle.end_checks(golden.evidence, final, allowance)
+        verdict = oracle.merge(result.verdicts)
+        result.outcome = "pass" if verdict is True else "fail"

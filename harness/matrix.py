@@ -1,0 +1,138 @@
+"""Run a whole matrix: golden runs, enumeration, cases in parallel, one report.
+
+:func:`run_matrix` is what ``crashmatrix run`` calls, importable and typed. Cases run
+``jobs`` at a time (default: the number of cores); each reports through ``on_result``
+as it finishes, so the caller can draw progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .explorer import DEFAULT_KINDS, DEFAULT_SOURCES, CaseResult, Explorer, GoldenRun, Options, enumerate_cases, validate_case
+from .plan import Case
+from .session import open_session
+
+
+@dataclass
+class MatrixReport:
+    """Everything a matrix run produced. ``seconds``: wall time of the cases only
+    (golden runs and service start excluded); ``setup_seconds``: the rest."""
+
+    workload: str
+    subject: str
+    kinds: tuple[str, ...]
+    sources: tuple[str, ...]
+    goldens: dict[str, GoldenRun]
+    results: list[CaseResult] = field(default_factory=list)
+    seconds: float = 0.0
+    setup_seconds: float = 0.0
+    jobs: int = 1
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out = {"pass": 0, "fail": 0, "harness-error": 0}
+        for r in self.results:
+            out[r.outcome] += 1
+        return out
+
+    @property
+    def cases_per_second(self) -> float:
+        return len(self.results) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def exit_code(self) -> int:
+        """0 every case passed; 1 some case failed an oracle check; 3 harness errors only."""
+        c = self.counts
+        if c["fail"]:
+            return 1
+        if c["harness-error"]:
+            return 3
+        return 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "subject": self.subject,
+            "kinds": list(self.kinds),
+            "sources": list(self.sources),
+            "jobs": self.jobs,
+            "summary": {**self.counts, "cases": len(self.results), "seconds": round(self.seconds, 3),
+                        "setup_seconds": round(self.setup_seconds, 3),
+                        "cases_per_second": round(self.cases_per_second, 2)},
+            "golden": {c: {"run_id": g.run_id, "points": len(g.trace), "seconds": round(g.seconds, 4)}
+                       for c, g in sorted(self.goldens.items())},
+            "cases": [r.to_dict() for r in self.results],
+        }
+
+
+async def run_matrix(
+    workload: str = "checkout",
+    subject: str = "reference",
+    *,
+    kinds: tuple[str, ...] = DEFAULT_KINDS,
+    sources: tuple[str, ...] = DEFAULT_SOURCES,
+    conversations: tuple[str, ...] | None = None,
+    cases: list[Case] | None = None,
+    jobs: int | None = None,
+    dsn: str | None = None,
+    options: Options | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> MatrixReport:
+    """Start services, run golden runs, then the matrix (or the given ``cases``).
+
+    Raises ``ServiceError``/``RegistryError`` before any case runs when services or
+    names are wrong, and ``PlanError`` when a given case does not fit the golden trace.
+    ``on_start(n)`` is called with the number of cases once they are enumerated.
+    """
+    jobs = jobs or os.cpu_count() or 2
+    t0 = time.monotonic()
+    async with open_session(subject, workload, dsn=dsn, options=options) as explorer:
+        wl = explorer.workload
+        wanted = conversations or (tuple(sorted({c.conversation for c in cases})) if cases else wl.conversations)
+        goldens = {}
+        for conv in wanted:
+            goldens[conv] = await explorer.golden(conv)
+        if cases is None:
+            cases = enumerate_cases(workload, goldens, kinds, sources)
+        else:
+            for case in cases:
+                validate_case(case, goldens)
+        report = MatrixReport(workload, subject, kinds, sources, goldens, jobs=jobs)
+        if on_start:
+            on_start(len(cases))
+        t1 = time.monotonic()
+        report.results = await _run_cases(explorer, cases, goldens, jobs, on_result)
+        report.seconds = time.monotonic() - t1
+    report.setup_seconds = time.monotonic() - t0 - report.seconds
+    return report
+
+
+async def _run_cases(
+    explorer: Explorer, cases: list[Case], goldens: dict[str, GoldenRun], jobs: int,
+    on_result: Callable[[CaseResult], None] | None,
+) -> list[CaseResult]:
+    queue: asyncio.Queue[tuple[int, Case]] = asyncio.Queue()
+    for item in enumerate(cases):
+        queue.put_nowait(item)
+    results: list[CaseResult | None] = [None] * len(cases)
+
+    async def worker() -> None:
+        while True:
+            try:
+                i, case = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            result = await explorer.run_case(case, goldens[case.conversation])
+            results[i] = result
+            if on_result:
+                on_result(result)
+
+    await asyncio.gather(*(worker() for _ in range(min(jobs, max(1, len(cases))))))
+    return [r for r in results if r is not None]

@@ -1,0 +1,169 @@
+"""The controller's side of the workers: one zygote, many forked workers in flight.
+
+:class:`WorkerPool` starts the zygote (:mod:`.zygote`) as a child in its own session,
+sends it fork requests and turns its ``started``/``exit`` events into awaitables.
+A worker that outlives its deadline is SIGKILLed and reported as timed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import HarnessError
+from .worker import Job
+
+
+@dataclass
+class WorkerExit:
+    """How one worker ended: ``returncode`` (exit) or ``signal`` (killed), seconds taken,
+    and whether the pool killed it for outliving ``timeout``."""
+
+    pid: int
+    returncode: int | None
+    signal: int | None
+    seconds: float
+    timed_out: bool = False
+
+    def describe(self) -> str:
+        if self.timed_out:
+            return f"pid {self.pid}: killed after its deadline ({self.seconds:.1f} s)"
+        if self.signal is not None:
+            return f"pid {self.pid}: {signal.Signals(self.signal).name}"
+        return f"pid {self.pid}: exit {self.returncode}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "returncode": self.returncode, "signal": self.signal,
+                "seconds": round(self.seconds, 4), "timed_out": self.timed_out}
+
+
+class WorkerPool:
+    """Forks workers through a preloaded zygote. Use as ``async with``."""
+
+    def __init__(self, subject: str, workload: str, *, register_pgid: Any = None) -> None:
+        self.subject = subject
+        self.workload = workload
+        self.register_pgid = register_pgid
+        self.proc: asyncio.subprocess.Process | None = None
+        self._token = 0
+        self._started: dict[int, asyncio.Future[int]] = {}
+        self._exited: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self.zygote_pid: int | None = None
+
+    async def __aenter__(self) -> WorkerPool:
+        env = dict(os.environ, PYTHONHASHSEED="0")
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "crashmatrix.harness.zygote", self.subject, self.workload,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
+            start_new_session=True, limit=1 << 24,
+        )
+        if self.register_pgid is not None:
+            self.register_pgid(self.proc.pid)
+        assert self.proc.stdout is not None
+        line = await asyncio.wait_for(self.proc.stdout.readline(), 60)
+        if not line:
+            await self.proc.wait()
+            raise HarnessError(f"worker zygote exited with {self.proc.returncode} before it was ready (subject={self.subject!r}, workload={self.workload!r})")
+        self.zygote_pid = json.loads(line)["pid"]
+        self._reader = asyncio.create_task(self._read())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 10)
+        except asyncio.TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        if self._reader is not None:
+            self._reader.cancel()
+        self.proc = None
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        while True:
+            line = await self.proc.stdout.readline()
+            if not line:
+                break
+            event = json.loads(line)
+            token = event.get("token")
+            if event["event"] == "started" and token in self._started:
+                self._started.pop(token).set_result(event["pid"])
+            elif event["event"] == "exit" and token in self._exited:
+                self._exited.pop(token).set_result(event)
+        err = HarnessError("worker zygote exited unexpectedly")
+        for fut in [*self._started.values(), *self._exited.values()]:
+            if not fut.done():
+                fut.set_exception(err)
+
+    async def spawn(self, job: Job, log_path: str) -> tuple[int, asyncio.Future[dict[str, Any]]]:
+        """Fork a worker for ``job``; return its pid and a future of its exit event."""
+        assert self.proc is not None and self.proc.stdin is not None
+        if self._reader is None or self._reader.done():
+            raise HarnessError("worker zygote is gone; cannot fork more workers")
+        self._token += 1
+        token = self._token
+        loop = asyncio.get_running_loop()
+        self._started[token] = loop.create_future()
+        self._exited[token] = loop.create_future()
+        request = {"op": "fork", "token": token, "job": job.to_dict(), "log_path": log_path}
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
+        await self.proc.stdin.drain()
+        exited = self._exited[token]
+        pid = await self._started[token]
+        return pid, exited
+
+    async def run(self, job: Job, log_path: str, *, timeout: float, term_grace: float | None = None) -> WorkerExit:
+        """Run ``job`` to its end. ``timeout``: seconds before the worker is SIGKILLed.
+        ``term_grace``: after the worker reported firing a ``term`` fault, seconds it may
+        take to drain before it is SIGKILLed (DESIGN.md: ``term``)."""
+        t0 = time.monotonic()
+        pid, exited = await self.spawn(job, log_path)
+        deadline = t0 + timeout
+        timed_out = False
+        fired_at: float | None = None
+        while not exited.done():
+            now = time.monotonic()
+            if term_grace is not None and fired_at is None and _has_fired(job.result_path):
+                fired_at = now
+            limit = deadline if fired_at is None else min(deadline, fired_at + term_grace)
+            if now >= limit:
+                timed_out = True
+                _kill(pid)
+                break
+            wait = min(limit - now, 0.05 if term_grace is not None else limit - now)
+            try:
+                await asyncio.wait_for(asyncio.shield(exited), wait)
+            except asyncio.TimeoutError:
+                pass
+        event = await exited
+        return WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out)
+
+
+def _has_fired(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return b'"fired"' in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def _kill(pid: int) -> None:
+    for fn in (os.killpg, os.kill):
+        try:
+            fn(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

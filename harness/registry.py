@@ -1,0 +1,66 @@
+"""Subjects, workloads and mutants, found by importable name.
+
+A worker, ``crashmatrix replay`` and the test suite all reach a subject the same way:
+by a registry name that maps to ``"package.module:attribute"``. Nothing crosses a process
+boundary but the name. Mutants (``scenarios/defects``) register as subjects named
+``defect:<name>``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from typing import Any
+
+from .errors import RegistryError
+
+SUBJECTS: dict[str, str] = {
+    "reference": "crashmatrix.harness.adapters.reference:ReferenceAdapter",
+}
+WORKLOADS: dict[str, str] = {
+    "checkout": "crashmatrix.scenarios.checkout:WORKLOAD",
+}
+
+
+def load(target: str) -> Any:
+    """Import ``"package.module:attribute"``; raises :class:`RegistryError`."""
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        obj: Any = module
+        for part in attr.split(".") if attr else []:
+            obj = getattr(obj, part)
+        return obj
+    except (ImportError, AttributeError) as exc:
+        raise RegistryError(f"cannot import {target!r}: {exc}") from None
+
+
+def _all_subjects() -> dict[str, str]:
+    from crashmatrix.scenarios.defects import MUTANTS
+
+    return {**SUBJECTS, **{f"defect:{k}": v for k, v in MUTANTS.items()}}
+
+
+def subject_names() -> list[str]:
+    return sorted(_all_subjects())
+
+
+@cache
+def subject(name: str) -> Any:
+    """A fresh adapter instance for the subject ``name`` (cached per process)."""
+    table = _all_subjects()
+    if name not in table:
+        raise RegistryError(f"subject={name!r} is not registered; known: {', '.join(sorted(table))}")
+    return load(table[name])()
+
+
+def workload_names() -> list[str]:
+    return sorted(WORKLOADS)
+
+
+@cache
+def workload(name: str) -> Any:
+    """The workload object registered as ``name``."""
+    if name not in WORKLOADS:
+        raise RegistryError(f"workload={name!r} is not registered; known: {', '.join(sorted(WORKLOADS))}")
+    return load(WORKLOADS[name])

@@ -1,0 +1,164 @@
+"""The preloaded parent that forks workers (DESIGN.md, "Processes").
+
+A fresh interpreter costs ~0.3 s of imports; a fork of a preloaded one ~1 ms. The
+controller starts this module once (``python -m crashmatrix.harness.zygote SUBJECT
+WORKLOAD``); it imports the subject, the workload and their dependencies, then serves
+fork requests. It has one thread, no event loop and no open sockets when it forks.
+
+Protocol, JSON lines. Controller -> zygote on stdin:
+``{"op": "fork", "token": int, "job": {...}, "log_path": str}``. Zygote -> controller on
+stdout: ``{"event": "ready", "pid": int}`` once, then ``{"event": "started", "token",
+"pid"}`` and ``{"event": "exit", "token", "pid", "returncode", "signal"}`` per worker
+(``signal`` is the number that ended it, else null). EOF on stdin (the controller ended,
+however it ended) makes the zygote SIGKILL every worker still alive, reap them and exit.
+
+Each worker: its own process group; ``PR_SET_PDEATHSIG`` = SIGKILL so it cannot outlive
+the zygote; default signal handlers; stdin on /dev/null, stdout and stderr to its log
+file; inherited descriptors closed; leaves with ``os._exit`` so no atexit handler of the
+parent runs in it. The zygote reaps every worker (``waitpid`` on a pidfd).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import selectors
+import signal
+import sys
+import threading
+import traceback
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+
+
+def _set_pdeathsig() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the zygote's EOF handling still reaps
+        pass
+
+
+def _child(job: dict[str, Any], log_path: str, parent: int) -> None:
+    code = 70
+    try:
+        os.setpgid(0, 0)
+        _set_pdeathsig()
+        if os.getppid() != parent:  # the zygote died between fork and prctl
+            os._exit(code)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDONLY)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.closerange(3, 1 << 16)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        from .worker import Job, run_job
+
+        code = run_job(Job.from_dict(job))
+    except BaseException:
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _preload(subject: str, workload: str) -> None:
+    from . import registry, worker  # noqa: F401
+
+    registry.subject(subject)
+    registry.workload(workload)
+
+
+def serve(subject: str, workload: str) -> int:
+    """Preload, then serve fork requests until EOF on stdin."""
+    _preload(subject, workload)
+    if threading.active_count() != 1:
+        print(f"zygote: {threading.active_count()} threads after preload; forking needs one", file=sys.stderr)
+        return 2
+    out = sys.stdout
+    me = os.getpid()
+
+    def send(event: dict[str, Any]) -> None:
+        out.write(json.dumps(event) + "\n")
+        out.flush()
+
+    sel = selectors.DefaultSelector()
+    stdin = sys.stdin.fileno()
+    sel.register(stdin, selectors.EVENT_READ, None)
+    children: dict[int, tuple[int, int]] = {}  # pidfd -> (token, pid)
+    buffer = b""
+    send({"event": "ready", "pid": me})
+    eof = False
+    while not eof:
+        for key, _ in sel.select():
+            if key.data is None:
+                chunk = os.read(stdin, 1 << 16)
+                if not chunk:
+                    eof = True
+                    break
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    try:
+                        request = json.loads(line)
+                        token = request["token"]
+                        job, log_path = request["job"], request["log_path"]
+                    except (ValueError, KeyError, TypeError) as exc:
+                        print(f"zygote: bad request {line[:200]!r}: {exc}", file=sys.stderr)
+                        continue
+                    pid = os.fork()
+                    if pid == 0:
+                        sel.close()
+                        _child(job, log_path, me)
+                    pidfd = os.pidfd_open(pid)
+                    children[pidfd] = (token, pid)
+                    sel.register(pidfd, selectors.EVENT_READ, "child")
+                    send({"event": "started", "token": token, "pid": pid})
+            else:
+                pidfd = key.fd
+                token, pid = children.pop(pidfd)
+                sel.unregister(pidfd)
+                os.close(pidfd)
+                _, status = os.waitpid(pid, 0)
+                sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+                rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+                send({"event": "exit", "token": token, "pid": pid, "returncode": rc, "signal": sig})
+    for pidfd, (_, pid) in children.items():
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+        os.close(pidfd)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m crashmatrix.harness.zygote SUBJECT WORKLOAD", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the controller; EOF ends us
+    return serve(*argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""crashmatrix.reference_runtime: a complete durable agent runtime, the harness's first
+subject and the model other teams compare their runtime against.
+
+Modules, one wall each (docs/architecture.md has the structure): :mod:`.executor`
+(scheduling, drain, cancellation), :mod:`.logstore` (append-only run log),
+:mod:`.effects` (effects ledger), :mod:`.leases` (fencing), :mod:`.graph` (rehydrate),
+:mod:`.codec` (durable payloads), :mod:`.migrations` (schema). The only harness module
+it imports is :mod:`crashmatrix.harness.crashpoint`.
+"""
+
+from .agent import Agent, ModelReply, OutcomeUnknown, ProbeOutcome, Tool, ToolCall, ToolContext, ToolOutcome
+from .db import Db, connect
+from .effects import EffectLedger, idempotency_key
+from .executor import NeedsHuman, Runtime
+from .graph import RunGraph
+from .leases import Lease, LeaseLost
+from .logstore import AppendOnlyLog, RunStore
+from .migrations import migrate
+
+__all__ = [
+    "Agent", "AppendOnlyLog", "Db", "EffectLedger", "Lease", "LeaseLost", "ModelReply",
+    "NeedsHuman", "OutcomeUnknown", "ProbeOutcome", "RunGraph", "RunStore", "Runtime", "Tool",
+    "ToolCall", "ToolContext", "ToolOutcome", "connect", "idempotency_key", "migrate",
+]

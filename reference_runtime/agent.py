@@ -1,0 +1,99 @@
+"""What a workload gives the runtime: a model, tools (with probes) and the first node.
+
+The runtime knows two node kinds. A ``model`` node sends the transcript of its
+ancestors to the model and records the reply; each tool call in the reply spawns a
+``tool`` node, and the next model turn is spawned with those tool nodes as parents (a
+join), so independent tool calls run concurrently. A reply without tool calls ends the
+run: its content is the final answer.
+
+Node ids are stable across attempts (``turn-3``, ``turn-3.tool-1``): they come from the
+graph's shape, never from the model's tool-call ids, which are fresh on every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a model reply; ``id`` is the model's (fresh per call)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    content: str
+    tool_calls: list[ToolCall]
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """A tool's answer: ``succeeded`` or a definite ``failed`` (e.g. a declined card)."""
+
+    status: Literal["succeeded", "failed"]
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """A probe's answer: the effect was ``applied`` (``tool_outcome`` then holds what the
+    original call would have returned: the result, not just "applied"), was
+    ``not_applied``, or the probe ``cannot_tell``."""
+
+    outcome: Literal["applied", "not_applied", "cannot_tell"]
+    tool_outcome: ToolOutcome | None = None
+
+
+class OutcomeUnknown(Exception):
+    """Raised by a tool when its call's outcome is ambiguous (connection reset, timeout,
+    5xx): the effect may or may not have happened. The runtime records ``unknown`` and
+    asks the probe."""
+
+
+@dataclass
+class ToolContext:
+    """What a tool call receives: the run, the node, and (for effects) the idempotency key."""
+
+    run_id: str
+    node_id: str
+    idem_key: str | None
+    resources: Any  # the workload's own clients (HTTP session, provider URLs)
+
+
+ToolFn = Callable[[ToolContext, dict[str, Any]], Awaitable[ToolOutcome]]
+ProbeFn = Callable[[ToolContext], Awaitable[ProbeOutcome]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool. ``effect=True`` means it changes another system: it gets an idempotency
+    key and a ledger row, and ``probe`` must answer whether a key was applied."""
+
+    name: str
+    fn: ToolFn
+    effect: bool = False
+    probe: ProbeFn | None = None
+
+
+class Model(Protocol):
+    async def complete(self, run_id: str, node_id: str, messages: list[dict[str, Any]]) -> ModelReply:
+        """Call the model with ``messages``; raise on failure."""
+
+
+@dataclass
+class Agent:
+    """A workload as the runtime sees it."""
+
+    name: str
+    model: Model
+    tools: dict[str, Tool]
+    resources: Any = None
+    max_turns: int = 50
+    extra: dict[str, Any] = field(default_factory=dict)

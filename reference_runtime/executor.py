@@ -1,0 +1,360 @@
+"""The executor: schedules a run's nodes, records each one, survives faults.
+
+Entry points: :meth:`Runtime.create_run` and :meth:`Runtime.run` (which both starts and
+resumes: it always rehydrates from the log first). One runtime object serves one worker
+process with one database connection.
+
+Walls, and the failure each prevents (DESIGN.md, "reference_runtime"):
+
+- **Record after the node, not before**: a node's record is appended only once its
+  work is done, so a crash mid-node re-runs the node instead of skipping it.
+- **Effects ledger + probes** (:mod:`.effects`): a tool call that changes another system
+  is keyed, marked ``started`` first, and its ``succeeded`` row commits with the node's
+  record; on resume an unresolved key goes to the tool's probe, so a crash between the
+  provider's answer and the commit neither repeats nor loses the effect.
+- **Shielded cancellation write**: cancellation (a deadline, a closed tab) is level
+  triggered: ``CancelledError`` arrives at every await until a shielded scope. The
+  ``unknown`` row and the ``interrupted`` status are written inside
+  ``CancelScope(shield=True)`` bounded by :data:`SHIELD_SECONDS`, and the cancellation
+  is always re-raised.
+- **SIGTERM drain**: on SIGTERM no new node is launched; in-flight nodes finish and
+  append; the run is left ``paused`` for another worker; the process exits 0.
+- **Fencing**: every write carries the lease epoch (:mod:`.leases`).
+
+Crash points (labels; :mod:`crashmatrix.harness.crashpoint`): ``node.launch``,
+``model.call.before/after``, ``effect.started.before/after``, ``tool.request.before/after``,
+``probe.before/after``, ``effect.unknown.before/after``, ``log.append.before/after``, and
+``drain.begin`` when the SIGTERM handler runs. Step boundaries (``before``/``after`` each
+node) are reported through the ``on_step`` callback for the adapter.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from crashmatrix.harness.crashpoint import crashpoint, reset_logical_task, set_logical_task
+
+from . import codec
+from .agent import Agent, OutcomeUnknown, ProbeOutcome, ToolContext, ToolOutcome
+from .db import Db
+from .effects import EffectLedger, idempotency_key
+from .graph import RunGraph
+from .leases import Lease, LeaseLost, acquire, set_status
+from .logstore import AppendOnlyLog, EffectOutcome, RunStore
+from .records_pb2 import Budget, NodeRecord, NodeSpec
+
+SHIELD_SECONDS = 10.0
+"""Upper bound of a shielded cleanup write (anyio: ``move_on_after(..., shield=True)``)."""
+
+MAX_PROBE_ROUNDS = 3
+
+StepHook = Callable[[str, str], None]
+"""``on_step(phase, node_id)`` with phase ``"before"`` or ``"after"``."""
+
+
+class NeedsHuman(Exception):
+    """An effect's outcome cannot be decided (the probe cannot tell, or there is no
+    probe): the run stops in ``needs_human`` with the effect named."""
+
+
+class Runtime:
+    """Runs agents durably on one connection.
+
+    ``store`` and ``ledger`` default to :class:`AppendOnlyLog` and
+    :class:`EffectLedger`; other strategies (and the mutant catalogue) pass their own.
+    """
+
+    def __init__(
+        self,
+        db: Db,
+        agent: Agent,
+        *,
+        worker_id: str,
+        store: RunStore | None = None,
+        ledger: EffectLedger | None = None,
+        on_step: StepHook | None = None,
+        handle_sigterm: bool = True,
+    ) -> None:
+        self.db = db
+        self.agent = agent
+        self.worker_id = worker_id
+        self.store = store if store is not None else AppendOnlyLog(db)
+        self.ledger = ledger if ledger is not None else EffectLedger(db)
+        self.on_step = on_step
+        self.handle_sigterm = handle_sigterm
+        self.draining = False
+        self._changed: anyio.Event | None = None
+
+    @property
+    def execution_class(self) -> type[Execution]:
+        return Execution
+
+    # -- run lifecycle -----------------------------------------------------------------
+
+    async def create_run(self, run_id: str, workload: str, run_input: dict[str, Any]) -> None:
+        """Insert the run (status ``pending``). Raises if ``run_id`` exists."""
+        await self.db.execute(
+            "INSERT INTO cm_runs (run_id, workload, input, status) VALUES ($1, $2, $3::jsonb, 'pending')",
+            run_id,
+            workload,
+            json.dumps(run_input, sort_keys=True),
+        )
+
+    async def run(self, run_id: str) -> str:
+        """Take the lease, rehydrate, run until the graph is done, drained or stopped.
+
+        Returns the terminal status written (``completed``, ``paused``,
+        ``needs_human``). Re-raises cancellation after writing ``interrupted`` (shielded);
+        raises :class:`LeaseLost` if another worker took the run over.
+        """
+        lease = await acquire(self.db, run_id, self.worker_id)
+        row = await self.db.fetchrow("SELECT input FROM cm_runs WHERE run_id = $1", run_id)
+        graph = RunGraph.rehydrate(run_id, json.loads(row["input"]), await self.store.read(run_id))
+        execution = self.execution_class(self, graph, lease)
+        loop = None
+        if self.handle_sigterm:
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGTERM, self.begin_drain)
+        try:
+            status, detail = await execution.schedule()
+        except anyio.get_cancelled_exc_class():
+            with anyio.move_on_after(SHIELD_SECONDS, shield=True):
+                await set_status(self.db, lease, "interrupted")
+            raise
+        except LeaseLost:
+            raise
+        except BaseException as exc:
+            with anyio.move_on_after(SHIELD_SECONDS, shield=True):
+                await set_status(self.db, lease, "failed", f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            if loop is not None:
+                loop.remove_signal_handler(signal.SIGTERM)
+        await set_status(self.db, lease, status, detail)
+        return status
+
+    def begin_drain(self) -> None:
+        """Stop launching nodes; in-flight ones finish; the run ends ``paused``."""
+        self.draining = True
+        crashpoint("drain.begin")
+        if self._changed is not None:
+            self._changed.set()
+
+
+class Execution:
+    """One attempt at one run: the scheduler loop and the node bodies.
+
+    A :class:`Runtime` builds one per :meth:`Runtime.run` from ``Runtime.execution_class``;
+    the mutant catalogue subclasses it to plant one defect per mutant.
+    """
+
+    def __init__(self, runtime: Runtime, graph: RunGraph, lease: Lease) -> None:
+        self.rt = runtime
+        self.graph = graph
+        self.lease = lease
+        self.running: set[str] = set()
+        self.seq = graph.last_seq
+        self.append_lock = anyio.Lock()
+        self.error: BaseException | None = None
+        self.stop: tuple[str, str] | None = None
+
+    def may_launch(self) -> bool:
+        return not self.rt.draining and self.stop is None and self.error is None
+
+    async def schedule(self) -> tuple[str, str | None]:
+        async with anyio.create_task_group() as tg:
+            while True:
+                self.rt._changed = anyio.Event()
+                if self.may_launch():
+                    for spec in self.graph.ready(exclude=self.running):
+                        self.launch(tg, spec)
+                if not self.running:
+                    break
+                await self.rt._changed.wait()
+        if self.error is not None:
+            raise self.error
+        if self.stop is not None:
+            return self.stop
+        if self.graph.done():
+            return "completed", None
+        return "paused", "drained after SIGTERM" if self.rt.draining else None
+
+    def launch(self, tg: anyio.abc.TaskGroup, spec: NodeSpec) -> None:
+        token = set_logical_task(spec.node_id)
+        try:
+            crashpoint("node.launch")
+        finally:
+            reset_logical_task(token)
+        self.running.add(spec.node_id)
+        tg.start_soon(self.run_node, spec, name=spec.node_id)
+
+    async def run_node(self, spec: NodeSpec) -> None:
+        set_logical_task(spec.node_id)
+        try:
+            self.step("before", spec.node_id)
+            if spec.kind == "model":
+                await self.run_model(spec)
+            else:
+                await self.run_tool(spec)
+            self.step("after", spec.node_id)
+        except NeedsHuman as exc:
+            self.stop = ("needs_human", str(exc))
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException as exc:  # reported by schedule(), after in-flight nodes end
+            if self.error is None:
+                self.error = exc
+        finally:
+            self.running.discard(spec.node_id)
+            if self.rt._changed is not None:
+                self.rt._changed.set()
+
+    def step(self, phase: str, node_id: str) -> None:
+        if self.rt.on_step is not None:
+            self.rt.on_step(phase, node_id)
+
+    # -- node bodies -------------------------------------------------------------------
+
+    async def run_model(self, spec: NodeSpec) -> None:
+        node_id = spec.node_id
+        messages = self.graph.transcript(upto=node_id)
+        crashpoint("model.call.before")
+        reply = await self.rt.agent.model.complete(self.graph.run_id, node_id, messages)
+        crashpoint("model.call.after")
+        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]
+        assistant: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if calls:
+            assistant["tool_calls"] = calls
+        output: dict[str, Any] = {"messages": [assistant]}
+        spawned: list[NodeSpec] = []
+        if calls:
+            turn = int(node_id.rsplit("-", 1)[1])
+            if turn >= self.rt.agent.max_turns:
+                raise RuntimeError(f"run {self.graph.run_id}: {node_id} exceeds max_turns={self.rt.agent.max_turns}")
+            for i, call in enumerate(calls):
+                for unknown in {call["name"]} - set(self.rt.agent.tools):
+                    raise RuntimeError(f"{node_id}: model called unknown tool {unknown!r}")
+                spawned.append(
+                    NodeSpec(node_id=f"{node_id}.tool-{i}", kind="tool", parents=[node_id], input=codec.encode({"call": call}))
+                )
+            spawned.append(
+                NodeSpec(node_id=f"turn-{turn + 1}", kind="model", parents=[s.node_id for s in spawned], input=codec.encode({}))
+            )
+        else:
+            output["final"] = reply.content
+        await self.append(spec, output, spawned, Budget(tokens=reply.tokens, model_calls=1), None)
+
+    async def run_tool(self, spec: NodeSpec) -> None:
+        call = codec.decode(spec.input)["call"]
+        tool = self.rt.agent.tools[call["name"]]
+        ctx = ToolContext(self.graph.run_id, spec.node_id, None, self.rt.agent.resources)
+        if not tool.effect:
+            crashpoint("tool.request.before")
+            outcome = await tool.fn(ctx, call["arguments"])
+            crashpoint("tool.request.after")
+            await self.append(spec, self.tool_output(call, outcome), [], Budget(tool_calls=1), None)
+            return
+        key = ctx.idem_key = self.effect_key(call)
+        try:
+            outcome = await self.run_effect(tool, ctx, call)
+            effect = EffectOutcome(key, outcome.status, outcome.result)
+            await self.append(spec, self.tool_output(call, outcome), [], Budget(tool_calls=1), effect)
+        except anyio.get_cancelled_exc_class():
+            # Anywhere between `started` and the commit of the node's record, the
+            # provider may have applied the effect: leave it `unknown`, never `started`
+            # (a no-op when no row was written or the record already committed).
+            await self.mark_unknown(key)
+            raise
+
+    def effect_key(self, call: dict[str, Any]) -> str:
+        """The idempotency key of a tool call: stable across attempts, because the call
+        id comes from the model node's record."""
+        return idempotency_key(self.graph.run_id, call["id"])
+
+    @staticmethod
+    def tool_output(call: dict[str, Any], outcome: ToolOutcome) -> dict[str, Any]:
+        return {"messages": [{
+            "role": "tool",
+            "tool_call_id": call["id"],
+            "name": call["name"],
+            "status": outcome.status,
+            "content": outcome.result,
+        }]}
+
+    async def run_effect(self, tool: Any, ctx: ToolContext, call: dict[str, Any]) -> ToolOutcome:
+        """Carry out one effect exactly once, whatever happened to earlier attempts."""
+        ledger, key = self.rt.ledger, ctx.idem_key
+        assert key is not None
+        row = await ledger.get(self.graph.run_id, key)
+        if row is not None and row.status in ("succeeded", "failed"):
+            return ToolOutcome(row.status, row.result)  # type: ignore[arg-type]
+        if row is None:
+            crashpoint("effect.started.before")
+            await ledger.mark_started(self.lease, key, ctx.node_id, tool.name, call["arguments"])
+            crashpoint("effect.started.after")
+        else:  # started or unknown: an earlier attempt may have reached the provider
+            resolved = await self.resolve(tool, ctx)
+            if resolved is not None:
+                return resolved
+        for _ in range(MAX_PROBE_ROUNDS):
+            try:
+                crashpoint("tool.request.before")
+                outcome = await tool.fn(ctx, call["arguments"])
+                crashpoint("tool.request.after")
+                return outcome
+            except OutcomeUnknown:
+                await self.mark_unknown(key)
+                resolved = await self.resolve(tool, ctx)
+                if resolved is not None:
+                    return resolved
+        raise NeedsHuman(f"effect {tool.name} {key[:12]} of {ctx.node_id}: outcome still unknown after {MAX_PROBE_ROUNDS} attempts")
+
+    async def mark_unknown(self, key: str) -> None:
+        """Record ``unknown`` inside a shielded, bounded scope (see module docstring)."""
+        with anyio.move_on_after(SHIELD_SECONDS, shield=True):
+            crashpoint("effect.unknown.before")
+            await self.rt.ledger.mark_unknown(self.lease, key)
+            crashpoint("effect.unknown.after")
+
+    async def resolve(self, tool: Any, ctx: ToolContext) -> ToolOutcome | None:
+        """Ask the probe about an earlier attempt: its outcome if applied, None if not."""
+        if tool.probe is None:
+            raise NeedsHuman(f"effect {tool.name} {ctx.idem_key[:12]} of {ctx.node_id}: no probe")
+        crashpoint("probe.before")
+        answer: ProbeOutcome = await tool.probe(ctx)
+        crashpoint("probe.after")
+        if answer.outcome == "applied":
+            if answer.tool_outcome is None:
+                raise NeedsHuman(f"probe of {tool.name} said applied without the result")
+            return answer.tool_outcome
+        if answer.outcome == "not_applied":
+            return None
+        raise NeedsHuman(f"effect {tool.name} {ctx.idem_key[:12]} of {ctx.node_id}: probe cannot tell")
+
+    async def append(
+        self, spec: NodeSpec, output: Any, spawned: list[NodeSpec], budget: Budget, effect: EffectOutcome | None
+    ) -> None:
+        record = NodeRecord(
+            format_version=1,
+            node_id=spec.node_id,
+            parents=list(spec.parents),
+            kind=spec.kind,
+            output=codec.encode(output),
+            spawned=spawned,
+            budget=budget,
+            lease_epoch=self.lease.epoch,
+        )
+        async with self.append_lock:
+            crashpoint("log.append.before")
+            written = await self.rt.store.append(self.lease, self.seq + 1, record, effect)
+            if written:
+                self.seq += 1
+            crashpoint("log.append.after")
+        self.graph.add(record)

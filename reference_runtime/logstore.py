@@ -1,0 +1,153 @@
+"""The append-only run log: one protobuf ``NodeRecord`` per completed node.
+
+Walls (DESIGN.md, "reference_runtime"):
+
+- O(1) bytes per turn: a record holds only what its node produced, never the whole
+  state again, so the cost of a turn does not grow with the run.
+- One appender per run assigns ``seq`` in commit order (the worker holds the lease and
+  serialises appends), so concurrent nodes still leave a contiguous log.
+- The append is one statement that also checks the writer's lease epoch (a zombie's
+  append is refused) and, for a node that made an effect, moves that effect to its final
+  status in the same statement, hence the same transaction: ``succeeded`` exists exactly
+  when the node's record does.
+- ``ON CONFLICT DO NOTHING RETURNING`` tells a retried append of the same node (same
+  bytes: a no-op) from a conflicting one (an error).
+
+:class:`RunStore` is the interface a store strategy implements; :class:`AppendOnlyLog`
+is the default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .db import Db
+from .leases import Lease, LeaseLost
+from .records_pb2 import NodeRecord
+
+RECORD_FORMAT_VERSION = 1
+
+
+class LogConflict(RuntimeError):
+    """An append collided with a different record for the same node or seq."""
+
+
+class CorruptRecord(ValueError):
+    """A stored record does not decode; names run, seq and node."""
+
+
+@dataclass(frozen=True)
+class EffectOutcome:
+    """The final status of the effect a node made, committed with the node's record."""
+
+    idem_key: str
+    status: str  # "succeeded" or "failed"
+    result: Any
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    seq: int
+    node_id: str
+    record: NodeRecord
+
+
+class RunStore(Protocol):
+    """What the executor needs from a store strategy."""
+
+    async def append(
+        self, lease: Lease, seq: int, record: NodeRecord, effect: EffectOutcome | None
+    ) -> bool:
+        """Append ``record`` at ``seq``; True if written, False if the same record was
+        already there. Raises LeaseLost (stale epoch) or LogConflict."""
+
+    async def read(self, run_id: str) -> list[StoredRecord]:
+        """Every record of ``run_id`` in seq order, decoded. Raises CorruptRecord."""
+
+
+_APPEND_SQL = """
+WITH fence AS (
+    SELECT 1 FROM cm_runs WHERE run_id = $1 AND lease_epoch = $5 FOR SHARE
+), ins AS (
+    INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch)
+    SELECT $1, $2, $3, $4, $5 FROM fence
+    ON CONFLICT DO NOTHING
+    RETURNING seq
+), eff AS (
+    UPDATE cm_effects
+       SET status = $7, result = $8::jsonb, lease_epoch = $5, updated_at = now()
+     WHERE run_id = $1 AND idem_key = $6 AND $6 IS NOT NULL
+       AND EXISTS (SELECT 1 FROM ins)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fence) AS fenced_ok,
+       (SELECT seq FROM ins) AS seq,
+       (SELECT count(*) FROM eff) AS effects
+"""
+
+
+class AppendOnlyLog:
+    """The default store: an append-only log in ``cm_run_log`` (see module docstring)."""
+
+    def __init__(self, db: Db) -> None:
+        self.db = db
+
+    async def append(
+        self, lease: Lease, seq: int, record: NodeRecord, effect: EffectOutcome | None
+    ) -> bool:
+        import json
+
+        data = record.SerializeToString(deterministic=True)
+        row = await self.db.fetchrow(
+            _APPEND_SQL,
+            lease.run_id,
+            seq,
+            record.node_id,
+            data,
+            lease.epoch,
+            effect.idem_key if effect else None,
+            effect.status if effect else None,
+            json.dumps(effect.result, sort_keys=True) if effect else None,
+        )
+        assert row is not None
+        if not row["fenced_ok"]:
+            raise LeaseLost(f"run {lease.run_id}: append of {record.node_id} refused, lease epoch {lease.epoch} is stale")
+        if row["seq"] is not None:
+            return True
+        # Nothing inserted: a retried append of this very record, or a real conflict.
+        existing = await self.db.fetchrow(
+            "SELECT seq, record FROM cm_run_log WHERE run_id = $1 AND node_id = $2",
+            lease.run_id,
+            record.node_id,
+        )
+        if existing is not None and bytes(existing["record"]) == data:
+            return False
+        raise LogConflict(
+            f"run {lease.run_id}: append of node {record.node_id!r} at seq {seq} conflicts "
+            f"with an existing record"
+            + (f" (that node is at seq {existing['seq']})" if existing else " (seq taken)")
+        )
+
+    async def read(self, run_id: str) -> list[StoredRecord]:
+        rows = await self.db.fetch(
+            "SELECT seq, node_id, record FROM cm_run_log WHERE run_id = $1 ORDER BY seq", run_id
+        )
+        return [decode_row(run_id, r["seq"], r["node_id"], bytes(r["record"])) for r in rows]
+
+
+def decode_row(run_id: str, seq: int, node_id: str, data: bytes) -> StoredRecord:
+    """Decode one stored record; raise :class:`CorruptRecord` naming it on failure."""
+    record = NodeRecord()
+    try:
+        record.ParseFromString(data)
+    except Exception as exc:  # protobuf raises DecodeError, sometimes others
+        raise CorruptRecord(f"run {run_id} seq {seq} node {node_id!r}: record does not decode: {exc}") from None
+    if record.format_version > RECORD_FORMAT_VERSION:
+        raise CorruptRecord(
+            f"run {run_id} seq {seq}: record format_version={record.format_version} is newer "
+            f"than this build's {RECORD_FORMAT_VERSION}"
+        )
+    if record.node_id != node_id:
+        raise CorruptRecord(f"run {run_id} seq {seq}: record names node {record.node_id!r}, row says {node_id!r}")
+    return StoredRecord(seq, node_id, record)

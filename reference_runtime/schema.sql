@@ -1,0 +1,52 @@
+-- Schema of the reference runtime (version 1). Applied by migrations.migrate() once per
+-- database under an advisory lock; every statement is idempotent. Cases never truncate or
+-- recreate these tables: each case uses a fresh run id, so cases share one database.
+
+CREATE TABLE IF NOT EXISTS cm_schema_version (
+    version integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- One row per run: status, the lease (owner + epoch = fencing token) and the trace context.
+CREATE TABLE IF NOT EXISTS cm_runs (
+    run_id            text PRIMARY KEY,
+    workload          text NOT NULL,
+    input             jsonb NOT NULL,
+    status            text NOT NULL CHECK (status IN
+                        ('pending', 'running', 'paused', 'interrupted', 'completed',
+                         'failed', 'needs_human')),
+    lease_owner       text,
+    lease_epoch       bigint NOT NULL DEFAULT 0,
+    lease_expires_at  timestamptz,
+    traceparent       text,
+    detail            text,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    updated_at        timestamptz NOT NULL DEFAULT now()
+);
+
+-- The append-only run log: one protobuf NodeRecord per completed node.
+CREATE TABLE IF NOT EXISTS cm_run_log (
+    run_id       text   NOT NULL,
+    seq          bigint NOT NULL,
+    node_id      text   NOT NULL,
+    record       bytea  NOT NULL,
+    lease_epoch  bigint NOT NULL,
+    PRIMARY KEY (run_id, seq),
+    UNIQUE (run_id, node_id)
+);
+
+-- The effects ledger: one row per idempotency key (sha256(run_id:tool_call_id)).
+CREATE TABLE IF NOT EXISTS cm_effects (
+    run_id       text   NOT NULL,
+    idem_key     text   NOT NULL,
+    node_id      text   NOT NULL,
+    tool         text   NOT NULL,
+    status       text   NOT NULL CHECK (status IN ('started', 'succeeded', 'failed', 'unknown')),
+    request      jsonb  NOT NULL,
+    result       jsonb,
+    lease_epoch  bigint NOT NULL,
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, idem_key)
+);
+
+INSERT INTO cm_schema_version (version) VALUES (1) ON CONFLICT DO NOTHING;

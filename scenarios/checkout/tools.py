@@ -1,0 +1,147 @@
+"""The checkout workload's tools and probes.
+
+Read-only tools (``search``, ``fetch_doc``, ``quote``) answer from a fixed catalogue in
+the worker. Tools with effects call providers in their own processes, always with the
+idempotency key the runtime derived (``sha256(run_id:tool_call_id)``); their probes ask
+the provider whether that key was applied and return the original result, not just
+"applied" (DESIGN.md: a crash after the provider answered but before the commit always
+goes through the probe).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import anyio
+
+from crashmatrix.reference_runtime.agent import OutcomeUnknown, ProbeOutcome, Tool, ToolContext, ToolOutcome
+from crashmatrix.scenarios.providers import clients
+
+CATALOGUE = {
+    "dock-1": {"sku": "dock-1", "name": "USB-C dock", "price": 12900},
+    "dock-pro": {"sku": "dock-pro", "name": "USB-C dock pro", "price": 24900},
+}
+LARGE_DOC_BYTES = 200_000
+
+
+@dataclass
+class Resources:
+    """Per-worker clients: one HTTP session, the provider URLs, the worker id header."""
+
+    session: aiohttp.ClientSession
+    urls: dict[str, str]
+    worker_id: str
+    conversation: str
+
+
+def _res(ctx: ToolContext) -> Resources:
+    return ctx.resources
+
+
+async def search(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
+    await anyio.lowlevel.checkpoint()
+    items = [CATALOGUE["dock-1"]] if args.get("catalogue") == "main" else [CATALOGUE["dock-pro"]]
+    return ToolOutcome("succeeded", {"query": args["query"], "results": items})
+
+
+def spec_sheet(sku: str) -> str:
+    """A deterministic document; ``dock-pro``'s is ~200 KB (conversation 4)."""
+    line = f"{sku}: 4x USB-C 40 Gbit/s, 2x HDMI 2.1, 100 W power delivery, aluminium.\n"
+    size = LARGE_DOC_BYTES if sku == "dock-pro" else 600
+    return (line * (size // len(line) + 1))[:size]
+
+
+async def fetch_doc(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
+    await anyio.lowlevel.checkpoint()
+    return ToolOutcome("succeeded", {"sku": args["sku"], "text": spec_sheet(args["sku"])})
+
+
+async def quote(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
+    await anyio.lowlevel.checkpoint()
+    item = CATALOGUE[args["sku"]]
+    return ToolOutcome("succeeded", {"sku": item["sku"], "qty": args["qty"], "total": item["price"] * args["qty"], "currency": "eur"})
+
+
+def _charge_outcome(body: dict[str, Any]) -> ToolOutcome:
+    return ToolOutcome("failed" if body.get("status") == "declined" else "succeeded", body)
+
+
+async def charge(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
+    r = _res(ctx)
+    try:
+        body = await clients.charge(
+            r.session, r.urls["payment"], key=ctx.idem_key, amount=args["amount"], currency=args["currency"],
+            card=args["card"], run_id=ctx.run_id, worker_id=r.worker_id,
+        )
+    except clients.AmbiguousProviderError as exc:
+        raise OutcomeUnknown(str(exc)) from exc
+    return _charge_outcome(body)
+
+
+async def probe_charge(ctx: ToolContext) -> ProbeOutcome:
+    r = _res(ctx)
+    try:
+        answer = await clients.get_charge_status(r.session, r.urls["payment"], ctx.idem_key)
+    except clients.AmbiguousProviderError:
+        return ProbeOutcome("cannot_tell")
+    if answer.outcome == "applied":
+        return ProbeOutcome("applied", _charge_outcome(answer.result))
+    return ProbeOutcome("not_applied" if answer.outcome == "not_applied" else "cannot_tell")
+
+
+async def refund(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
+    r = _res(ctx)
+    try:
+        body = await clients.refund(
+            r.session, r.urls["payment"], key=ctx.idem_key, charge_id=args["charge_id"], amount=args["amount"],
+            run_id=ctx.run_id, worker_id=r.worker_id,
+        )
+    except clients.AmbiguousProviderError as exc:
+        raise OutcomeUnknown(str(exc)) from exc
+    return ToolOutcome("succeeded", body)
+
+
+async def probe_refund(ctx: ToolContext) -> ProbeOutcome:
+    r = _res(ctx)
+    try:
+        answer = await clients.get_refund_status(r.session, r.urls["payment"], ctx.idem_key)
+    except clients.AmbiguousProviderError:
+        return ProbeOutcome("cannot_tell")
+    if answer.outcome == "applied":
+        return ProbeOutcome("applied", ToolOutcome("succeeded", answer.result))
+    return ProbeOutcome("not_applied" if answer.outcome == "not_applied" else "cannot_tell")
+
+
+async def send_receipt(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
+    r = _res(ctx)
+    try:
+        body = await clients.send_mail(
+            r.session, r.urls["mail"], key=ctx.idem_key, to=args["to"], subject=args["subject"], body=args["body"],
+            run_id=ctx.run_id, worker_id=r.worker_id,
+        )
+    except clients.AmbiguousProviderError as exc:
+        raise OutcomeUnknown(str(exc)) from exc
+    return ToolOutcome("succeeded", body)
+
+
+async def probe_mail(ctx: ToolContext) -> ProbeOutcome:
+    r = _res(ctx)
+    try:
+        answer = await clients.get_mail_status(r.session, r.urls["mail"], ctx.idem_key)
+    except clients.AmbiguousProviderError:
+        return ProbeOutcome("cannot_tell")
+    if answer.outcome == "applied":
+        return ProbeOutcome("applied", ToolOutcome("succeeded", answer.result))
+    return ProbeOutcome("not_applied" if answer.outcome == "not_applied" else "cannot_tell")
+
+
+TOOLS: dict[str, Tool] = {
+    "search": Tool("search", search),
+    "fetch_doc": Tool("fetch_doc", fetch_doc),
+    "quote": Tool("quote", quote),
+    "charge": Tool("charge", charge, effect=True, probe=probe_charge),
+    "refund": Tool("refund", refund, effect=True, probe=probe_refund),
+    "send_receipt": Tool("send_receipt", send_receipt, effect=True, probe=probe_mail),
+}

@@ -1,0 +1,93 @@
+"""Mutants of the reference runtime's executor (see the package docstring)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from crashmatrix.harness.adapter import RunContext
+from crashmatrix.harness.adapters.reference import ReferenceAdapter
+from crashmatrix.harness.crashpoint import crashpoint
+from crashmatrix.reference_runtime import Runtime
+from crashmatrix.reference_runtime.db import Db
+from crashmatrix.reference_runtime.effects import idempotency_key
+from crashmatrix.reference_runtime.executor import Execution
+
+
+class UnkeyedRetryExecution(Execution):
+    """Defect: the tool call's idempotency key changes with every attempt (it mixes in
+    a fresh nonce), so a resume re-runs an interrupted call as a new effect.
+
+    Class: seed 000's "retry without a stable key" (DESIGN.md, effects ledger; mutant
+    14 of the catalogue issue). Caught at the end by ``provider.payment.ledger_equal``
+    (the charge applied twice) and ``effects.ledger_equal`` for any fault between the
+    provider's answer and the commit of the node's record.
+    """
+
+    def effect_key(self, call: dict[str, Any]) -> str:
+        return idempotency_key(self.graph.run_id, f"{call['id']}:{uuid.uuid4().hex}")
+
+
+class UnshieldedUnknownExecution(Execution):
+    """Defect: the ``unknown`` row is written without a shield, so the cancellation it
+    records cancels the write itself and the effect stays ``started``.
+
+    Class: seed 000's cancellation wall (DESIGN.md, "Fault kinds, precisely": an
+    unshielded recovery write is lost). Caught at the crash state by
+    ``cancel.left_unknown`` for cancels during a tool request.
+    """
+
+    async def mark_unknown(self, key: str) -> None:
+        crashpoint("effect.unknown.before")
+        await self.rt.ledger.mark_unknown(self.lease, key)
+        crashpoint("effect.unknown.after")
+
+
+class DrainKeepsLaunchingExecution(Execution):
+    """Defect: the SIGTERM handler is installed but the scheduler ignores it and keeps
+    launching nodes during the drain (a deploy then kills work it should have left).
+
+    Class: seed 000's drain wall. Caught at the crash state by ``term.drained`` (a node
+    launched after the signal was recorded; the run is not left ``paused``).
+    """
+
+    def may_launch(self) -> bool:
+        return self.stop is None and self.error is None
+
+
+def _runtime_with(execution: type[Execution]) -> type[Runtime]:
+    class MutantRuntime(Runtime):
+        @property
+        def execution_class(self) -> type[Execution]:
+            return execution
+
+    MutantRuntime.__name__ = f"{execution.__name__}Runtime"
+    return MutantRuntime
+
+
+class _MutantAdapter(ReferenceAdapter):
+    execution: type[Execution] = Execution
+
+    def make_runtime(self, db: Db, agent: Any, ctx: RunContext) -> Runtime:
+        return _runtime_with(self.execution)(db, agent, worker_id=ctx.worker_id, on_step=ctx.on_step)
+
+
+class UnkeyedRetryAdapter(_MutantAdapter):
+    """Mutant: idempotency key changes per attempt (UnkeyedRetryExecution)."""
+
+    name = "defect:unkeyed-retry"
+    execution = UnkeyedRetryExecution
+
+
+class UnshieldedUnknownAdapter(_MutantAdapter):
+    """Mutant: cancellation's unknown write not shielded (UnshieldedUnknownExecution)."""
+
+    name = "defect:unshielded-unknown"
+    execution = UnshieldedUnknownExecution
+
+
+class DrainKeepsLaunchingAdapter(_MutantAdapter):
+    """Mutant: keeps launching nodes during a SIGTERM drain (DrainKeepsLaunchingExecution)."""
+
+    name = "defect:drain-keeps-launching"
+    execution = DrainKeepsLaunchingExecution

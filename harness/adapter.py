@@ -138,5 +138,9 @@ class Adapter(ABC):
     async def observe(self, env: Environment, run_id: str) -> Observation:
         """In the controller: read the run's durable state (never a worker's memory)."""
 
+    async def aclose(self) -> None:
+        """In the controller, when the session ends: release what :meth:`observe` or
+        :meth:`prepare` kept open (connection pools). Default: nothing."""
+
     def describe(self) -> str:
         return (type(self).__doc__ or self.name).strip().splitlines()[0]

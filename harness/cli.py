@@ -47,7 +47,7 @@ def _split(value: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]
 
 
 def _fail(exc: BaseException) -> int:
-    err.print(f"crashmatrix: error: {exc}", markup=False, highlight=False)
+    err.print(f"crashmatrix: error: {exc}", markup=False, highlight=False, soft_wrap=True)
     return 3 if isinstance(exc, HarnessError) else 2
 
 
@@ -149,13 +149,13 @@ def replay(
             how = f"signal {w['signal']}" if w["signal"] is not None else f"exit {w['returncode']}"
             console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else ""))
         if r.error:
-            console.print(f"  harness error: {r.error}", markup=False)
+            console.print(f"  harness error: {r.error}", markup=False, soft_wrap=True)
         for v in r.verdicts:
             mark = {True: "[green]valid[/green]", False: "[red]invalid[/red]", None: "[yellow]unknown[/yellow]"}[v.valid]
             console.print(f"  {v.phase:5} {v.check:34} {mark}  ", end="")
-            console.print(v.details, markup=False, highlight=False)
+            console.print(v.details, markup=False, highlight=False, soft_wrap=True)
             for line in v.diff[:20]:
-                console.print(f"        {line}", markup=False)
+                console.print(f"        {line}", markup=False, soft_wrap=True)
     if report is not None:
         write_json(result, report)
     raise typer.Exit(result.exit_code)

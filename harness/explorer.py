@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 
 from . import oracle, registry
 from .adapter import Environment
@@ -134,10 +135,12 @@ def validate_case(case: Case, goldens: dict[str, GoldenRun]) -> None:
         p = fault.point
         same_point = [e for e in trace if e[1] == p.name and e[2] == p.task]
         if not same_point:
-            names = sorted({e[1] for e in trace if e[2] == p.task}) or sorted({e[2] for e in trace})[:8]
+            names = sorted({e[1] for e in trace if e[2] == p.task})
+            known = (f"points of {p.task} there: {', '.join(names)}" if names else
+                     f"tasks there: {', '.join(sorted({e[2] for e in trace}))}")
             raise PlanError(
                 f"plan.faults[{i}].point {p.name}[{p.task}] is not in the golden trace of "
-                f"{case.conversation}; known there: {', '.join(names)}"
+                f"{case.conversation}; {known}"
             )
         if p.occurrence > len(same_point):
             raise PlanError(
@@ -182,6 +185,7 @@ class Explorer:
         self.workdir = workdir
         self.http = http
         self.options = options or Options()
+        self.db: asyncpg.Pool | None = None  # the controller's own connections (session)
         self._n = 0
 
     # -- plumbing -----------------------------------------------------------------------
@@ -203,13 +207,14 @@ class Explorer:
         flight. Raises :class:`HarnessError` after ``quiesce_timeout``."""
         from crashmatrix.scenarios.providers import clients
 
-        from .services.postgres import wait_sessions_gone
-
-        try:
-            await wait_sessions_gone(self.env.dsn, worker_id, self.options.quiesce_timeout)
-        except TimeoutError as exc:
-            raise HarnessError(f"sessions of dead worker {worker_id} did not go away: {exc}") from None
         deadline = time.monotonic() + self.options.quiesce_timeout
+        assert self.db is not None
+        while await self.db.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", worker_id
+        ):
+            if time.monotonic() > deadline:
+                raise HarnessError(f"database sessions of dead worker {worker_id} did not go away in {self.options.quiesce_timeout} s")
+            await asyncio.sleep(0.005)
         for kind in self.workload.providers:
             while await clients.inflight(self.http, self.env.providers[kind], worker_id):
                 if time.monotonic() > deadline:

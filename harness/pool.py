@@ -56,6 +56,7 @@ class WorkerPool:
         self._exited: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._reader: asyncio.Task[None] | None = None
         self.zygote_pid: int | None = None
+        self.pid: int | None = None  # the zygote's pid (= its process group), once started
 
     async def __aenter__(self) -> WorkerPool:
         env = dict(os.environ, PYTHONHASHSEED="0")
@@ -64,6 +65,7 @@ class WorkerPool:
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
             start_new_session=True, limit=1 << 24,
         )
+        self.pid = self.proc.pid
         if self.register_pgid is not None:
             self.register_pgid(self.proc.pid)
         assert self.proc.stdout is not None

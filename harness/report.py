@@ -59,14 +59,14 @@ def print_failures(console: Console, results: list[CaseResult], limit: int = 20)
     """Each failing case: the check that failed, details, a small diff, the replay line."""
     bad = [r for r in results if r.outcome != "pass"]
     for r in bad[:limit]:
-        console.print(f"[bold red]{r.outcome.upper()}[/bold red] {r.case.id}  [dim](subject {r.subject}, run {r.run_id})[/dim]")
+        console.print(f"[bold red]{r.outcome.upper()}[/bold red] {r.case.id}  [dim](subject {r.subject}, run {r.run_id})[/dim]", soft_wrap=True)
         if r.error:
-            console.print(f"  harness error: {r.error}", markup=False)
+            console.print(f"  harness error: {r.error}", markup=False, soft_wrap=True)
         for v in r.failed:
-            console.print(f"  {v.phase} check {v.check}: {v.word}: {v.details}", markup=False)
+            console.print(f"  {v.phase} check {v.check}: {v.word}: {v.details}", markup=False, soft_wrap=True)
             for line in v.diff[:12]:
-                console.print(f"    {line}", markup=False)
-        console.print(f"  replay: {r.replay}", markup=False)
+                console.print(f"    {line}", markup=False, soft_wrap=True)
+        console.print(f"  replay: {r.replay}", markup=False, soft_wrap=True)
     if len(bad) > limit:
         console.print(f"... and {len(bad) - limit} more failing case(s); see the JSON report")
 
@@ -78,7 +78,8 @@ def print_summary(console: Console, report: MatrixReport) -> None:
         f"{len(report.results)} cases: [green]{c['pass']} passed[/green], "
         f"[red]{c['fail']} failed[/red], [yellow]{c['harness-error']} harness errors[/yellow] "
         f"in {report.seconds:.1f} s ({report.cases_per_second:.1f} cases/s, {report.jobs} jobs; "
-        f"setup and golden runs {report.setup_seconds:.1f} s)"
+        f"setup and golden runs {report.setup_seconds:.1f} s)",
+        soft_wrap=True,
     )
 
 

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import asyncpg
 
 from . import registry
 from .adapter import Environment
@@ -46,7 +47,12 @@ async def open_session(
         watchdog = Watchdog.start()
         stack.callback(watchdog.close)
         watchdog.watch_path(workdir)
-        stack.callback(shutil.rmtree, workdir, True)
+
+        def remove_workdir() -> None:
+            shutil.rmtree(workdir, ignore_errors=True)
+            watchdog.forget_path(workdir)
+
+        stack.callback(remove_workdir)
         pg = await asyncio.to_thread(start_postgres, workdir / "pg", dsn=dsn, watchdog=watchdog)
         stack.callback(pg.close)
         try:
@@ -61,10 +67,17 @@ async def open_session(
 
         stack.callback(stop_providers)
         env = Environment(pg.dsn, dict(providers.urls), str(workdir))
-        pool = await stack.enter_async_context(WorkerPool(subject, workload, register_pgid=watchdog.watch_pgid))
+        pool = WorkerPool(subject, workload, register_pgid=watchdog.watch_pgid)
+        # registered first, so it runs after the pool has closed (exit stacks unwind LIFO)
+        stack.callback(lambda: pool.pid is not None and watchdog.forget_pgid(pool.pid))
+        await stack.enter_async_context(pool)
         http = await stack.enter_async_context(aiohttp.ClientSession())
         cases_dir = workdir / "workers"
         cases_dir.mkdir()
         explorer = Explorer(env, pool, subject, workload, cases_dir, http, options)
+        explorer.db = await asyncpg.create_pool(
+            pg.dsn, min_size=1, max_size=4, server_settings={"application_name": "crashmatrix-controller"})
+        stack.push_async_callback(explorer.db.close)
         await explorer.adapter.prepare(env)
+        stack.push_async_callback(explorer.adapter.aclose)
         yield explorer

@@ -30,8 +30,10 @@ node) are reported through the ``on_step`` callback for the adapter.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -117,9 +119,7 @@ class Runtime:
         graph = RunGraph.rehydrate(run_id, json.loads(row["input"]), await self.store.read(run_id))
         execution = self.execution_class(self, graph, lease)
         loop = None
-        if self.handle_sigterm:
-            import asyncio
-
+        if self.handle_sigterm and threading.current_thread() is threading.main_thread():
             loop = asyncio.get_running_loop()
             loop.add_signal_handler(signal.SIGTERM, self.begin_drain)
         try:

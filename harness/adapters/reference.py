@@ -6,10 +6,12 @@ Mutants (``scenarios/defects``) subclass :class:`ReferenceAdapter` and override
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import aiohttp
+import asyncpg
 
 from crashmatrix.reference_runtime import AppendOnlyLog, Runtime, connect, migrate
 from crashmatrix.reference_runtime.db import Db
@@ -25,6 +27,8 @@ class ReferenceAdapter(Adapter):
 
     name = "reference"
     subject_packages = ("crashmatrix.reference_runtime",)
+    _pool: asyncpg.Pool | None = None
+    _pool_key: tuple[int, str] | None = None
 
     def make_runtime(self, db: Db, agent: Any, ctx: RunContext) -> Runtime:
         """Build the runtime for one worker; mutants override this."""
@@ -56,20 +60,33 @@ class ReferenceAdapter(Adapter):
     async def resume(self, ctx: RunContext) -> str:
         return await self._run(ctx, create=False)
 
+    async def _oracle_pool(self, dsn: str) -> asyncpg.Pool:
+        """A pool for the controller's reads, one per event loop and DSN."""
+        key = (id(asyncio.get_running_loop()), dsn)
+        if self._pool_key != key or self._pool is None:
+            self._pool = await asyncpg.create_pool(
+                dsn, min_size=1, max_size=4, server_settings={"application_name": "crashmatrix-oracle"})
+            self._pool_key = key
+        return self._pool
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+            self._pool_key = None
+
     async def observe(self, env: Environment, run_id: str) -> Observation:
-        db = await connect(env.dsn, application_name="crashmatrix-oracle")
-        try:
-            run = await db.fetchrow("SELECT status, input, lease_epoch FROM cm_runs WHERE run_id = $1", run_id)
+        pool = await self._oracle_pool(env.dsn)
+        async with pool.acquire() as conn:
+            run = await conn.fetchrow("SELECT status, input, lease_epoch FROM cm_runs WHERE run_id = $1", run_id)
             if run is None:
                 return Observation(run_id, "absent", log=[], effects=[], state=None, state_error="run does not exist")
-            rows = await db.fetch(
+            rows = await conn.fetch(
                 "SELECT seq, node_id, record, lease_epoch FROM cm_run_log WHERE run_id = $1 ORDER BY seq", run_id
             )
-            effects = await db.fetch(
+            effects = await conn.fetch(
                 "SELECT idem_key, node_id, tool, status, result, lease_epoch FROM cm_effects WHERE run_id = $1", run_id
             )
-        finally:
-            await db.close()
         log: list[LogEntry] = []
         stored: list[StoredRecord] = []
         state_error = None

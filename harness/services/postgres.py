@@ -630,7 +630,9 @@ def _embedded(workdir: Path | None, watchdog: Watchdog | None, port: int) -> Pos
                 f"{_describe_connect_error(exc, CONNECT_TIMEOUT)}"
             ) from exc
         service.timings["createdb"] = time.perf_counter() - t
-        service.dsn = f"postgresql://{EMBEDDED_ROLE}@127.0.0.1:{service.port}/{EMBEDDED_DATABASE}"
+        # the embedded server has no TLS: say so, or every client tries TLS first
+        service.dsn = (f"postgresql://{EMBEDDED_ROLE}@127.0.0.1:{service.port}/"
+                       f"{EMBEDDED_DATABASE}?sslmode=disable")
         service.timings["total_start"] = time.perf_counter() - t0
         return service
     except BaseException as exc:

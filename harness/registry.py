@@ -45,13 +45,22 @@ def subject_names() -> list[str]:
     return sorted(_all_subjects())
 
 
+def _importable(name: str) -> bool:
+    module, sep, attr = name.partition(":")
+    return bool(sep and attr and "." in module)
+
+
 @cache
 def subject(name: str) -> Any:
-    """A fresh adapter instance for the subject ``name`` (cached per process)."""
+    """A fresh adapter instance for the subject ``name`` (cached per process): a
+    registered name, or an importable ``"package.module:AdapterClass"`` (how another
+    team's adapter is reached without registering it here)."""
     table = _all_subjects()
-    if name not in table:
-        raise RegistryError(f"subject={name!r} is not registered; known: {', '.join(sorted(table))}")
-    return load(table[name])()
+    if name in table:
+        return load(table[name])()
+    if _importable(name):
+        return load(name)()
+    raise RegistryError(f"subject={name!r} is not registered; known: {', '.join(sorted(table))} (or give package.module:AdapterClass)")
 
 
 def workload_names() -> list[str]:
@@ -60,7 +69,10 @@ def workload_names() -> list[str]:
 
 @cache
 def workload(name: str) -> Any:
-    """The workload object registered as ``name``."""
-    if name not in WORKLOADS:
-        raise RegistryError(f"workload={name!r} is not registered; known: {', '.join(sorted(WORKLOADS))}")
-    return load(WORKLOADS[name])
+    """The workload object registered as ``name``, or an importable
+    ``"package.module:WORKLOAD"``."""
+    if name in WORKLOADS:
+        return load(WORKLOADS[name])
+    if _importable(name):
+        return load(name)
+    raise RegistryError(f"workload={name!r} is not registered; known: {', '.join(sorted(WORKLOADS))}")

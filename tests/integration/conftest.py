@@ -6,23 +6,7 @@ import os
 import uuid
 from collections.abc import Iterator
 
-import psutil
 import pytest
-
-
-def tagged_processes(tag: str) -> list[psutil.Process]:
-    """Live processes whose environment carries CRASHMATRIX_TEST_TAG=tag (every child
-    of a controller started with that variable inherits it, PostgreSQL included)."""
-    out = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.environ().get("CRASHMATRIX_TEST_TAG") == tag:
-                out.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return out
 
 
 @pytest.fixture

@@ -11,10 +11,21 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
-from conftest import tagged_processes
 
 CLI = [sys.executable, "-m", "crashmatrix.harness.cli"]
+
+
+def tagged_processes(tag: str) -> list[psutil.Process]:
+    out = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get("CRASHMATRIX_TEST_TAG") == tag:
+                out.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return out
 
 
 def _leftovers(tag: str, tmp_path: Path, timeout: float = 15.0) -> tuple[list[str], list[str]]:

@@ -62,7 +62,7 @@ def run(
     kinds: Annotated[str, typer.Option(help=f"Comma-separated fault kinds: {', '.join(FAULT_KINDS)}.")] = ",".join(DEFAULT_KINDS),
     sources: Annotated[str, typer.Option(help=f"Comma-separated crash-point sources: {', '.join(POINT_SOURCES[:2])} (await points: a later release).")] = ",".join(DEFAULT_SOURCES),
     conversation: Annotated[Optional[list[str]], typer.Option(help="Only this conversation (repeatable). Default: all.")] = None,
-    jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once; 0: the number of cores.")] = 0,
+    jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once; 0: twice the number of cores.")] = 0,
     report: Annotated[Optional[Path], typer.Option(help="Write the JSON report (every case, verdicts, replay commands) here.")] = None,
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN to use instead of an embedded server (also: $CRASHMATRIX_PG_DSN).")] = None,
     worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed and the case fails.")] = 60.0,
@@ -159,6 +159,22 @@ def replay(
     if report is not None:
         write_json(result, report)
     raise typer.Exit(result.exit_code)
+
+
+@app.command("toxiproxy-server", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def toxiproxy_server(
+    host: Annotated[str, typer.Option(help="Address to bind; loopback unless --allow-non-loopback.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="API port (Toxiproxy's default 8474).")] = 8474,
+    seed: Annotated[int, typer.Option(help="Seed of every toxicity roll.")] = 0,
+    config: Annotated[Optional[Path], typer.Option(help="JSON file of proxies to create at start (as toxiproxy-server -config).")] = None,
+) -> None:
+    """Run the embedded fault proxy: Toxiproxy's HTTP API, in Python (docs/faultproxy.md)."""
+    from .faultproxy import main as proxy_main
+
+    argv = ["--host", host, "--port", str(port), "--seed", str(seed)]
+    if config is not None:
+        argv += ["--config", str(config)]
+    raise typer.Exit(proxy_main(argv))
 
 
 @app.command("list")

@@ -55,6 +55,9 @@ class Options:
 
 @dataclass
 class GoldenRun:
+    """A conversation run once without faults: its run id, crash-point trace (entries
+    ``(source, name, task, occurrence)``), end evidence and wall seconds."""
+
     conversation: str
     run_id: str
     trace: list[TraceEntry]
@@ -102,6 +105,7 @@ class CaseResult:
 
 
 def replay_command(case: Case, subject: str) -> str:
+    """The shell line that re-runs ``case`` on ``subject`` (quoted for POSIX shells)."""
     cmd = ["crashmatrix", "replay", case.id]
     if subject != "reference":
         cmd += ["--subject", subject]

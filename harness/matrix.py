@@ -1,7 +1,7 @@
 """Run a whole matrix: golden runs, enumeration, cases in parallel, one report.
 
 :func:`run_matrix` is what ``crashmatrix run`` calls, importable and typed. Cases run
-``jobs`` at a time (default: the number of cores); each reports through ``on_result``
+``jobs`` at a time (default: twice the number of cores; docs/benchmarks.md); each reports through ``on_result``
 as it finishes, so the caller can draw progress.
 """
 
@@ -91,7 +91,8 @@ async def run_matrix(
     names are wrong, and ``PlanError`` when a given case does not fit the golden trace.
     ``on_start(n)`` is called with the number of cases once they are enumerated.
     """
-    jobs = jobs or os.cpu_count() or 2
+    # a case mostly waits (fsync, IPC); twice the cores in flight measured fastest
+    jobs = jobs or 2 * (os.cpu_count() or 1)
     t0 = time.monotonic()
     async with open_session(subject, workload, dsn=dsn, options=options) as explorer:
         wl = explorer.workload

@@ -119,6 +119,7 @@ def _diff(golden: Any, actual: Any, limit: int = 24) -> list[str]:
 
 
 def check_clean_prefix(obs: Observation) -> Verdict:
+    """``log.clean_prefix``: contiguous seq from 1, every record decodes, parents recorded earlier, no node twice."""
     name = "log.clean_prefix"
     if obs.log is None:
         return Verdict(name, "crash", True, "not applicable: the adapter exposes no log")
@@ -141,6 +142,7 @@ def check_clean_prefix(obs: Observation) -> Verdict:
 
 
 def check_commit_with_record(obs: Observation) -> Verdict:
+    """``effects.commit_with_record``: final effect status exactly when the node's record exists."""
     name = "effects.commit_with_record"
     if obs.effects is None or obs.log is None:
         return Verdict(name, "crash", True, "not applicable")
@@ -158,6 +160,7 @@ def check_commit_with_record(obs: Observation) -> Verdict:
 
 
 def check_cancel_left_unknown(ev: CrashEvidence) -> Verdict:
+    """``cancel.left_unknown``: no effect left ``started``; a cancel during a tool request left it ``unknown``."""
     name = "cancel.left_unknown"
     effects = ev.observation.effects or []
     problems = [f"effect {e.tool} of {e.node_id} left started after the cancellation" for e in effects if e.status == "started"]
@@ -173,6 +176,7 @@ def check_cancel_left_unknown(ev: CrashEvidence) -> Verdict:
 
 
 def check_term_drained(ev: CrashEvidence) -> Verdict:
+    """``term.drained``: nothing launched after the signal, exit 0, run ``paused`` (or completed)."""
     name = "term.drained"
     problems = []
     names = [entry[1] for entry in ev.trace_full]

@@ -56,10 +56,16 @@ class CrashPoint:
     def __post_init__(self) -> None:
         if self.source not in POINT_SOURCES:
             raise PlanError(f"point.source={self.source!r} must be one of {', '.join(POINT_SOURCES)}")
-        if not isinstance(self.name, str) or not self.name or any(c in self.name for c in "[]#/+ "):
-            raise PlanError(f"point.name={self.name!r} must be a non-empty label without []#/+ or spaces")
-        if not isinstance(self.task, str) or not self.task or any(c in self.task for c in "[]#/+ "):
-            raise PlanError(f"point.task={self.task!r} must be a non-empty id without []#/+ or spaces")
+        if not _is_id(self.name):
+            raise PlanError(f"point.name={self.name!r} must be a non-empty label without []#/+ or whitespace")
+        if not _is_id(self.task):
+            raise PlanError(f"point.task={self.task!r} must be a non-empty id without []#/+ or whitespace")
+        if source_of(self.name) != self.source:
+            raise PlanError(
+                f"point.source={self.source!r} does not match point.name={self.name!r} "
+                f"(a case id carries the source in the name: step.* names are steps, "
+                f"module:function@N names are await points, the rest labels)"
+            )
         if not isinstance(self.occurrence, int) or isinstance(self.occurrence, bool) or self.occurrence < 1:
             raise PlanError(f"point.occurrence={self.occurrence!r} must be an integer >= 1")
 
@@ -85,6 +91,10 @@ class CrashPoint:
             if f not in data:
                 raise PlanError(f"{where}.{f} is missing")
         return cls(data["source"], data["name"], data["task"], data.get("occurrence", 1))
+
+
+def _is_id(text: object) -> bool:
+    return isinstance(text, str) and bool(text) and not any(c in "[]#/+" or c.isspace() for c in text)
 
 
 def source_of(name: str) -> str:
@@ -174,6 +184,12 @@ class Case:
     workload: str
     conversation: str
     plan: FaultPlan
+
+    def __post_init__(self) -> None:
+        for field_name in ("workload", "conversation"):
+            value = getattr(self, field_name)
+            if not _is_id(value):
+                raise PlanError(f"case.{field_name}={value!r} must be a non-empty name without []#/+ or whitespace")
 
     @property
     def id(self) -> str:

@@ -22,14 +22,15 @@ from .worker import Job
 
 @dataclass
 class WorkerExit:
-    """How one worker ended: ``returncode`` (exit) or ``signal`` (killed), seconds taken,
-    and whether the pool killed it for outliving ``timeout``."""
+    """How one worker ended: ``returncode`` (exit) or ``signal`` (killed), wall seconds,
+    whether the pool killed it for outliving ``timeout``, and its CPU time in ms."""
 
     pid: int
     returncode: int | None
     signal: int | None
     seconds: float
     timed_out: bool = False
+    cpu_ms: float | None = None
 
     def describe(self) -> str:
         if self.timed_out:
@@ -40,7 +41,7 @@ class WorkerExit:
 
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "returncode": self.returncode, "signal": self.signal,
-                "seconds": round(self.seconds, 4), "timed_out": self.timed_out}
+                "seconds": round(self.seconds, 4), "timed_out": self.timed_out, "cpu_ms": self.cpu_ms}
 
 
 class WorkerPool:
@@ -152,7 +153,7 @@ class WorkerPool:
             except asyncio.TimeoutError:
                 pass
         event = await exited
-        return WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out)
+        return WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out, event.get("cpu_ms"))
 
 
 def _has_fired(path: str) -> bool:

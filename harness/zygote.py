@@ -8,8 +8,8 @@ fork requests. It has one thread, no event loop and no open sockets when it fork
 Protocol, JSON lines. Controller -> zygote on stdin:
 ``{"op": "fork", "token": int, "job": {...}, "log_path": str}``. Zygote -> controller on
 stdout: ``{"event": "ready", "pid": int}`` once, then ``{"event": "started", "token",
-"pid"}`` and ``{"event": "exit", "token", "pid", "returncode", "signal"}`` per worker
-(``signal`` is the number that ended it, else null). EOF on stdin (the controller ended,
+"pid"}`` and ``{"event": "exit", "token", "pid", "returncode", "signal", "cpu_ms"}`` per worker
+(``signal`` is the number that ended it, else null; ``cpu_ms`` its user + system CPU). EOF on stdin (the controller ended,
 however it ended) makes the zygote SIGKILL every worker still alive, reap them and exit.
 
 Each worker: its own process group; ``PR_SET_PDEATHSIG`` = SIGKILL so it cannot outlive
@@ -75,10 +75,34 @@ def _child(job: dict[str, Any], log_path: str, parent: int) -> None:
 
 
 def _preload(subject: str, workload: str) -> None:
+    """Import the subject, the workload and what a worker touches lazily, then freeze
+    the heap for the collector, so a forked worker neither imports nor copies pages
+    on its first collection (measured: docs/benchmarks.md)."""
+    import gc
+
+    import anyio
+
     from . import registry, worker  # noqa: F401
 
     registry.subject(subject)
     registry.workload(workload)
+
+    async def warm_up() -> None:  # lazy imports of anyio's backend and aiohttp's client
+        import aiohttp
+
+        async with aiohttp.ClientSession():
+            pass
+        with anyio.CancelScope():
+            await anyio.sleep(0)
+
+    anyio.run(warm_up)
+    for name in ("asyncpg.connect_utils", "asyncpg.pool", "asyncpg.transaction", "json.decoder"):
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    gc.collect()
+    gc.freeze()
 
 
 def serve(subject: str, workload: str) -> int:
@@ -133,10 +157,11 @@ def serve(subject: str, workload: str) -> int:
                 token, pid = children.pop(pidfd)
                 sel.unregister(pidfd)
                 os.close(pidfd)
-                _, status = os.waitpid(pid, 0)
+                _, status, usage = os.wait4(pid, 0)
                 sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
                 rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-                send({"event": "exit", "token": token, "pid": pid, "returncode": rc, "signal": sig})
+                cpu_ms = round((usage.ru_utime + usage.ru_stime) * 1000, 2)
+                send({"event": "exit", "token": token, "pid": pid, "returncode": rc, "signal": sig, "cpu_ms": cpu_ms})
     for pidfd, (_, pid) in children.items():
         try:
             os.killpg(pid, signal.SIGKILL)

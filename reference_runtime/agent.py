@@ -28,6 +28,9 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ModelReply:
+    """A model's answer: text, the tool calls it asks for (ids fresh per call) and the
+    tokens billed."""
+
     content: str
     tool_calls: list[ToolCall]
     tokens: int

@@ -31,15 +31,26 @@ def encode(value: Any) -> Payload:
     Raises :class:`CodecError` naming the offending type for anything else; floats are
     refused too (money is integer minor units; durable state must compare exactly).
     """
-    try:
-        data = json.dumps(value, sort_keys=True, separators=(",", ":"), default=_refuse)
-    except (TypeError, ValueError) as exc:
-        raise CodecError(f"cannot encode payload: {exc}") from None
+    _check_durable(value, "payload")
+    data = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return Payload(codec=CODEC, format_version=FORMAT_VERSION, inline=data.encode())
 
 
-def _refuse(obj: object) -> Any:
-    raise TypeError(f"value of type {type(obj).__name__} is not durable JSON")
+def _check_durable(value: Any, where: str) -> None:
+    """Refuse what JSON would change or cannot hold: floats, non-string keys, objects."""
+    if value is None or isinstance(value, bool | int | str):
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_durable(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise CodecError(f"cannot encode payload: {where} has a key of type {type(key).__name__} ({key!r}); keys must be str")
+            _check_durable(item, f"{where}[{key!r}]")
+        return
+    raise CodecError(f"cannot encode payload: {where} is a value of type {type(value).__name__}, which is not durable JSON")
 
 
 def decode(payload: Payload) -> Any:

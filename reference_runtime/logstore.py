@@ -145,7 +145,7 @@ def decode_row(run_id: str, seq: int, node_id: str, data: bytes) -> StoredRecord
         raise CorruptRecord(f"run {run_id} seq {seq} node {node_id!r}: record does not decode: {exc}") from None
     if record.format_version > RECORD_FORMAT_VERSION:
         raise CorruptRecord(
-            f"run {run_id} seq {seq}: record format_version={record.format_version} is newer "
+            f"run {run_id} seq {seq} node {node_id!r}: record format_version={record.format_version} is newer "
             f"than this build's {RECORD_FORMAT_VERSION}"
         )
     if record.node_id != node_id:

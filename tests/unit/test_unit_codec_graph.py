@@ -1,0 +1,205 @@
+"""reference_runtime.codec (durable payloads) and reference_runtime.graph.RunGraph."""
+
+from __future__ import annotations
+
+import decimal
+import json
+from typing import Any
+
+import pytest
+
+from crashmatrix.reference_runtime import codec
+from crashmatrix.reference_runtime.codec import CodecError
+from crashmatrix.reference_runtime.graph import ROOT_NODE, RunGraph, node_order
+from crashmatrix.reference_runtime.logstore import StoredRecord
+from crashmatrix.reference_runtime.records_pb2 import BlobPointer, Budget, NodeRecord, NodeSpec, Payload
+
+# -- codec -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, True, 0, -5, 2**62, "€ dock", [], {}, {"b": [1, {"a": None}], "a": "x"}, [[["deep"]]]],
+)
+def test_codec_round_trip(value: Any) -> None:
+    payload = codec.encode(value)
+    assert payload.codec == "json" and payload.format_version == codec.FORMAT_VERSION
+    assert codec.decode(payload) == value
+    # survives the wire
+    again = Payload()
+    again.ParseFromString(payload.SerializeToString())
+    assert codec.decode(again) == value
+
+
+def test_codec_canonical_bytes() -> None:
+    assert codec.encode({"b": 1, "a": 2}).inline == codec.encode({"a": 2, "b": 1}).inline == b'{"a":2,"b":1}'
+
+
+@pytest.mark.parametrize(
+    "value, type_name",
+    [
+        (object(), "object"),
+        ({"amount": {1, 2}}, "set"),
+        ([b"raw"], "bytes"),
+        ({"amount": decimal.Decimal("1.50")}, "Decimal"),
+    ],
+)
+def test_codec_refuses_non_json_naming_type(value: Any, type_name: str) -> None:
+    with pytest.raises(CodecError, match=f"type {type_name}"):
+        codec.encode(value)
+
+
+@pytest.mark.parametrize("value", [1.5, {"amount": 12.99}, [0.0], float("nan"), {"x": [1, 2, float("inf")]}])
+def test_codec_refuses_floats(value: Any) -> None:
+    """encode()'s contract: floats are refused (money is integer minor units; durable
+    state must compare exactly). json.dumps never calls ``default`` for floats."""
+    with pytest.raises(CodecError, match="float"):
+        codec.encode(value)
+
+
+def test_codec_error_is_value_error() -> None:
+    assert issubclass(CodecError, ValueError)
+
+
+def test_decode_newer_version_refused() -> None:
+    p = Payload(codec="json", format_version=codec.FORMAT_VERSION + 1, inline=b"{}")
+    with pytest.raises(CodecError, match=f"format_version={codec.FORMAT_VERSION + 1} is newer"):
+        codec.decode(p)
+
+
+@pytest.mark.parametrize("name", ["pickle", "", "JSON"])
+def test_decode_unknown_codec_refused(name: str) -> None:
+    with pytest.raises(CodecError, match=f"codec={name!r} is unknown"):
+        codec.decode(Payload(codec=name, format_version=1, inline=b"{}"))
+
+
+@pytest.mark.parametrize("data", [b"{not json", b"\xff\xfe\x00", b"", b'{"a":1'])
+def test_decode_corrupt_refused(data: bytes) -> None:
+    with pytest.raises(CodecError, match="not valid JSON"):
+        codec.decode(Payload(codec="json", format_version=1, inline=data))
+
+
+def test_decode_blob_pointer_refused() -> None:
+    p = Payload(codec="json", format_version=1, blob=BlobPointer(uri="file:///x", size=3, sha256=b"\0" * 32))
+    with pytest.raises(CodecError, match="not inline"):
+        codec.decode(p)
+
+
+def test_decode_applies_upgraders(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec, "FORMAT_VERSION", 3)
+    monkeypatch.setattr(codec, "UPGRADERS", {
+        1: lambda v: {**v, "v2": True},
+        2: lambda v: {**v, "v3": v["v2"]},
+    })
+    old = Payload(codec="json", format_version=1, inline=json.dumps({"a": 1}).encode())
+    assert codec.decode(old) == {"a": 1, "v2": True, "v3": True}
+    two = Payload(codec="json", format_version=2, inline=json.dumps({"v2": False}).encode())
+    assert codec.decode(two) == {"v2": False, "v3": False}
+
+
+# -- graph -------------------------------------------------------------------------------
+
+
+def spec(node_id: str, parents: list[str], kind: str = "tool") -> NodeSpec:
+    return NodeSpec(node_id=node_id, kind=kind, parents=parents, input=codec.encode({}))
+
+
+def record(node_id: str, parents: list[str], output: dict[str, Any], spawned: list[NodeSpec] = (),  # type: ignore[assignment]
+           kind: str = "model", tokens: int = 0) -> NodeRecord:
+    return NodeRecord(
+        format_version=1, node_id=node_id, parents=parents, kind=kind, output=codec.encode(output),
+        spawned=list(spawned), budget=Budget(tokens=tokens, model_calls=1 if kind == "model" else 0,
+                                             tool_calls=1 if kind == "tool" else 0), lease_epoch=1,
+    )
+
+
+def stored(*records: NodeRecord) -> list[StoredRecord]:
+    return [StoredRecord(i, r.node_id, r) for i, r in enumerate(records, start=1)]
+
+
+def msg(role: str, content: str) -> dict[str, str]:
+    return {"role": role, "content": content}
+
+
+def test_node_order_natural() -> None:
+    ids = ["turn-10", "turn-9", "turn-1.tool-10", "turn-1.tool-2", "turn-1", "turn-2"]
+    assert sorted(ids, key=node_order) == ["turn-1", "turn-1.tool-2", "turn-1.tool-10", "turn-2", "turn-9", "turn-10"]
+
+
+def test_fresh_graph_has_root_ready() -> None:
+    g = RunGraph.rehydrate("r", {"messages": []}, [])
+    assert [s.node_id for s in g.ready()] == [ROOT_NODE]
+    assert g.pending() == [ROOT_NODE] and not g.done() and g.last_seq == 0
+    assert g.ready(exclude={ROOT_NODE}) == []
+
+
+def test_ready_in_natural_order_turn10_after_turn9() -> None:
+    spawned = [spec(f"turn-1.tool-{i}", ["turn-1"]) for i in (10, 2, 9, 0, 1)]
+    spawned += [spec("turn-10", []), spec("turn-9", [])]
+    g = RunGraph.rehydrate("r", {}, stored(record("turn-1", [], {"messages": []}, spawned)))
+    assert [s.node_id for s in g.ready()] == [
+        "turn-1.tool-0", "turn-1.tool-1", "turn-1.tool-2", "turn-1.tool-9", "turn-1.tool-10", "turn-9", "turn-10",
+    ]
+    assert g.last_seq == 1
+
+
+def test_join_not_ready_until_both_parents_recorded() -> None:
+    t0, t1 = spec("turn-1.tool-0", ["turn-1"]), spec("turn-1.tool-1", ["turn-1"])
+    join = spec("turn-2", ["turn-1.tool-0", "turn-1.tool-1"], kind="model")
+    root = record("turn-1", [], {"messages": []}, [t0, t1, join])
+    g = RunGraph.rehydrate("r", {}, stored(root))
+    assert [s.node_id for s in g.ready()] == ["turn-1.tool-0", "turn-1.tool-1"]
+    g.add(record("turn-1.tool-1", ["turn-1"], {"messages": []}, kind="tool"))
+    assert [s.node_id for s in g.ready()] == ["turn-1.tool-0"]
+    assert "turn-2" in g.pending()
+    g.add(record("turn-1.tool-0", ["turn-1"], {"messages": []}, kind="tool"))
+    assert [s.node_id for s in g.ready()] == ["turn-2"]
+    assert list(g.ready()[0].parents) == ["turn-1.tool-0", "turn-1.tool-1"]
+
+
+def test_spawned_spec_first_writer_wins() -> None:
+    a = spec("turn-2", ["turn-1"])
+    b = spec("turn-2", ["turn-1", "other"])
+    g = RunGraph.rehydrate("r", {}, stored(record("turn-1", [], {}, [a]), record("x", [], {}, [b])))
+    assert list(g.specs["turn-2"].parents) == ["turn-1"]
+
+
+def build_run() -> RunGraph:
+    t0, t1 = spec("turn-1.tool-0", ["turn-1"]), spec("turn-1.tool-1", ["turn-1"])
+    join = spec("turn-2", ["turn-1.tool-0"], kind="model")  # tool-1 is not its ancestor
+    return RunGraph.rehydrate("r", {"messages": [msg("user", "hi")]}, stored(
+        record("turn-1", [], {"messages": [msg("assistant", "calling")]}, [t0, t1, join], tokens=10),
+        record("turn-1.tool-1", ["turn-1"], {"messages": [msg("tool", "one")]}, kind="tool"),
+        record("turn-1.tool-0", ["turn-1"], {"messages": [msg("tool", "zero")]}, kind="tool"),
+        record("turn-2", ["turn-1.tool-0"], {"messages": [msg("assistant", "bye")], "final": "bye"}, tokens=5),
+    ))
+
+
+def test_transcript_of_ancestors_only_in_natural_order() -> None:
+    g = build_run()
+    assert g.ancestors("turn-2") == ["turn-1", "turn-1.tool-0"]
+    assert g.transcript(upto="turn-2") == [msg("user", "hi"), msg("assistant", "calling"), msg("tool", "zero")]
+    assert g.transcript(upto="turn-1") == [msg("user", "hi")]
+    # the whole conversation: every record, natural order (not seq order)
+    assert g.transcript() == [
+        msg("user", "hi"), msg("assistant", "calling"), msg("tool", "zero"), msg("tool", "one"), msg("assistant", "bye"),
+    ]
+
+
+def test_transcript_does_not_mutate_input() -> None:
+    g = build_run()
+    g.transcript()
+    assert g.input == {"messages": [msg("user", "hi")]}
+
+
+def test_final_answer_budget_done() -> None:
+    g = build_run()
+    assert g.final_answer() == "bye"
+    assert g.budget() == {"tokens": 15, "model_calls": 2, "tool_calls": 2}
+    assert g.done() and g.pending() == [] and g.last_seq == 4
+
+
+def test_final_answer_none_while_running() -> None:
+    g = RunGraph.rehydrate("r", {}, stored(record("turn-1", [], {"messages": []}, [spec("turn-1.tool-0", ["turn-1"])])))
+    assert g.final_answer() is None
+    assert RunGraph.rehydrate("r", {}, []).final_answer() is None

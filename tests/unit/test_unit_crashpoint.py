@@ -1,0 +1,132 @@
+"""crashmatrix.harness.crashpoint: the hook, logical tasks and their inheritance."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from crashmatrix.harness import crashpoint as cp
+
+
+@pytest.fixture(autouse=True)
+def _disarmed() -> Iterator[None]:
+    cp.disarm()
+    yield
+    cp.disarm()
+
+
+def test_disarmed_is_a_noop() -> None:
+    assert cp._hook is None
+    assert cp.crashpoint("effect.started") is None
+    assert cp.logical_task() == "run"
+
+
+def test_armed_hook_receives_name_and_logical_task() -> None:
+    seen: list[tuple[str, str]] = []
+    cp.arm(lambda name, task: seen.append((name, task)))
+    cp.crashpoint("a")
+    token = cp.set_logical_task("turn-3.tool-1")
+    try:
+        cp.crashpoint("b")
+    finally:
+        cp.reset_logical_task(token)
+    cp.crashpoint("c")
+    assert seen == [("a", "run"), ("b", "turn-3.tool-1"), ("c", "run")]
+
+
+def test_disarm_stops_calls_and_rearm_replaces() -> None:
+    first: list[str] = []
+    second: list[str] = []
+    cp.arm(lambda n, t: first.append(n))
+    cp.crashpoint("x")
+    cp.arm(lambda n, t: second.append(n))
+    cp.crashpoint("y")
+    cp.disarm()
+    cp.crashpoint("z")
+    assert first == ["x"] and second == ["y"]
+
+
+def test_hook_exception_propagates_to_the_subject() -> None:
+    class Fire(Exception):
+        pass
+
+    def hook(name: str, task: str) -> None:
+        raise Fire(name)
+
+    cp.arm(hook)
+    with pytest.raises(Fire, match="log.append.before"):
+        cp.crashpoint("log.append.before")
+
+
+def test_nested_set_and_reset() -> None:
+    t1 = cp.set_logical_task("turn-1")
+    t2 = cp.set_logical_task("turn-1.tool-0")
+    assert cp.logical_task() == "turn-1.tool-0"
+    cp.reset_logical_task(t2)
+    assert cp.logical_task() == "turn-1"
+    cp.reset_logical_task(t1)
+    assert cp.logical_task() == "run"
+
+
+def test_logical_task_inherits_into_child_tasks_and_does_not_leak_back() -> None:
+    seen: list[tuple[str, str]] = []
+    cp.arm(lambda name, task: seen.append((name, task)))
+
+    async def grandchild() -> None:
+        await asyncio.sleep(0)
+        cp.crashpoint("grandchild")
+
+    async def child(node: str | None) -> None:
+        if node is not None:
+            cp.set_logical_task(node)  # never reset: the task's context copy dies with it
+        await asyncio.sleep(0)
+        cp.crashpoint("child")
+        await asyncio.create_task(grandchild())
+
+    async def main() -> None:
+        token = cp.set_logical_task("turn-2")
+        try:
+            await asyncio.gather(child(None), asyncio.create_task(child("turn-2.tool-0")))
+            cp.crashpoint("parent.after")
+        finally:
+            cp.reset_logical_task(token)
+        cp.crashpoint("parent.reset")
+
+    asyncio.run(main())
+    assert sorted(seen) == sorted([
+        ("child", "turn-2"),
+        ("grandchild", "turn-2"),
+        ("child", "turn-2.tool-0"),
+        ("grandchild", "turn-2.tool-0"),
+        ("parent.after", "turn-2"),
+        ("parent.reset", "run"),
+    ])
+    assert seen[-2:] == [("parent.after", "turn-2"), ("parent.reset", "run")]
+    assert cp.logical_task() == "run"
+
+
+def test_logical_task_in_copied_context() -> None:
+    token = cp.set_logical_task("turn-5")
+    try:
+        ctx = contextvars.copy_context()
+    finally:
+        cp.reset_logical_task(token)
+    assert ctx.run(cp.logical_task) == "turn-5"
+    assert cp.logical_task() == "run"
+
+
+def test_module_imports_nothing_heavy() -> None:
+    """Subjects import crashpoint; it must not drag in the harness's dependencies."""
+    code = (
+        "import sys; import crashmatrix.harness.crashpoint as c; c.crashpoint('x');"
+        "heavy = [m for m in ('asyncpg', 'aiohttp', 'typer', 'rich', 'anyio', 'google.protobuf',"
+        " 'crashmatrix.harness.plan', 'crashmatrix.harness.oracle') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30)
+    assert out.stdout.strip() == ""

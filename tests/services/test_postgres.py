@@ -66,7 +66,7 @@ def test_embedded_lifecycle(tmp_path: Path) -> None:
         assert service.restartable and service.embedded
         assert service.host == "127.0.0.1" and service.port > 0
         assert service.dsn == (
-            f"postgresql://postgres@127.0.0.1:{service.port}/{EMBEDDED_DATABASE}"
+            f"postgresql://postgres@127.0.0.1:{service.port}/{EMBEDDED_DATABASE}?sslmode=disable"
         )
         assert service.dsn in repr(service)
         assert service.base_dir is not None and service.base_dir.parent == tmp_path

@@ -20,6 +20,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .errors import CrashmatrixError, HarnessError
@@ -60,7 +61,7 @@ def run(
     workload: Annotated[str, typer.Argument(help="Registered workload to run.")] = "checkout",
     subject: Annotated[str, typer.Option(help="Registered subject (runtime adapter or mutant 'defect:NAME').")] = "reference",
     kinds: Annotated[str, typer.Option(help=f"Comma-separated fault kinds: {', '.join(FAULT_KINDS)}.")] = ",".join(DEFAULT_KINDS),
-    sources: Annotated[str, typer.Option(help=f"Comma-separated crash-point sources: {', '.join(POINT_SOURCES[:2])} (await points: a later release).")] = ",".join(DEFAULT_SOURCES),
+    sources: Annotated[str, typer.Option(help="Comma-separated crash-point sources: step (node boundaries the adapter reports), label (crashpoint() calls), await (every suspension in the subject's packages).")] = ",".join(DEFAULT_SOURCES),
     conversation: Annotated[Optional[list[str]], typer.Option(help="Only this conversation (repeatable). Default: all.")] = None,
     jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once; 0: twice the number of cores.")] = 0,
     report: Annotated[Optional[Path], typer.Option(help="Write the JSON report (every case, verdicts, replay commands) here.")] = None,
@@ -78,7 +79,7 @@ def run(
 
     try:
         kinds_t = _split(kinds, FAULT_KINDS, "--kinds")
-        sources_t = _split(sources, ("step", "label"), "--sources")
+        sources_t = _split(sources, POINT_SOURCES, "--sources")
     except typer.BadParameter as exc:
         raise typer.Exit(_fail(exc)) from None
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -144,7 +145,7 @@ def replay(
     assert isinstance(result, MatrixReport)
     for r in result.results:
         color = {"pass": "green", "fail": "red"}.get(r.outcome, "yellow")
-        console.print(f"[{color}]{r.outcome.upper()}[/{color}] {r.case.id} (subject {r.subject}, run {r.run_id}, {r.seconds:.2f} s)")
+        console.print(f"[{color}]{r.outcome.upper()}[/{color}] {escape(r.case.id)} (subject {escape(r.subject)}, run {r.run_id}, {r.seconds:.2f} s)", soft_wrap=True)
         for w in r.workers:
             how = f"signal {w['signal']}" if w["signal"] is not None else f"exit {w['returncode']}"
             console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else ""))
@@ -152,7 +153,7 @@ def replay(
             console.print(f"  harness error: {r.error}", markup=False, soft_wrap=True)
         for v in r.verdicts:
             mark = {True: "[green]valid[/green]", False: "[red]invalid[/red]", None: "[yellow]unknown[/yellow]"}[v.valid]
-            console.print(f"  {v.phase:5} {v.check:34} {mark}  ", end="")
+            console.print(f"  {v.phase:5} {escape(v.check):34} {mark}  ", end="")
             console.print(v.details, markup=False, highlight=False, soft_wrap=True)
             for line in v.diff[:20]:
                 console.print(f"        {line}", markup=False, soft_wrap=True)

@@ -19,7 +19,9 @@ case:
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
+import signal
 import time
 import uuid
 from collections import defaultdict
@@ -34,7 +36,7 @@ from . import oracle, registry
 from .adapter import Environment
 from .errors import HarnessError, PlanError
 from .plan import Case, CrashPoint, Fault, FaultPlan
-from .pool import WorkerExit, WorkerPool
+from .pool import WorkerExit, WorkerPool, _has_fired, _kill
 from .worker import Job, read_events
 
 TraceEntry = tuple[str, str, str, int]
@@ -51,6 +53,7 @@ class Options:
     term_grace: float = 10.0
     quiesce_timeout: float = 15.0
     max_resumes: int = 3
+    await_points: bool = False  # trace await points (source "await") in every worker
 
 
 @dataclass
@@ -153,6 +156,15 @@ def validate_case(case: Case, goldens: dict[str, GoldenRun]) -> None:
             )
 
 
+def _stopped(pid: int) -> bool:
+    """True when ``pid`` is stopped (SIGSTOP): state ``T`` in /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    except (FileNotFoundError, IndexError):
+        return False
+
+
 def _per_task(trace: list[TraceEntry]) -> dict[str, list[tuple[str, int]]]:
     out: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for _, name, task, occ in trace:
@@ -198,7 +210,8 @@ class Explorer:
         self._n += 1
         worker_id = f"cmw-{self._n}-{uuid.uuid4().hex[:8]}"
         base = self.workdir / worker_id
-        job = Job(role, self.subject, self.workload_name, conversation, run_id, worker_id, self.env, plan, f"{base}.jsonl")
+        job = Job(role, self.subject, self.workload_name, conversation, run_id, worker_id, self.env, plan,
+                  f"{base}.jsonl", self.options.await_points)
         return job, f"{base}.log"
 
     async def _worker(self, job: Job, log: str, term: bool = False) -> tuple[WorkerExit, list[dict[str, Any]]]:
@@ -206,14 +219,15 @@ class Explorer:
                                     term_grace=self.options.term_grace if term else None)
         return exit_, read_events(job.result_path)
 
-    async def quiesce(self, worker_id: str) -> None:
-        """Wait until ``worker_id`` has no database session and no provider request in
-        flight. Raises :class:`HarnessError` after ``quiesce_timeout``."""
+    async def quiesce(self, worker_id: str, *, database: bool = True) -> None:
+        """Wait until ``worker_id`` has no database session (unless ``database`` is
+        False) and no provider request in flight. Raises :class:`HarnessError` after
+        ``quiesce_timeout``."""
         from crashmatrix.scenarios.providers import clients
 
         deadline = time.monotonic() + self.options.quiesce_timeout
         assert self.db is not None
-        while await self.db.fetchval(
+        while database and await self.db.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", worker_id
         ):
             if time.monotonic() > deadline:
@@ -279,34 +293,22 @@ class Explorer:
         result.seconds = time.monotonic() - t0
         return result
 
-    async def _run_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult) -> None:
-        if len(case.plan.faults) != 1:
-            raise HarnessError(f"this build runs plans of exactly one fault, got {len(case.plan.faults)}")
-        fault = case.plan.faults[0]
-        job, log = self._job("start", case.conversation, run_id, case.plan)
-        exit_, events = await self._worker(job, log, term=fault.kind == "term")
-        result.workers.append({"role": "start", **exit_.to_dict()})
+    def _fired(self, fault: Fault, events: list[dict[str, Any]], how_ended: str, golden: GoldenRun) -> list[TraceEntry]:
+        """The trace up to the fault; raises :class:`HarnessError` if the fault never
+        fired or the run diverged from the golden run before it."""
         fired = [e for e in events if e.get("event") == "fired"]
         if not fired:
             end = self._end(events)
-            how = f"the run ended {end['status']!r}" if end else f"the worker ended ({exit_.describe()}) without a report"
+            how = f"the run ended {end['status']!r}" if end else f"the worker ended ({how_ended}) without a report"
             raise HarnessError(f"fault {fault.label()} never fired: its point was not reached; {how}")
         at_fault = [tuple(e) for e in fired[0]["trace"]]
         divergence = trace_divergence(golden.trace, at_fault)  # type: ignore[arg-type]
         if divergence:
             raise HarnessError(f"the faulted run diverged from the golden run before the fault: {divergence}")
-        end = self._end(events)
-        full = [tuple(e) for e in end["trace"]] if end else at_fault
-        if fault.kind == "kill" and exit_.signal != 9:
-            raise HarnessError(f"kill fault fired but the worker ended otherwise ({exit_.describe()})")
-        await self.quiesce(job.worker_id)
-        crash_obs = await self.adapter.observe(self.env, run_id)
-        result.verdicts += oracle.crash_checks(oracle.CrashEvidence(
-            fault, at_fault, full, exit_.returncode, exit_.signal, exit_.timed_out, crash_obs))  # type: ignore[arg-type]
-        # a cancel or term lands after it fires (at the next await, at the drain): what
-        # was in flight is what the faulted worker's whole trace shows unfinished
-        allowance = oracle.in_flight_model_calls(full)  # type: ignore[arg-type]
-        status = crash_obs.status
+        return at_fault  # type: ignore[return-value]
+
+    async def _resume_until_terminal(self, case: Case, run_id: str, result: CaseResult, status: str) -> str:
+        """Resume in new workers until the run is terminal (at most ``max_resumes``)."""
         resumes = 0
         while status not in TERMINAL:
             if resumes >= self.options.max_resumes:
@@ -325,7 +327,77 @@ class Explorer:
                 status = (await self.adapter.observe(self.env, run_id)).status
                 break
             status = rend["status"]
+        return status
+
+    async def _run_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult) -> None:
+        if len(case.plan.faults) != 1:
+            raise HarnessError(f"this build runs plans of exactly one fault, got {len(case.plan.faults)}")
+        fault = case.plan.faults[0]
+        if fault.kind == "pause":
+            await self._run_pause_case(case, golden, run_id, result, fault)
+            return
+        job, log = self._job("start", case.conversation, run_id, case.plan)
+        exit_, events = await self._worker(job, log, term=fault.kind == "term")
+        result.workers.append({"role": "start", **exit_.to_dict()})
+        at_fault = self._fired(fault, events, exit_.describe(), golden)
+        end = self._end(events)
+        full = [tuple(e) for e in end["trace"]] if end else at_fault
+        if fault.kind == "kill" and exit_.signal != 9:
+            raise HarnessError(f"kill fault fired but the worker ended otherwise ({exit_.describe()})")
+        await self.quiesce(job.worker_id)
+        crash_obs = await self.adapter.observe(self.env, run_id)
+        result.verdicts += oracle.crash_checks(oracle.CrashEvidence(
+            fault, at_fault, full, exit_.returncode, exit_.signal, exit_.timed_out, crash_obs))  # type: ignore[arg-type]
+        # a cancel or term lands after it fires (at the next await, at the drain): what
+        # was in flight is what the faulted worker's whole trace shows unfinished
+        allowance = oracle.in_flight_model_calls(full)  # type: ignore[arg-type]
+        await self._resume_until_terminal(case, run_id, result, crash_obs.status)
         final = await self.evidence(run_id)
         result.verdicts += oracle.end_checks(golden.evidence, final, allowance)
-        verdict = oracle.merge(result.verdicts)
-        result.outcome = "pass" if verdict is True else "fail"
+        result.outcome = "pass" if oracle.merge(result.verdicts) is True else "fail"
+
+    async def _run_pause_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, fault: Fault) -> None:
+        """``pause``: the worker SIGSTOPs itself at the point; a new worker steals the
+        lease and resumes the run to its end; then the zombie gets SIGCONT. Whatever it
+        does next must be refused: the durable state may not change after it wakes."""
+        job, log = self._job("start", case.conversation, run_id, case.plan)
+        t0 = time.monotonic()
+        pid, exited = await self.pool.spawn(job, log)
+        while not exited.done():
+            if _has_fired(job.result_path) and _stopped(pid):
+                break
+            if time.monotonic() - t0 > self.options.worker_timeout:
+                _kill(pid)
+                break
+            await asyncio.sleep(0.005)
+        if exited.done():
+            event = exited.result()
+            raise HarnessError(self._fired_error(fault, job, event))
+        at_fault = self._fired(fault, read_events(job.result_path), "stopped", golden)
+        await self._resume_until_terminal(case, run_id, result, "paused")
+        await self.quiesce(job.worker_id, database=False)  # the zombie's session stays
+        before = await self.adapter.observe(self.env, run_id)
+        os.kill(pid, signal.SIGCONT)
+        try:
+            event = await asyncio.wait_for(asyncio.shield(exited), self.options.worker_timeout)
+        except asyncio.TimeoutError:
+            _kill(pid)
+            event = await exited
+        zombie = WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, False, event.get("cpu_ms"))
+        result.workers.insert(0, {"role": "zombie", **zombie.to_dict()})
+        end = self._end(read_events(job.result_path))
+        full = [tuple(e) for e in end["trace"]] if end else at_fault
+        await self.quiesce(job.worker_id)
+        after = await self.adapter.observe(self.env, run_id)
+        result.verdicts.append(oracle.check_zombie_fenced(before, after, end))
+        result.verdicts += [v for v in oracle.crash_checks(oracle.CrashEvidence(
+            fault, at_fault, full, zombie.returncode, zombie.signal, False, after)) if v.phase == "crash"]  # type: ignore[arg-type]
+        allowance = oracle.in_flight_model_calls(full)  # type: ignore[arg-type]
+        final = await self.evidence(run_id)
+        result.verdicts += oracle.end_checks(golden.evidence, final, allowance)
+        result.outcome = "pass" if oracle.merge(result.verdicts) is True else "fail"
+
+    def _fired_error(self, fault: Fault, job: Job, event: dict[str, Any]) -> str:
+        end = self._end(read_events(job.result_path))
+        how = f"the run ended {end['status']!r}" if end else f"the worker ended (exit {event['returncode']}, signal {event['signal']})"
+        return f"fault {fault.label()} never fired: its point was not reached; {how}"

@@ -8,6 +8,7 @@ as it finishes, so the caller can draw progress.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -93,6 +94,9 @@ async def run_matrix(
     """
     # a case mostly waits (fsync, IPC); twice the cores in flight measured fastest
     jobs = jobs or 2 * (os.cpu_count() or 1)
+    wants_awaits = "await" in sources or any(f.point.source == "await" for c in cases or [] for f in c.plan.faults)
+    if wants_awaits and not (options and options.await_points):
+        options = dataclasses.replace(options or Options(), await_points=True)
     t0 = time.monotonic()
     async with open_session(subject, workload, dsn=dsn, options=options) as explorer:
         wl = explorer.workload

@@ -15,7 +15,9 @@ Checks at the **crash state** (read after the fault, before any resume):
   landed during a tool request left that node's effect ``unknown``;
 - ``term.drained`` (term faults): no node launched after the signal was recorded, the
   worker exited 0 by itself, the run is ``paused`` (or ``completed`` if the drain
-  finished the last node).
+  finished the last node);
+- ``pause.zombie_fenced`` (pause faults): once another worker took the lease and
+  finished the run, the woken zombie changed nothing durable.
 
 Checks at the **end** (after the last resume), against the golden run, ids normalised by
 first appearance (:mod:`.normalize`):
@@ -202,6 +204,25 @@ def check_term_drained(ev: CrashEvidence) -> Verdict:
     if problems:
         return Verdict(name, "crash", False, "; ".join(problems))
     return Verdict(name, "crash", True, f"drained, status {status}")
+
+
+def check_zombie_fenced(before: Observation, after: Observation, zombie_end: dict[str, Any] | None) -> Verdict:
+    """``pause.zombie_fenced``: after a paused worker's lease was taken over and the run
+    resumed elsewhere, the zombie woke up (SIGCONT); nothing it did may reach the
+    durable state: log, effect rows and run status are exactly as before it woke."""
+    name = "pause.zombie_fenced"
+    problems = []
+    if (before.log or []) != (after.log or []):
+        extra = [f"{e.node_id}@epoch{e.lease_epoch}" for e in (after.log or []) if e not in (before.log or [])]
+        problems.append(f"the log changed after the zombie woke: {', '.join(extra) or 'rows differ'}")
+    if sorted(map(repr, before.effects or [])) != sorted(map(repr, after.effects or [])):
+        problems.append("effect rows changed after the zombie woke")
+    if before.status != after.status:
+        problems.append(f"run status changed from {before.status!r} to {after.status!r} after the zombie woke")
+    if problems:
+        return Verdict(name, "crash", False, "; ".join(problems))
+    how = (zombie_end or {}).get("error") or (zombie_end or {}).get("status") or "no report"
+    return Verdict(name, "crash", True, f"the zombie's writes were refused ({how})")
 
 
 def crash_checks(ev: CrashEvidence) -> list[Verdict]:

@@ -15,7 +15,7 @@ process boundaries as JSON (``FaultPlan.to_json`` / ``FaultPlan.from_json``), ne
 pickle. Schema, version 1::
 
     {"version": 1,
-     "faults": [{"kind": "kill" | "term" | "cancel",
+     "faults": [{"kind": "kill" | "term" | "cancel" | "pause",
                  "point": {"source": "step" | "label" | "await", "name": str,
                            "task": str, "occurrence": int >= 1}}]}
 
@@ -39,7 +39,7 @@ from typing import Any
 from .errors import PlanError
 
 PLAN_VERSION = 1
-FAULT_KINDS = ("kill", "term", "cancel")
+FAULT_KINDS = ("kill", "term", "cancel", "pause")
 """Fault kinds this build injects (DESIGN.md, "Fault kinds, precisely")."""
 POINT_SOURCES = ("step", "label", "await")
 

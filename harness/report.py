@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .explorer import CaseResult
@@ -31,7 +32,7 @@ def summary_table(report: MatrixReport) -> Table:
         cell = cells[(name, fault.kind)]
         cell[3] += 1
         cell[{"pass": 0, "fail": 1, "harness-error": 2}[r.outcome]] += 1
-    table = Table(title=f"{report.workload} on {report.subject}: cases by crash point and fault kind (passed/total)")
+    table = Table(title=escape(f"{report.workload} on {report.subject}: cases by crash point and fault kind (passed/total)"))
     table.add_column("crash point")
     for kind in report.kinds:
         table.add_column(kind, justify="right")
@@ -39,7 +40,7 @@ def summary_table(report: MatrixReport) -> Table:
     table.add_column("harness errors", justify="right")
     totals = [0, 0, 0, 0]
     for name in names:
-        row = [name]
+        row = [escape(name)]
         failed = herr = 0
         for kind in report.kinds:
             p, f, h, t = cells.get((name, kind), [0, 0, 0, 0])
@@ -59,7 +60,7 @@ def print_failures(console: Console, results: list[CaseResult], limit: int = 20)
     """Each failing case: the check that failed, details, a small diff, the replay line."""
     bad = [r for r in results if r.outcome != "pass"]
     for r in bad[:limit]:
-        console.print(f"[bold red]{r.outcome.upper()}[/bold red] {r.case.id}  [dim](subject {r.subject}, run {r.run_id})[/dim]", soft_wrap=True)
+        console.print(f"[bold red]{r.outcome.upper()}[/bold red] {escape(r.case.id)}  [dim](subject {escape(r.subject)}, run {r.run_id})[/dim]", soft_wrap=True)
         if r.error:
             console.print(f"  harness error: {r.error}", markup=False, soft_wrap=True)
         for v in r.failed:

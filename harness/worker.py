@@ -17,7 +17,9 @@ Trace entries are ``[source, name, task, occurrence]`` lists.
 Fault actions (DESIGN.md, "Fault kinds, precisely"): ``kill`` sends SIGKILL to the
 worker itself; ``term`` sends SIGTERM and carries on (the subject must drain);
 ``cancel`` cancels the anyio ``CancelScope`` the worker runs the subject in, so
-``CancelledError`` arrives at the next await and every later one until a shield.
+``CancelledError`` arrives at the next await and every later one until a shield;
+``pause`` sends SIGSTOP to the worker itself (the controller lets another worker take
+the run over, then sends SIGCONT: the worker carries on as a zombie).
 """
 
 from __future__ import annotations
@@ -57,12 +59,14 @@ class Job:
     env: Environment
     plan: FaultPlan
     result_path: str
+    await_points: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "role": self.role, "subject": self.subject, "workload": self.workload,
             "conversation": self.conversation, "run_id": self.run_id, "worker_id": self.worker_id,
             "env": self.env.to_dict(), "plan": self.plan.to_dict(), "result_path": self.result_path,
+            "await_points": self.await_points,
         }
 
     @classmethod
@@ -70,6 +74,7 @@ class Job:
         return cls(
             d["role"], d["subject"], d["workload"], d["conversation"], d["run_id"], d["worker_id"],
             Environment.from_dict(d["env"]), FaultPlan.from_dict(d["plan"]), d["result_path"],
+            bool(d.get("await_points", False)),
         )
 
 
@@ -97,6 +102,9 @@ class Recorder:
     def step_hook(self, phase: str, task: str) -> None:
         self.point("step", f"step.{phase}", task)
 
+    def await_hook(self, name: str, task: str) -> None:
+        self.point("await", name, task)
+
     def emit(self, event: dict[str, Any]) -> None:
         os.write(self.result_fd, (json.dumps(event) + "\n").encode())
 
@@ -111,6 +119,8 @@ class Recorder:
         elif fault.kind == "cancel":
             assert self.scope is not None, "cancel fault fired outside the run's scope"
             self.scope.cancel()
+        elif fault.kind == "pause":
+            os.kill(os.getpid(), signal.SIGSTOP)  # continues here after SIGCONT: a zombie
 
 
 def run_job(job: Job) -> int:
@@ -124,11 +134,30 @@ def run_job(job: Job) -> int:
     ctx = RunContext(job.env, job.run_id, workload, job.conversation, job.worker_id, recorder.step_hook)
 
     async def main() -> str:
+        run = adapter.start if job.role == "start" else adapter.resume
+        status = "interrupted"
         with anyio.CancelScope() as scope:
             recorder.scope = scope
-            run = adapter.start if job.role == "start" else adapter.resume
-            return await run(ctx)
-        return "interrupted"
+            if not job.await_points:
+                return await run(ctx)
+            from .awaitpoints import install
+
+            install(recorder.await_hook, tuple(adapter.subject_packages))
+            result: list[str] = []
+            errors: list[Exception] = []
+
+            async def traced() -> None:  # a task of its own, so the factory wraps it
+                try:
+                    result.append(await run(ctx))
+                except Exception as exc:  # re-raised below, not as an ExceptionGroup
+                    errors.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(traced)
+            if errors:
+                raise errors[0]
+            status = result[0] if result else status
+        return status
 
     try:
         status = anyio.run(main)

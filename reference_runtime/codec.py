@@ -5,6 +5,11 @@ JSON (sorted keys, no floats for money: amounts are integer minor units) tagged 
 codec name and a format version, so a newer build can upgrade what an older one wrote.
 Upgraders are registered per version: ``UPGRADERS[n]`` turns a version-``n`` value into
 version ``n + 1``.
+
+Large values (over :data:`~.blobs.DEFAULT_THRESHOLD` bytes once encoded) go to a blob
+store when the caller passes one (:mod:`.blobs`); the payload then holds a pointer, and
+:func:`decode` reads and verifies the blob. Field-level state (a schema, transient
+fields) is :mod:`.state_codec`'s, built on this module.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from .blobs import DEFAULT_THRESHOLD, BlobStore
 from .records_pb2 import Payload
 
 CODEC = "json"
@@ -25,15 +31,19 @@ class CodecError(ValueError):
     a format version newer than this build, corrupt bytes). The message says which."""
 
 
-def encode(value: Any) -> Payload:
+def encode(value: Any, *, blobs: BlobStore | None = None, threshold: int = DEFAULT_THRESHOLD) -> Payload:
     """Encode a JSON-compatible ``value`` (dict, list, str, int, bool, None) as a Payload.
 
-    Raises :class:`CodecError` naming the offending type for anything else; floats are
-    refused too (money is integer minor units; durable state must compare exactly).
+    With a ``blobs`` store, an encoding longer than ``threshold`` bytes is written there
+    and the payload holds its pointer. Raises :class:`CodecError` naming the offending
+    type for anything else; floats are refused too (money is integer minor units;
+    durable state must compare exactly).
     """
     _check_durable(value, "payload")
-    data = json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return Payload(codec=CODEC, format_version=FORMAT_VERSION, inline=data.encode())
+    data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    if blobs is not None and len(data) > threshold:
+        return Payload(codec=CODEC, format_version=FORMAT_VERSION, blob=blobs.put(data))
+    return Payload(codec=CODEC, format_version=FORMAT_VERSION, inline=data)
 
 
 def _check_durable(value: Any, where: str) -> None:
@@ -53,11 +63,12 @@ def _check_durable(value: Any, where: str) -> None:
     raise CodecError(f"cannot encode payload: {where} is a value of type {type(value).__name__}, which is not durable JSON")
 
 
-def decode(payload: Payload) -> Any:
+def decode(payload: Payload, *, blobs: BlobStore | None = None) -> Any:
     """Decode a Payload written by this or an older build (applying upgraders).
 
     Raises :class:`CodecError` for an unknown codec, a newer format version, a blob
-    pointer (not supported by this codec yet) or bytes that are not JSON.
+    pointer without a ``blobs`` store, or bytes that are not JSON;
+    :class:`~.blobs.BlobError` when the blob is missing or fails its hash check.
     """
     if payload.codec != CODEC:
         raise CodecError(f"payload codec={payload.codec!r} is unknown (expected {CODEC!r})")
@@ -66,10 +77,17 @@ def decode(payload: Payload) -> Any:
         raise CodecError(
             f"payload format_version={version} is newer than this build's {FORMAT_VERSION}"
         )
-    if payload.WhichOneof("body") != "inline":
-        raise CodecError("payload body is not inline; blob pointers need a blob store")
+    body = payload.WhichOneof("body")
+    if body == "blob":
+        if blobs is None:
+            raise CodecError(f"payload is a blob pointer ({payload.blob.uri}); decoding it needs a blob store")
+        data = blobs.get(payload.blob)
+    elif body == "inline":
+        data = payload.inline
+    else:
+        raise CodecError("payload has no body")
     try:
-        value = json.loads(payload.inline)
+        value = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CodecError(f"payload is not valid JSON: {exc}") from None
     while version < FORMAT_VERSION:

@@ -20,6 +20,15 @@ Walls, and the failure each prevents (DESIGN.md, "reference_runtime"):
 - **SIGTERM drain**: on SIGTERM no new node is launched; in-flight nodes finish and
   append; the run is left ``paused`` for another worker; the process exits 0.
 - **Fencing**: every write carries the lease epoch (:mod:`.leases`).
+- **Blob pointers** (:mod:`.blobs`): outputs over ``blob_threshold`` bytes go to the blob
+  store; the record keeps the pointer.
+- **State codec** (:mod:`.state_codec`): the state fields a tool sets are encoded by the
+  agent's schema at write time (an undeclared field fails there, named); transient fields
+  are rebuilt by their factories on every load.
+- **Trace links** (:mod:`.tracing`): each invocation is a span; a resume links to the
+  invocation it continues.
+- **Operator hand-off** (:mod:`.handoff`): an effect an operator resolved is taken as
+  applied (with the operator's result) or not applied (the call is made again).
 
 Crash points (labels; :mod:`crashmatrix.harness.crashpoint`): ``node.launch``,
 ``model.call.before/after``, ``effect.started.before/after``, ``tool.request.before/after``,
@@ -34,6 +43,7 @@ import asyncio
 import json
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,14 +51,19 @@ import anyio
 
 from crashmatrix.harness.crashpoint import crashpoint, reset_logical_task, set_logical_task
 
-from . import codec
+from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
+
+from . import codec, tracing
 from .agent import Agent, OutcomeUnknown, ProbeOutcome, ToolContext, ToolOutcome
+from .blobs import DEFAULT_THRESHOLD, BlobStore
 from .db import Db
 from .effects import EffectLedger, idempotency_key
 from .graph import RunGraph
 from .leases import Lease, LeaseLost, acquire, set_status
 from .logstore import AppendOnlyLog, EffectOutcome, RunStore
+from .logstore import RECORD_FORMAT_VERSION
 from .records_pb2 import Budget, NodeRecord, NodeSpec
+from .state_codec import TrackedState, UnknownStateField
 
 SHIELD_SECONDS = 10.0
 """Upper bound of a shielded cleanup write (anyio: ``move_on_after(..., shield=True)``)."""
@@ -81,6 +96,9 @@ class Runtime:
         ledger: EffectLedger | None = None,
         on_step: StepHook | None = None,
         handle_sigterm: bool = True,
+        blobs: BlobStore | None = None,
+        blob_threshold: int = DEFAULT_THRESHOLD,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.db = db
         self.agent = agent
@@ -89,6 +107,9 @@ class Runtime:
         self.ledger = ledger if ledger is not None else EffectLedger(db)
         self.on_step = on_step
         self.handle_sigterm = handle_sigterm
+        self.blobs = blobs
+        self.blob_threshold = blob_threshold
+        self.tracer = tracing.get_tracer(tracer_provider)
         self.draining = False
         self._changed: anyio.Event | None = None
 
@@ -98,14 +119,20 @@ class Runtime:
 
     # -- run lifecycle -----------------------------------------------------------------
 
-    async def create_run(self, run_id: str, workload: str, run_input: dict[str, Any]) -> None:
-        """Insert the run (status ``pending``). Raises if ``run_id`` exists."""
-        await self.db.execute(
-            "INSERT INTO cm_runs (run_id, workload, input, status) VALUES ($1, $2, $3::jsonb, 'pending')",
+    async def create_run(self, run_id: str, workload: str, run_input: dict[str, Any]) -> bool:
+        """Insert the run (status ``pending``) unless it exists; True if inserted.
+
+        Idempotent on purpose: a caller that crashed before learning whether its
+        INSERT committed submits the same run id again (the run's input is the durable
+        request; nothing before it is)."""
+        inserted = await self.db.fetchval(
+            "INSERT INTO cm_runs (run_id, workload, input, status) VALUES ($1, $2, $3::jsonb, 'pending') "
+            "ON CONFLICT (run_id) DO NOTHING RETURNING true",
             run_id,
             workload,
             json.dumps(run_input, sort_keys=True),
         )
+        return bool(inserted)
 
     async def run(self, run_id: str) -> str:
         """Take the lease, rehydrate, run until the graph is done, drained or stopped.
@@ -114,9 +141,25 @@ class Runtime:
         ``needs_human``). Re-raises cancellation after writing ``interrupted`` (shielded);
         raises :class:`LeaseLost` if another worker took the run over.
         """
-        lease = await acquire(self.db, run_id, self.worker_id)
-        row = await self.db.fetchrow("SELECT input FROM cm_runs WHERE run_id = $1", run_id)
-        graph = RunGraph.rehydrate(run_id, json.loads(row["input"]), await self.store.read(run_id))
+        lease = await self.acquire_lease(run_id)
+        row = await self.db.fetchrow("SELECT input, traceparent FROM cm_runs WHERE run_id = $1", run_id)
+        previous = row["traceparent"]
+        with self.tracer.start_as_current_span(
+            f"run {self.agent.name}",
+            kind=SpanKind.INTERNAL,
+            links=tracing.links_to(previous),
+            attributes={"crashmatrix.run_id": run_id, "crashmatrix.lease_epoch": lease.epoch,
+                        "crashmatrix.worker": self.worker_id, "crashmatrix.resumed": previous is not None},
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            await tracing.record_invocation(self.db, lease, tracing.traceparent_of(span), previous)
+            status = await self._run_attempt(run_id, lease, json.loads(row["input"]))
+            span.set_attribute("crashmatrix.status", status)
+            return status
+
+    async def _run_attempt(self, run_id: str, lease: Lease, run_input: dict[str, Any]) -> str:
+        graph = RunGraph.rehydrate(run_id, run_input, await self.store.read(run_id), blobs=self.blobs)
         execution = self.execution_class(self, graph, lease)
         loop = None
         if self.handle_sigterm and threading.current_thread() is threading.main_thread():
@@ -139,6 +182,10 @@ class Runtime:
                 loop.remove_signal_handler(signal.SIGTERM)
         await set_status(self.db, lease, status, detail)
         return status
+
+    async def acquire_lease(self, run_id: str) -> Lease:
+        """Take the run over (bumping the fencing epoch): :func:`.leases.acquire`."""
+        return await acquire(self.db, run_id, self.worker_id)
 
     def begin_drain(self) -> None:
         """Stop launching nodes; in-flight ones finish; the run ends ``paused``."""
@@ -164,6 +211,12 @@ class Execution:
         self.append_lock = anyio.Lock()
         self.error: BaseException | None = None
         self.stop: tuple[str, str] | None = None
+        self.started_at: dict[str, float] = {}
+        schema = runtime.agent.state_schema
+        # the durable fields (from the log), then the transient ones, rebuilt on each load
+        self.state: dict[str, Any] = graph.state(schema)
+        if schema is not None:
+            self.state.update(schema.rebuild(runtime.agent.resources))
 
     def may_launch(self) -> bool:
         return not self.rt.draining and self.stop is None and self.error is None
@@ -197,6 +250,7 @@ class Execution:
 
     async def run_node(self, spec: NodeSpec) -> None:
         set_logical_task(spec.node_id)
+        self.started_at[spec.node_id] = time.monotonic()
         try:
             self.step("before", spec.node_id)
             if spec.kind == "model":
@@ -254,18 +308,20 @@ class Execution:
     async def run_tool(self, spec: NodeSpec) -> None:
         call = codec.decode(spec.input)["call"]
         tool = self.rt.agent.tools[call["name"]]
-        ctx = ToolContext(self.graph.run_id, spec.node_id, None, self.rt.agent.resources)
+        ctx = ToolContext(self.graph.run_id, spec.node_id, None, self.rt.agent.resources, TrackedState(self.state))
         if not tool.effect:
             crashpoint("tool.request.before")
             outcome = await tool.fn(ctx, call["arguments"])
             crashpoint("tool.request.after")
-            await self.append(spec, self.tool_output(call, outcome), [], Budget(tool_calls=1), None)
+            await self.append(spec, self.tool_output(call, outcome), [], Budget(tool_calls=1), None,
+                              state_updates=ctx.state.updates())
             return
         key = ctx.idem_key = self.effect_key(call)
         try:
             outcome = await self.run_effect(tool, ctx, call)
             effect = EffectOutcome(key, outcome.status, outcome.result)
-            await self.append(spec, self.tool_output(call, outcome), [], Budget(tool_calls=1), effect)
+            await self.append(spec, self.tool_output(call, outcome), [], Budget(tool_calls=1), effect,
+                              state_updates=ctx.state.updates())
         except anyio.get_cancelled_exc_class():
             # Anywhere between `started` and the commit of the node's record, the
             # provider may have applied the effect: leave it `unknown`, never `started`
@@ -295,7 +351,14 @@ class Execution:
         row = await ledger.get(self.graph.run_id, key)
         if row is not None and row.status in ("succeeded", "failed"):
             return ToolOutcome(row.status, row.result)  # type: ignore[arg-type]
-        if row is None:
+        if row is not None and row.resolution is not None:  # an operator decided (handoff.py)
+            if row.resolution.get("applied"):
+                return ToolOutcome(row.resolution["status"], row.resolution["result"])
+            # not applied: this attempt makes the call again, from `started`
+            crashpoint("effect.started.before")
+            await ledger.restart(self.lease, key)
+            crashpoint("effect.started.after")
+        elif row is None:
             crashpoint("effect.started.before")
             await ledger.mark_started(self.lease, key, ctx.node_id, tool.name, call["arguments"])
             crashpoint("effect.started.after")
@@ -339,22 +402,42 @@ class Execution:
         raise NeedsHuman(f"effect {tool.name} {ctx.idem_key[:12]} of {ctx.node_id}: probe cannot tell")
 
     async def append(
-        self, spec: NodeSpec, output: Any, spawned: list[NodeSpec], budget: Budget, effect: EffectOutcome | None
+        self, spec: NodeSpec, output: Any, spawned: list[NodeSpec], budget: Budget, effect: EffectOutcome | None,
+        *, state_updates: dict[str, Any] | None = None,
     ) -> None:
+        """Encode (blobs over the threshold, state through the schema: an undeclared
+        field raises here, naming it) and append the node's record."""
+        state_payload = None
+        if state_updates:
+            schema = self.rt.agent.state_schema
+            if schema is None:
+                name = sorted(state_updates)[0]
+                raise UnknownStateField(
+                    f"{spec.node_id} set state field {name!r} (a {type(state_updates[name]).__qualname__}) but agent "
+                    f"{self.rt.agent.name!r} declares no state schema"
+                )
+            state_payload = schema.encode(state_updates, blobs=self.rt.blobs, threshold=self.rt.blob_threshold)
+        started = self.started_at.get(spec.node_id)
+        if started is not None:
+            budget.wall_ms = int((time.monotonic() - started) * 1000)
         record = NodeRecord(
-            format_version=1,
+            format_version=RECORD_FORMAT_VERSION,
             node_id=spec.node_id,
             parents=list(spec.parents),
             kind=spec.kind,
-            output=codec.encode(output),
+            output=codec.encode(output, blobs=self.rt.blobs, threshold=self.rt.blob_threshold),
             spawned=spawned,
             budget=budget,
             lease_epoch=self.lease.epoch,
         )
+        if state_payload is not None:
+            record.state.CopyFrom(state_payload)
         async with self.append_lock:
             crashpoint("log.append.before")
             written = await self.rt.store.append(self.lease, self.seq + 1, record, effect)
             if written:
                 self.seq += 1
             crashpoint("log.append.after")
-        self.graph.add(record)
+            self.graph.add(record)  # under the lock: graph order is seq order (state folds in it)
+        if state_updates:
+            self.state.update(state_updates)

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import codec
+from . import codec, state_codec
+from .blobs import BlobStore
 from .logstore import StoredRecord
 from .records_pb2 import NodeRecord, NodeSpec
 
@@ -34,10 +35,15 @@ class RunGraph:
     records: dict[str, NodeRecord] = field(default_factory=dict)
     specs: dict[str, NodeSpec] = field(default_factory=dict)
     last_seq: int = 0
+    blobs: BlobStore | None = None
+    _outputs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def rehydrate(cls, run_id: str, run_input: dict[str, Any], stored: list[StoredRecord]) -> RunGraph:
-        graph = cls(run_id, run_input)
+    def rehydrate(
+        cls, run_id: str, run_input: dict[str, Any], stored: list[StoredRecord], *, blobs: BlobStore | None = None
+    ) -> RunGraph:
+        """Rebuild the graph from the log; ``blobs`` reads outputs that live in a blob store."""
+        graph = cls(run_id, run_input, blobs=blobs)
         graph.specs[ROOT_NODE] = NodeSpec(node_id=ROOT_NODE, kind="model", input=codec.encode({}))
         for item in stored:
             graph.add(item.record)
@@ -76,7 +82,21 @@ class RunGraph:
         return sorted(seen, key=node_order)
 
     def output(self, node_id: str) -> Any:
-        return codec.decode(self.records[node_id].output)
+        """The decoded output of a completed node (cached: a blob is read and verified once
+        per process, not once per turn)."""
+        if node_id not in self._outputs:
+            self._outputs[node_id] = codec.decode(self.records[node_id].output, blobs=self.blobs)
+        return self._outputs[node_id]
+
+    def state(self, schema: state_codec.StateSchema | None) -> dict[str, Any]:
+        """The durable state fields: every record's updates applied in ``seq`` order."""
+        payloads = [r.state for r in self.records.values() if r.HasField("state")]
+        return state_codec.fold(schema, payloads, blobs=self.blobs)
+
+    def wall_ms(self) -> int:
+        """Summed wall time of the completed nodes (not part of :meth:`budget`: it differs
+        between any two runs, so the oracle never compares it)."""
+        return sum(r.budget.wall_ms for r in self.records.values())
 
     def transcript(self, upto: str | None = None) -> list[dict[str, Any]]:
         """The conversation: input messages, then each completed node's messages in

@@ -19,6 +19,7 @@ is the default.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,7 +27,23 @@ from .db import Db
 from .leases import Lease, LeaseLost
 from .records_pb2 import NodeRecord
 
-RECORD_FORMAT_VERSION = 1
+RECORD_FORMAT_VERSION = 2
+"""Layout version of the ``NodeRecord`` this build writes (history in records.proto)."""
+
+
+def _upgrade_record_v1(record: NodeRecord) -> NodeRecord:
+    """v1 -> v2: v2 added ``budget.wall_ms`` and ``state``. A v1 record has neither:
+    its wall time is unknown (0) and it set no state field, which is what the proto3
+    defaults already say, so only the version changes."""
+    upgraded = NodeRecord()
+    upgraded.CopyFrom(record)
+    upgraded.format_version = 2
+    return upgraded
+
+
+RECORD_UPGRADERS: dict[int, Callable[[NodeRecord], NodeRecord]] = {1: _upgrade_record_v1}
+"""``RECORD_UPGRADERS[n]`` turns a format-``n`` record into format ``n + 1`` on read, so a
+log written by an older build rehydrates on this one (fixture: tests/walls/fixtures)."""
 
 
 class LogConflict(RuntimeError):
@@ -150,4 +167,10 @@ def decode_row(run_id: str, seq: int, node_id: str, data: bytes) -> StoredRecord
         )
     if record.node_id != node_id:
         raise CorruptRecord(f"run {run_id} seq {seq}: record names node {record.node_id!r}, row says {node_id!r}")
+    version = record.format_version
+    if version < 1:
+        raise CorruptRecord(f"run {run_id} seq {seq} node {node_id!r}: record has no format_version")
+    while version < RECORD_FORMAT_VERSION:
+        record = RECORD_UPGRADERS[version](record)
+        version += 1
     return StoredRecord(seq, node_id, record)

@@ -11,7 +11,9 @@ from importlib import resources
 
 import asyncpg
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: adds cm_run_invocations, cm_effects.resolution and an index for retention; a
+version-1 database is brought to 2 by re-running the (idempotent) schema.sql."""
 # An arbitrary, fixed 64-bit key for pg_advisory_lock ("crashmat" in ASCII).
 _ADVISORY_KEY = 0x63726173686D6174
 

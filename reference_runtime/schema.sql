@@ -1,4 +1,5 @@
--- Schema of the reference runtime (version 1). Applied by migrations.migrate() once per
+-- Schema of the reference runtime (version 2; version 1 lacked cm_run_invocations and
+-- cm_effects.resolution, which the statements below add to a version-1 database). Applied by migrations.migrate() once per
 -- database under an advisory lock; every statement is idempotent. Cases never truncate or
 -- recreate these tables: each case uses a fresh run id, so cases share one database.
 
@@ -49,4 +50,23 @@ CREATE TABLE IF NOT EXISTS cm_effects (
     PRIMARY KEY (run_id, idem_key)
 );
 
-INSERT INTO cm_schema_version (version) VALUES (1) ON CONFLICT DO NOTHING;
+-- One row per invocation of a run (first start and each resume): its W3C traceparent and
+-- the traceparent it links to (the invocation it continues). See tracing.py.
+CREATE TABLE IF NOT EXISTS cm_run_invocations (
+    run_id       text   NOT NULL,
+    lease_epoch  bigint NOT NULL,
+    worker       text   NOT NULL,
+    traceparent  text,
+    link         text,
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, lease_epoch)
+);
+
+-- An operator's decision on an effect the runtime could not resolve (handoff.py):
+-- {"applied": true, "status": ..., "result": ...} or {"applied": false}.
+ALTER TABLE cm_effects ADD COLUMN IF NOT EXISTS resolution jsonb;
+
+-- Retention scans finished runs by age (retention.py).
+CREATE INDEX IF NOT EXISTS cm_runs_status_updated ON cm_runs (status, updated_at);
+
+INSERT INTO cm_schema_version (version) VALUES (2) ON CONFLICT DO NOTHING;

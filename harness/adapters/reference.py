@@ -41,24 +41,25 @@ class ReferenceAdapter(Adapter):
         finally:
             await db.close()
 
-    async def _run(self, ctx: RunContext, create: bool) -> str:
+    async def _run(self, ctx: RunContext) -> str:
         db = await connect(ctx.env.dsn, application_name=ctx.worker_id)
         try:
             async with aiohttp.ClientSession() as session:
                 resources = Resources(session, ctx.env.providers, ctx.worker_id, ctx.conversation)
                 agent = ctx.workload.build_agent(ctx.conversation, resources)
                 runtime = self.make_runtime(db, agent, ctx)
-                if create:
-                    await runtime.create_run(ctx.run_id, ctx.workload.name, ctx.workload.run_input(ctx.conversation))
+                # a resume after a crash before the run's row committed starts it from its
+                # input: submitting a run is idempotent (create_run)
+                await runtime.create_run(ctx.run_id, ctx.workload.name, ctx.workload.run_input(ctx.conversation))
                 return await runtime.run(ctx.run_id)
         finally:
             await db.conn.close(timeout=2)
 
     async def start(self, ctx: RunContext) -> str:
-        return await self._run(ctx, create=True)
+        return await self._run(ctx)
 
     async def resume(self, ctx: RunContext) -> str:
-        return await self._run(ctx, create=False)
+        return await self._run(ctx)
 
     async def _oracle_pool(self, dsn: str) -> asyncpg.Pool:
         """A pool for the controller's reads, one per event loop and DSN."""

@@ -11,4 +11,5 @@ MUTANTS: dict[str, str] = {
     "unkeyed-retry": "crashmatrix.scenarios.defects.runtime_defects:UnkeyedRetryAdapter",
     "unshielded-unknown": "crashmatrix.scenarios.defects.runtime_defects:UnshieldedUnknownAdapter",
     "drain-keeps-launching": "crashmatrix.scenarios.defects.runtime_defects:DrainKeepsLaunchingAdapter",
+    "unfenced-lease": "crashmatrix.scenarios.defects.runtime_defects:UnfencedLeaseAdapter",
 }

@@ -12,6 +12,7 @@ from crashmatrix.reference_runtime import Runtime
 from crashmatrix.reference_runtime.db import Db
 from crashmatrix.reference_runtime.effects import idempotency_key
 from crashmatrix.reference_runtime.executor import Execution
+from crashmatrix.reference_runtime.leases import Lease
 
 
 class UnkeyedRetryExecution(Execution):
@@ -55,6 +56,31 @@ class DrainKeepsLaunchingExecution(Execution):
         return self.stop is None and self.error is None
 
 
+class UnfencedLeaseRuntime(Runtime):
+    """Defect: taking a run over records the new owner but keeps the epoch, so a lease
+    is a name, not a fencing token: a paused worker that wakes up after another took its
+    run over still writes (its status, its effect rows) as if it owned the run.
+
+    Class: the zombie worker of a GC pause or SIGSTOP (DESIGN.md, "Run ownership";
+    mutant 11 of the catalogue issue). Caught by ``pause.zombie_fenced`` (the durable
+    state changes after the zombie wakes) for pause faults.
+    """
+
+    async def acquire_lease(self, run_id: str) -> Lease:
+        row = await self.db.fetchrow(
+            "UPDATE cm_runs SET lease_owner = $2, status = 'running', updated_at = now() "
+            "WHERE run_id = $1 RETURNING lease_epoch",
+            run_id,
+            self.worker_id,
+        )
+        if row is None:
+            raise LookupError(f"run_id={run_id!r} does not exist")
+        epoch = row["lease_epoch"] or 1
+        if not row["lease_epoch"]:
+            await self.db.execute("UPDATE cm_runs SET lease_epoch = 1 WHERE run_id = $1", run_id)
+        return Lease(run_id, self.worker_id, epoch)
+
+
 def _runtime_with(execution: type[Execution]) -> type[Runtime]:
     class MutantRuntime(Runtime):
         @property
@@ -70,6 +96,16 @@ class _MutantAdapter(ReferenceAdapter):
 
     def make_runtime(self, db: Db, agent: Any, ctx: RunContext) -> Runtime:
         return _runtime_with(self.execution)(db, agent, worker_id=ctx.worker_id, on_step=ctx.on_step)
+
+
+class UnfencedLeaseAdapter(ReferenceAdapter):
+    """Mutant: leases without a fencing epoch (UnfencedLeaseRuntime)."""
+
+    name = "defect:unfenced-lease"
+    execution = Execution
+
+    def make_runtime(self, db: Db, agent: Any, ctx: RunContext) -> Runtime:
+        return UnfencedLeaseRuntime(db, agent, worker_id=ctx.worker_id, on_step=ctx.on_step)
 
 
 class UnkeyedRetryAdapter(_MutantAdapter):

@@ -95,6 +95,18 @@ class EffectEntry:
     lease_epoch: int
 
 
+@dataclass(frozen=True)
+class InvocationEntry:
+    """One invocation (start or resume) of a run as the subject recorded it: its lease
+    epoch, worker, W3C ``traceparent``, and the traceparent its span links to (the
+    invocation it continues; None for the first)."""
+
+    epoch: int
+    worker: str
+    traceparent: str | None
+    link: str | None
+
+
 @dataclass
 class Observation:
     """What the durable stores hold for one run.
@@ -111,6 +123,9 @@ class Observation:
     state: dict[str, Any] | None = None
     state_error: str | None = None
     lease_epoch: int | None = None
+    #: the run's invocations in epoch order (None: the subject does not record them);
+    #: read by ``harness.trace_check.check_trace_continues``
+    invocations: list[InvocationEntry] | None = None
 
 
 class Adapter(ABC):

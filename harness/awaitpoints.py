@@ -112,9 +112,12 @@ class TracedCoroutine(collections.abc.Coroutine):  # type: ignore[type-arg]
     def __await__(self) -> Any:  # pragma: no cover - asyncio drives send/throw directly
         return self._coro.__await__()
 
-    @property
-    def cr_frame(self) -> Any:  # for asyncio's task repr and debugging tools
-        return getattr(self._coro, "cr_frame", None)
+    def __getattr__(self, name: str) -> Any:
+        # cr_frame, cr_running, cr_await, cr_code...: libraries (anyio's "has this task
+        # started", asyncio's repr) inspect the task's coroutine; answer for the inner one
+        if name.startswith(("cr_", "gi_")):
+            return getattr(self._coro, name)
+        raise AttributeError(name)
 
     def __repr__(self) -> str:
         return f"<traced {self._coro!r}>"

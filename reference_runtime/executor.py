@@ -74,6 +74,13 @@ StepHook = Callable[[str, str], None]
 """``on_step(phase, node_id)`` with phase ``"before"`` or ``"after"``."""
 
 
+def _describe(exc: BaseException) -> str:
+    """One line naming an error; for an exception group, its leaf exceptions."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
 class NeedsHuman(Exception):
     """An effect's outcome cannot be decided (the probe cannot tell, or there is no
     probe): the run stops in ``needs_human`` with the effect named."""
@@ -175,7 +182,7 @@ class Runtime:
             raise
         except BaseException as exc:
             with anyio.move_on_after(SHIELD_SECONDS, shield=True):
-                await set_status(self.db, lease, "failed", f"{type(exc).__name__}: {exc}")
+                await set_status(self.db, lease, "failed", _describe(exc))
             raise
         finally:
             if loop is not None:

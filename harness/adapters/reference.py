@@ -8,18 +8,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import asyncpg
 
 from crashmatrix.reference_runtime import AppendOnlyLog, Runtime, connect, migrate
+from crashmatrix.reference_runtime.blobs import LocalBlobStore
 from crashmatrix.reference_runtime.db import Db
 from crashmatrix.reference_runtime.graph import RunGraph
 from crashmatrix.reference_runtime.logstore import CorruptRecord, StoredRecord, decode_row
 from crashmatrix.scenarios.checkout.tools import Resources
 
-from ..adapter import Adapter, EffectEntry, Environment, LogEntry, Observation, RunContext
+from ..adapter import Adapter, EffectEntry, Environment, InvocationEntry, LogEntry, Observation, RunContext
+
+
+def blob_store(env: Environment) -> LocalBlobStore:
+    """The case's blob store: ``<workdir>/blobs``, shared by workers and the oracle."""
+    return LocalBlobStore(Path(env.workdir) / "blobs")
 
 
 class ReferenceAdapter(Adapter):
@@ -32,7 +39,7 @@ class ReferenceAdapter(Adapter):
 
     def make_runtime(self, db: Db, agent: Any, ctx: RunContext) -> Runtime:
         """Build the runtime for one worker; mutants override this."""
-        return Runtime(db, agent, worker_id=ctx.worker_id, on_step=ctx.on_step)
+        return Runtime(db, agent, worker_id=ctx.worker_id, on_step=ctx.on_step, blobs=blob_store(ctx.env))
 
     async def prepare(self, env: Environment) -> None:
         db = await connect(env.dsn, application_name="crashmatrix-prepare")
@@ -48,6 +55,8 @@ class ReferenceAdapter(Adapter):
                 resources = Resources(session, ctx.env.providers, ctx.worker_id, ctx.conversation)
                 agent = ctx.workload.build_agent(ctx.conversation, resources)
                 runtime = self.make_runtime(db, agent, ctx)
+                if runtime.blobs is None:  # a mutant's make_runtime: large outputs still go to blobs
+                    runtime.blobs = blob_store(ctx.env)
                 # a resume after a crash before the run's row committed starts it from its
                 # input: submitting a run is idempotent (create_run)
                 await runtime.create_run(ctx.run_id, ctx.workload.name, ctx.workload.run_input(ctx.conversation))
@@ -88,6 +97,10 @@ class ReferenceAdapter(Adapter):
             effects = await conn.fetch(
                 "SELECT idem_key, node_id, tool, status, result, lease_epoch FROM cm_effects WHERE run_id = $1", run_id
             )
+            invocations = await conn.fetch(
+                "SELECT lease_epoch, worker, traceparent, link FROM cm_run_invocations WHERE run_id = $1 "
+                "ORDER BY lease_epoch", run_id
+            )
         log: list[LogEntry] = []
         stored: list[StoredRecord] = []
         state_error = None
@@ -104,7 +117,7 @@ class ReferenceAdapter(Adapter):
         state = None
         if state_error is None:
             try:
-                graph = RunGraph.rehydrate(run_id, json.loads(run["input"]), stored)
+                graph = RunGraph.rehydrate(run_id, json.loads(run["input"]), stored, blobs=blob_store(env))
                 state = {
                     "transcript": graph.transcript(),
                     "answer": graph.final_answer(),
@@ -125,4 +138,5 @@ class ReferenceAdapter(Adapter):
             state=state,
             state_error=state_error,
             lease_epoch=run["lease_epoch"],
+            invocations=[InvocationEntry(i["lease_epoch"], i["worker"], i["traceparent"], i["link"]) for i in invocations],
         )

@@ -1,0 +1,293 @@
+"""DBOS Transact as a subject: an async workflow with steps, SQLite or PostgreSQL system
+database, recovery by relaunching with a pinned executor id and application version.
+
+Needs the optional extra ``crashmatrix[dbos]``. The workload is
+:mod:`crashmatrix.scenarios.realworld.dbos_checkout` (``NAIVE`` or ``KEYED``).
+
+**Start** (a forked worker): ``DBOS(config)`` with ``executor_id = "cm-<run id>"`` and
+``application_version = "<APP_VERSION>.<run id>"``, ``DBOS.launch()``, then the workflow with
+``SetWorkflowID(run_id)`` on the worker's event loop, and wait for its result.
+
+**Resume** (a new worker, "another machine"): the same config, ``DBOS.launch()``. On
+launch DBOS recovers the workflows left ``PENDING`` by *this executor id and this
+application version* (its background recovery thread runs them on DBOS's own event
+loop); the adapter then waits on the workflow's handle. Two facts make the pins
+necessary (both pinned by tests/adapters/test_adapters_dbos.py):
+
+- launch-time recovery selects ``executor_id`` and ``application_version``; a worker
+  with a fresh executor id (DBOS's default is ``"local"``, or ``DBOS__VMID``) recovers
+  nothing, and the default application version is a hash of the workflow source;
+- starting the workflow again with the same id from a process with another executor id
+  does not resume it: DBOS attaches to the existing ``PENDING`` workflow and waits for
+  an outcome that nobody is producing.
+
+One executor id and one application version per run (not per worker) keep parallel
+cases on one PostgreSQL apart (the version, not the application name: DBOS refuses a
+version name already registered by another application name). Both are needed: launch-time recovery selects by executor
+id, but it does not run the workflow, it re-enqueues it on DBOS's internal queue, and
+the queue is served by every process attached to the same system database with the
+same application name and version. Measured before the name was made per run: in the
+PostgreSQL matrix (two cases at a time) a resume hung for its whole 60 s deadline
+because the worker of another case dequeued the recovered workflow, ran it, and left
+(``DBOS.destroy``) with it half done: ``PENDING`` under that worker's executor id, which
+nobody would launch again (the mechanism as read in DBOS's source: the dequeue filters
+on application name and version, not on executor id, and sets the row's executor id). In a deployment the same happens when an executor that took
+over a recovered workflow is scaled in without draining.
+
+Recovery does not run the workflow at once: DBOS re-enqueues it on its internal queue,
+whose poller picks it up within its polling interval (1 s by default; measured: a
+resume worker takes ~1.2 s, most of it that wait).
+
+A run with no workflow row yet (killed before ``init_workflow`` committed) is started
+again from its input.
+
+Crash points: ``step.before`` / ``step.after`` inside each step (logical task
+``model-<step id>`` / ``tool-<step id>``), the workload's ``model.call.*`` and
+``tool.request.*`` labels, and ``log.append.after`` when DBOS has committed a step's
+output (DBOS's own ``DEBUG_TRIGGER_STEP_COMMIT`` trigger point, from
+``dbos._debug_trigger``: a private module, pinned by the tests). ``step.after`` is the
+last point before DBOS writes the step output: a kill there is "effect done, output not
+saved". Crash points go through one process-wide lock (see :func:`point`).
+
+``observe`` reads the system database with ``DBOSClient``: the workflow status, the
+recorded steps (as the run log: one entry per step, ``seq`` = DBOS step id) and the
+transcript rebuilt from the run input and the recorded step outputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from crashmatrix.harness.crashpoint import crashpoint, logical_task, set_logical_task
+
+from ..adapter import Adapter, Environment, LogEntry, Observation, RunContext
+
+try:
+    from dbos import DBOS, DBOSClient, SetWorkflowID
+    from dbos._debug_trigger import DebugAction, DebugTriggers
+except ImportError as exc:  # pragma: no cover - exercised when the extra is missing
+    raise ImportError(f"the DBOS adapter needs the optional extra: pip install 'crashmatrix[dbos]' ({exc})") from exc
+
+APP_NAME = "crashmatrix-checkout"
+APP_VERSION = "crashmatrix-checkout-1"
+BACKENDS = ("sqlite", "postgres")
+
+STATUS_MAP = {
+    "SUCCESS": "completed",
+    "ERROR": "failed",
+    "PENDING": "pending",
+    "ENQUEUED": "pending",
+    "DELAYED": "pending",
+    # both wait for an operator (DBOS.resume_workflow): a hand-off to a human
+    "CANCELLED": "needs_human",
+    "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "needs_human",
+}
+
+POLL_SECONDS = 0.02
+"""How often a handle polls the system database for a recovered workflow's outcome
+(DBOS's default is 1 s)."""
+
+_POINT_LOCK = threading.Lock()
+
+
+def point(name: str) -> None:
+    """``crashpoint(name)`` under one process-wide lock: DBOS records outputs on
+    ``asyncio.to_thread`` threads and recovers on its own event-loop thread; a thread
+    that reaches a crash point while another fires a kill waits there until the
+    process dies, so nothing past a crash point happens unrecorded."""
+    with _POINT_LOCK:
+        crashpoint(name)
+
+
+def executor_id(run_id: str) -> str:
+    return f"cm-{run_id}"
+
+
+def application_version(run_id: str) -> str:
+    """The application version a run is started and recovered with: pinned (never the
+    default source hash) and one per run, because recovery re-enqueues a workflow on
+    DBOS's internal queue, and *any* process on the same system database with the same
+    application name and version may dequeue it (see module docstring)."""
+    return f"{APP_VERSION}.{run_id}"
+
+
+class DBOSAdapter(Adapter):
+    """DBOS Transact workflow with steps, SQLite system database."""
+
+    name = "dbos-sqlite"
+    subject_packages = ("dbos",)
+    backend = "sqlite"
+
+    def __init__(self) -> None:
+        self._client: Any = None
+        self._client_url: str | None = None
+
+    # -- storage ------------------------------------------------------------------
+
+    def system_database_url(self, env: Environment, run_id: str, application_name: str | None = None) -> str:
+        """SQLite: one file per run (``workdir/dbos/<run id>.sqlite``). PostgreSQL: the
+        harness's database (DBOS's tables live in its ``dbos`` schema), with
+        ``application_name`` so the harness can wait for a killed worker's sessions."""
+        if self.backend == "sqlite":
+            return f"sqlite:///{Path(env.workdir) / 'dbos' / f'{run_id}.sqlite'}"
+        url = env.dsn
+        if application_name:
+            parts = urllib.parse.urlsplit(url)
+            query = urllib.parse.parse_qsl(parts.query)
+            query = [(k, v) for k, v in query if k != "application_name"] + [("application_name", application_name)]
+            url = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+        return url
+
+    def config(self, env: Environment, run_id: str, worker_id: str) -> dict[str, Any]:
+        return {
+            "name": APP_NAME,
+            "system_database_url": self.system_database_url(env, run_id, worker_id),
+            "executor_id": executor_id(run_id),
+            "application_version": application_version(run_id),
+            "sys_db_pool_size": 4,
+            "log_level": "WARNING",
+            "notification_listener_polling_interval_sec": 0.05,
+        }
+
+    async def prepare(self, env: Environment) -> None:
+        if self.backend == "postgres":
+            await asyncio.to_thread(DBOS.migrate, self.system_database_url(env, "", "crashmatrix-prepare"))
+        else:
+            (Path(env.workdir) / "dbos").mkdir(parents=True, exist_ok=True)
+
+    # -- worker side --------------------------------------------------------------
+
+    @staticmethod
+    def _step_hook(on_step: Any) -> Any:
+        @contextlib.contextmanager
+        def step(kind: str) -> Iterator[str]:
+            logical = f"{kind}-{DBOS.step_id}"
+            # Not reset on exit: DBOS records the output from a thread that copies this
+            # context, and its commit trigger reads the logical task from it.
+            set_logical_task(logical)
+            with _POINT_LOCK:
+                on_step("before", logical)
+            yield logical
+            with _POINT_LOCK:
+                on_step("after", logical)
+
+        return step
+
+    def _launch(self, ctx: RunContext) -> None:
+        from crashmatrix.scenarios.realworld import dbos_checkout
+
+        dbos_checkout.WORKER.urls = dict(ctx.env.providers)
+        dbos_checkout.WORKER.worker_id = ctx.worker_id
+        dbos_checkout.WORKER.step = self._step_hook(ctx.on_step)
+        dbos_checkout.WORKER.point = point
+        DebugTriggers.set_debug_trigger(
+            DebugTriggers.DEBUG_TRIGGER_STEP_COMMIT, DebugAction(callback=lambda: point("log.append.after")))
+        DBOS(config=self.config(ctx.env, ctx.run_id, ctx.worker_id))  # type: ignore[arg-type]
+        DBOS.launch()
+
+    async def start(self, ctx: RunContext) -> str:
+        return await self._run(ctx, "start")
+
+    async def resume(self, ctx: RunContext) -> str:
+        return await self._run(ctx, "resume")
+
+    async def _run(self, ctx: RunContext, role: str) -> str:
+        # launch in a thread: it runs migrations and starts DBOS's threads (blocking)
+        await asyncio.to_thread(self._launch, ctx)
+        try:
+            workload = ctx.workload
+            status = None
+            if role == "resume":
+                found = await DBOS.get_workflow_status_async(ctx.run_id)
+                status = found.status if found is not None else None
+            if status is None:
+                # start, or resume of a run killed before its workflow row committed
+                with SetWorkflowID(ctx.run_id):
+                    handle = await DBOS.start_workflow_async(workload.workflow, *workload.workflow_args(ctx.conversation))
+            elif status in ("PENDING", "ENQUEUED"):
+                # DBOS.launch() recovered it (same executor id and version); wait for it
+                handle = await DBOS.retrieve_workflow_async(ctx.run_id)
+            else:
+                return STATUS_MAP.get(status, status.lower())
+            await handle.get_result(polling_interval_sec=POLL_SECONDS)
+            final = await handle.get_status()
+            return STATUS_MAP.get(final.status, final.status.lower())
+        finally:
+            await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
+
+    # -- controller side ----------------------------------------------------------
+
+    def _client_for(self, env: Environment, run_id: str) -> tuple[Any, bool]:
+        """``(client, owned)``: SQLite: a client on the run's own file (owned: the caller
+        destroys it); PostgreSQL: one cached client."""
+        url = self.system_database_url(env, run_id, "crashmatrix-oracle")
+        if self.backend == "sqlite":
+            return DBOSClient(system_database_url=url), True
+        if self._client is None or self._client_url != url:
+            if self._client is not None:
+                self._client.destroy()
+            self._client, self._client_url = DBOSClient(system_database_url=url), url
+        return self._client, False
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await asyncio.to_thread(client.destroy)
+
+    async def observe(self, env: Environment, run_id: str) -> Observation:
+        from crashmatrix.scenarios.realworld.dbos_checkout import transcript
+        from crashmatrix.scenarios.realworld.common import final_answer
+
+        if self.backend == "sqlite" and not (Path(env.workdir) / "dbos" / f"{run_id}.sqlite").exists():
+            return Observation(run_id, "absent", log=[], state=None, state_error="no system database file")
+
+        def read() -> Observation:
+            client, owned = self._client_for(env, run_id)
+            try:
+                rows = client.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
+                if not rows:
+                    return Observation(run_id, "absent", log=[], state=None, state_error="no workflow row")
+                wf = rows[0]
+                steps = client.list_workflow_steps(run_id)
+            finally:
+                if owned:
+                    client.destroy()
+            status = STATUS_MAP.get(wf.status, wf.status.lower())
+            log = [LogEntry(s["function_id"], f"{s['function_name']}-{s['function_id']}", (), s["function_name"], 0,
+                            None if s.get("error") is None else f"step raised {s['error']!r}")
+                   for s in sorted(steps, key=lambda s: s["function_id"])]
+            args = tuple((wf.input or {}).get("args") or ())
+            run_input = args[1] if len(args) > 1 and isinstance(args[1], dict) else {}
+            messages = transcript(run_input, [dict(s) for s in steps])
+            state = {"transcript": messages, "answer": final_answer(messages), "budget": None,
+                     "pending": [] if status in ("completed", "failed") else ["workflow"]}
+            return Observation(run_id, status, log=log, effects=None, state=state)
+
+        return await asyncio.to_thread(read)
+
+
+class DBOSSqliteAdapter(DBOSAdapter):
+    """DBOS Transact workflow with steps, SQLite system database."""
+
+    name = "dbos-sqlite"
+    backend = "sqlite"
+
+
+class DBOSPostgresAdapter(DBOSAdapter):
+    """DBOS Transact workflow with steps, PostgreSQL system database."""
+
+    name = "dbos-postgres"
+    backend = "postgres"
+
+
+VARIANTS: dict[str, type[DBOSAdapter]] = {c.name: c for c in (DBOSSqliteAdapter, DBOSPostgresAdapter)}
+"""Registry name -> adapter class (proposed entries for ``harness/registry.py``)."""
+
+__all__ = ["DBOSAdapter", "DBOSSqliteAdapter", "DBOSPostgresAdapter", "VARIANTS", "APP_VERSION", "application_version", "executor_id",
+           "point", "logical_task"]

@@ -1,0 +1,421 @@
+"""LangGraph as a subject: StateGraph or functional API, SQLite or PostgreSQL
+checkpointer, ``sync`` / ``async`` / ``exit`` durability.
+
+Needs the optional extra ``crashmatrix[langgraph]`` (langgraph, langgraph-checkpoint-sqlite,
+langgraph-checkpoint-postgres, psycopg). The workload is
+:mod:`crashmatrix.scenarios.realworld.langgraph_checkout` (``NAIVE`` or ``KEYED``).
+
+How a run is driven (in a forked worker). LangGraph's sync savers have no async API, so
+the graph runs with ``graph.invoke`` in a thread (``anyio.to_thread``); its nodes reach
+the worker's event loop (where the HTTP session lives) with
+``asyncio.run_coroutine_threadsafe``. A ``cancel`` fault therefore cannot reach a node:
+this adapter is meant for ``kill`` (and ``term``, which LangGraph does not handle: the
+process dies as from a kill, and ``term.drained`` fails).
+
+Crash points:
+
+- step boundaries: ``step.before`` / ``step.after`` around each node (graph) or task
+  (functional), logical task ``agent-<superstep>`` / ``tools-<superstep>`` (graph),
+  ``model-<turn>`` / ``tool-<turn>.<i>`` (functional);
+- the workload's labels ``model.call.before/after`` and ``tool.request.before/after``;
+- the checkpointer's own calls, through :class:`CrashpointSaver` which wraps the saver:
+  ``log.append.before/after`` around ``put_writes`` (a finished task's writes: the
+  node's output is durable after it; the oracle's model-billing allowance reads this
+  name), logical task = the node's; ``checkpoint.put.before/after`` around ``put``,
+  logical task ``checkpoint-s<step>``.
+
+LangGraph calls ``put`` and ``put_writes`` on background threads (also under ``sync``,
+which only waits for ``put`` before the next superstep), so a point in the saver races
+the node that runs next: its *name and count* are deterministic per logical task (the
+trace check passes), but what the other thread had done when the kill landed is not.
+Such cases are racy by construction; run them several times (docs/findings.md).
+
+Resume protocol (:func:`drive`), from the thread's durable state only:
+
+1. no checkpoint at all (``exit`` durability, or a kill before the first save):
+   ``invoke(None)`` would raise ``EmptyInputError``; restart with the original input;
+2. a pending interrupt: the run waits for a human (``needs_human``);
+3. the latest checkpoint still has tasks (with or without saved writes): ``invoke(None)``
+   continues, reusing saved writes and re-running the rest;
+4. otherwise the run is complete only if the graph's output is a final answer.
+
+An empty ``next`` is *not* proof of completion: ``get_state`` leaves out of ``next`` the
+tasks whose writes were saved, so a run killed after a node's writes and before its
+checkpoint shows ``next == ()`` with work left (:func:`judge` looks at ``tasks``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+
+from crashmatrix.harness.crashpoint import crashpoint, reset_logical_task, set_logical_task
+
+from ..adapter import Adapter, Environment, Observation, RunContext
+
+try:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+    from langgraph.checkpoint.sqlite import SqliteSaver
+except ImportError as exc:  # pragma: no cover - exercised when the extra is missing
+    raise ImportError(
+        "the LangGraph adapter needs the optional extra: pip install 'crashmatrix[langgraph]' "
+        f"({exc})"
+    ) from exc
+
+DURABILITIES = ("sync", "async", "exit")
+BACKENDS = ("sqlite", "postgres")
+APIS = ("graph", "functional")
+TASK_ID_KEY = "__pregel_task_id"  # langgraph._internal._constants.CONFIG_KEY_TASK_ID
+
+_POINT_LOCK = threading.Lock()
+
+
+def point(name: str) -> None:
+    """``crashpoint(name)`` under one process-wide lock.
+
+    LangGraph runs nodes and saves on several threads. The worker reports a kill
+    (``os.write``, which releases the GIL) before it sends SIGKILL; without the lock
+    another thread could pass further crash points, and act (call the model, charge a
+    card), in that window, unrecorded. Under the lock, a thread that reaches its next
+    crash point while a fault fires waits there until the process dies, so everything
+    a killed worker did past a crash point is in the trace the oracle reads.
+    """
+    with _POINT_LOCK:
+        crashpoint(name)
+
+
+# -- worker side: hooks the workload's nodes call ---------------------------------------
+
+
+class NodeHooks:
+    """What the workload's nodes get from the adapter in a worker: the providers'
+    clients, a way to run a coroutine on the worker's loop, and step boundaries."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None, clients: Any, on_step: Any) -> None:
+        self.loop = loop
+        self.clients = clients
+        self.on_step = on_step
+        #: LangGraph task id -> logical task, so the saver names ``put_writes`` points
+        self.task_names: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def point(self, name: str) -> None:
+        """A labelled crash point in the current logical task (see :func:`point`)."""
+        point(name)
+
+    def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``coro`` on the worker's event loop from a LangGraph thread; wait."""
+        if self.loop is None:
+            coro.close()
+            raise RuntimeError("no event loop: these hooks only observe (controller side)")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def _name(self, task_id: str | None, logical: str) -> None:
+        if task_id:
+            with self._lock:
+                self.task_names[task_id] = logical
+
+    @contextlib.contextmanager
+    def _boundaries(self, logical: str) -> Iterator[str]:
+        token = set_logical_task(logical)
+        try:
+            if self.on_step is not None:
+                with _POINT_LOCK:
+                    self.on_step("before", logical)
+            yield logical
+            if self.on_step is not None:
+                with _POINT_LOCK:
+                    self.on_step("after", logical)
+        finally:
+            reset_logical_task(token)
+
+    @contextlib.contextmanager
+    def step(self, config: dict[str, Any]) -> Iterator[str]:
+        """A StateGraph node: logical task ``<node>-<superstep>``."""
+        meta = config.get("metadata", {})
+        logical = f"{meta['langgraph_node']}-{meta['langgraph_step']}"
+        self._name(config.get("configurable", {}).get(TASK_ID_KEY), logical)
+        with self._boundaries(logical) as name:
+            yield name
+
+    @contextlib.contextmanager
+    def task_step(self, logical: str) -> Iterator[str]:
+        """A functional-API task with the stable id ``logical`` (from its arguments)."""
+        from langgraph.config import get_config
+
+        self._name(get_config().get("configurable", {}).get(TASK_ID_KEY), logical)
+        with self._boundaries(logical) as name:
+            yield name
+
+    def register_entrypoint(self, config: dict[str, Any]) -> None:
+        self._name(config.get("configurable", {}).get(TASK_ID_KEY), "entrypoint")
+
+
+def _path_name(task_path: str) -> str:
+    """A logical name for a task the workload did not name (``__start__``)."""
+    last = task_path.rsplit(",", 1)[-1].strip() if task_path else "task"
+    return last.strip("_") or "task"
+
+
+class CrashpointSaver(BaseCheckpointSaver):
+    """Wraps a sync checkpointer: crash points before and after its ``put`` and
+    ``put_writes`` (module docstring); every other call goes straight through."""
+
+    def __init__(self, inner: BaseCheckpointSaver, hooks: NodeHooks) -> None:
+        super().__init__(serde=inner.serde)
+        self.inner = inner
+        self.hooks = hooks
+
+    @property
+    def config_specs(self) -> list:  # type: ignore[override]
+        return self.inner.config_specs
+
+    def get_tuple(self, config: Any) -> Any:
+        return self.inner.get_tuple(config)
+
+    def list(self, config: Any, **kwargs: Any) -> Any:
+        return self.inner.list(config, **kwargs)
+
+    def get_next_version(self, current: Any, channel: Any) -> Any:
+        return self.inner.get_next_version(current, channel)
+
+    def get_delta_channel_history(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.get_delta_channel_history(*args, **kwargs)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.inner.delete_thread(thread_id)
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        token = set_logical_task(f"checkpoint-s{metadata.get('step')}")
+        try:
+            point("checkpoint.put.before")
+            out = self.inner.put(config, checkpoint, metadata, new_versions)
+            point("checkpoint.put.after")
+            return out
+        finally:
+            reset_logical_task(token)
+
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        token = set_logical_task(self.hooks.task_names.get(task_id) or _path_name(task_path))
+        try:
+            point("log.append.before")
+            self.inner.put_writes(config, writes, task_id, task_path)
+            point("log.append.after")
+        finally:
+            reset_logical_task(token)
+
+
+# -- the resume protocol ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a thread's durable state says: ``status`` (``absent``: no checkpoint;
+    ``paused``: work left; ``needs_human``: a pending interrupt; ``completed``;
+    ``failed``) and why."""
+
+    status: str
+    reason: str
+    has_checkpoint: bool
+
+
+def judge(snapshot: Any, answer_of: Any) -> Judgement:
+    """Judge a ``StateSnapshot``. ``answer_of(values)`` returns the final answer or None."""
+    cfg = (snapshot.config or {}).get("configurable", {})
+    if not cfg.get("checkpoint_id"):
+        return Judgement("absent", "no checkpoint: the run restarts from its input", False)
+    interrupts = list(snapshot.interrupts or ()) + [i for t in snapshot.tasks for i in (t.interrupts or ())]
+    if interrupts:
+        return Judgement("needs_human", f"{len(interrupts)} pending interrupt(s)", True)
+    if snapshot.tasks:
+        saved = [t.name for t in snapshot.tasks if t.result is not None or getattr(t, "error", None)]
+        todo = [t.name for t in snapshot.tasks if t.name not in saved]
+        return Judgement("paused", f"tasks left: to run {todo}, writes saved {saved} (next={list(snapshot.next)})", True)
+    if answer_of(snapshot.values) is not None:
+        return Judgement("completed", "no task left and the output is a final answer", True)
+    return Judgement("failed", "no task left but the output is not a final answer", True)
+
+
+def drive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], durability: str, role: str,
+          answer_of: Any) -> tuple[str, str]:
+    """Start (``role="start"``) or resume a thread; return ``(status, action)``."""
+    if role == "start":
+        action = "invoke(input)"
+        graph.invoke(run_input, config, durability=durability)
+    else:
+        before = judge(graph.get_state(config), answer_of)
+        if before.status == "absent":
+            action = "invoke(input): no checkpoint"
+            graph.invoke(run_input, config, durability=durability)
+        elif before.status in ("needs_human", "completed", "failed"):
+            return before.status, f"nothing to do: {before.reason}"
+        else:
+            action = "invoke(None)"
+            graph.invoke(None, config, durability=durability)
+    after = judge(graph.get_state(config), answer_of)
+    return after.status, action
+
+
+# -- the adapter --------------------------------------------------------------------------
+
+
+class LangGraphAdapter(Adapter):
+    """LangGraph StateGraph, SqliteSaver, ``sync`` durability."""
+
+    name = "langgraph"
+    subject_packages = ("langgraph",)
+    api = "graph"
+    backend = "sqlite"
+    durability = "sync"
+
+    def __init__(self) -> None:
+        for attr, allowed in (("api", APIS), ("backend", BACKENDS), ("durability", DURABILITIES)):
+            if getattr(self, attr) not in allowed:
+                raise ValueError(f"{type(self).__name__}.{attr}={getattr(self, attr)!r} must be one of {allowed}")
+
+    # -- storage ------------------------------------------------------------------
+
+    @staticmethod
+    def sqlite_path(env: Environment, run_id: str) -> Path:
+        """One SQLite file per run (parallel cases never share a writer lock)."""
+        return Path(env.workdir) / "langgraph" / f"{run_id}.sqlite"
+
+    @contextlib.contextmanager
+    def open_saver(self, env: Environment, run_id: str, application_name: str,
+                   create: bool = True) -> Iterator[BaseCheckpointSaver | None]:
+        if self.backend == "sqlite":
+            path = self.sqlite_path(env, run_id)
+            if not create and not path.exists():
+                yield None
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(path), check_same_thread=False)
+            try:
+                saver = SqliteSaver(conn)
+                saver.setup()
+                yield saver
+            finally:
+                conn.close()
+        else:
+            import psycopg
+            from langgraph.checkpoint.postgres import PostgresSaver
+            from psycopg.rows import dict_row
+
+            with psycopg.connect(env.dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row,
+                                 application_name=application_name) as conn:
+                yield PostgresSaver(conn)
+
+    async def prepare(self, env: Environment) -> None:
+        if self.backend == "postgres":
+            def setup() -> None:
+                with self.open_saver(env, "", "crashmatrix-prepare") as saver:
+                    assert saver is not None
+                    saver.setup()  # CREATE ... IF NOT EXISTS + versioned migrations
+
+            await asyncio.to_thread(setup)
+        else:
+            (Path(env.workdir) / "langgraph").mkdir(parents=True, exist_ok=True)
+
+    # -- worker side --------------------------------------------------------------
+
+    async def start(self, ctx: RunContext) -> str:
+        return await self._run(ctx, "start")
+
+    async def resume(self, ctx: RunContext) -> str:
+        return await self._run(ctx, "resume")
+
+    async def _run(self, ctx: RunContext, role: str) -> str:
+        from crashmatrix.scenarios.realworld.common import Clients
+
+        loop = asyncio.get_running_loop()
+        async with aiohttp.ClientSession() as session:
+            clients = Clients(session, ctx.env.providers, ctx.worker_id, ctx.conversation, ctx.run_id)
+            hooks = NodeHooks(loop, clients, ctx.on_step)
+
+            def body() -> str:
+                with self.open_saver(ctx.env, ctx.run_id, ctx.worker_id) as saver:
+                    assert saver is not None
+                    graph = ctx.workload.compile(self.api, hooks, CrashpointSaver(saver, hooks))
+                    status, _ = drive(graph, self.thread_config(ctx.run_id), ctx.workload.run_input(ctx.conversation),
+                                      self.durability, role, lambda v: ctx.workload.answer(ctx.workload.messages(v)))
+                    return status
+
+            return await anyio.to_thread.run_sync(body)
+
+    @staticmethod
+    def thread_config(run_id: str) -> dict[str, Any]:
+        return {"configurable": {"thread_id": run_id}, "recursion_limit": 100}
+
+    # -- controller side ----------------------------------------------------------
+
+    async def observe(self, env: Environment, run_id: str) -> Observation:
+        from crashmatrix.harness import registry
+
+        def read() -> Observation:
+            workload = self._observe_workload or registry.workload("crashmatrix.scenarios.realworld.langgraph_checkout:NAIVE")
+            with self.open_saver(env, run_id, "crashmatrix-oracle", create=False) as saver:
+                if saver is None:
+                    return Observation(run_id, "absent", state=None, state_error="no checkpoint file")
+                graph = workload.compile(self.api, NodeHooks(None, None, None), saver)
+                snapshot = graph.get_state(self.thread_config(run_id))
+            messages = workload.messages(snapshot.values)
+            verdict = judge(snapshot, lambda v: workload.answer(workload.messages(v)))
+            if not verdict.has_checkpoint:
+                return Observation(run_id, "absent", state=None, state_error=verdict.reason)
+            state = {
+                "transcript": messages,
+                "answer": workload.answer(messages),
+                "budget": None,
+                "pending": sorted(t.name for t in snapshot.tasks),
+            }
+            return Observation(run_id, verdict.status, log=None, effects=None, state=state)
+
+        return await asyncio.to_thread(read)
+
+    #: the workload ``observe`` compiles the graph of (its shape does not depend on the
+    #: flavour; set by tests that use another workload)
+    _observe_workload: Any = None
+
+
+def _variant(api: str, backend: str, durability: str) -> type[LangGraphAdapter]:
+    api_word = "StateGraph" if api == "graph" else "functional API"
+    saver = "SqliteSaver" if backend == "sqlite" else "PostgresSaver"
+    doc = f"LangGraph {api_word}, {saver}, `{durability}` durability."
+    name = f"LangGraph{'Functional' if api == 'functional' else ''}{backend.capitalize()}{durability.capitalize()}Adapter"
+    cls = type(name, (LangGraphAdapter,), {
+        "__doc__": doc, "api": api, "backend": backend, "durability": durability,
+        "name": f"langgraph{'-func' if api == 'functional' else ''}-{backend}-{durability}",
+        "__module__": __name__, "__qualname__": name,
+    })
+    return cls
+
+
+LangGraphSqliteSyncAdapter = _variant("graph", "sqlite", "sync")
+LangGraphSqliteAsyncAdapter = _variant("graph", "sqlite", "async")
+LangGraphSqliteExitAdapter = _variant("graph", "sqlite", "exit")
+LangGraphPostgresSyncAdapter = _variant("graph", "postgres", "sync")
+LangGraphPostgresAsyncAdapter = _variant("graph", "postgres", "async")
+LangGraphPostgresExitAdapter = _variant("graph", "postgres", "exit")
+LangGraphFunctionalSqliteSyncAdapter = _variant("functional", "sqlite", "sync")
+LangGraphFunctionalSqliteAsyncAdapter = _variant("functional", "sqlite", "async")
+LangGraphFunctionalSqliteExitAdapter = _variant("functional", "sqlite", "exit")
+LangGraphFunctionalPostgresSyncAdapter = _variant("functional", "postgres", "sync")
+
+VARIANTS: dict[str, type[LangGraphAdapter]] = {
+    cls.name: cls for cls in (
+        LangGraphSqliteSyncAdapter, LangGraphSqliteAsyncAdapter, LangGraphSqliteExitAdapter,
+        LangGraphPostgresSyncAdapter, LangGraphPostgresAsyncAdapter, LangGraphPostgresExitAdapter,
+        LangGraphFunctionalSqliteSyncAdapter, LangGraphFunctionalSqliteAsyncAdapter,
+        LangGraphFunctionalSqliteExitAdapter, LangGraphFunctionalPostgresSyncAdapter,
+    )
+}
+"""Registry name -> adapter class (proposed entries for ``harness/registry.py``)."""

@@ -58,6 +58,7 @@ class WorkerPool:
         self._reader: asyncio.Task[None] | None = None
         self.zygote_pid: int | None = None
         self.pid: int | None = None  # the zygote's pid (= its process group), once started
+        self.closed_cleanly = False  # the zygote exited after close(): nothing to clean
 
     async def __aenter__(self) -> WorkerPool:
         env = dict(os.environ, PYTHONHASHSEED="0")
@@ -94,6 +95,7 @@ class WorkerPool:
         if self._reader is not None:
             self._reader.cancel()
         self.proc = None
+        self.closed_cleanly = True
 
     async def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None

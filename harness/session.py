@@ -69,7 +69,7 @@ async def open_session(
         env = Environment(pg.dsn, dict(providers.urls), str(workdir))
         pool = WorkerPool(subject, workload, register_pgid=watchdog.watch_pgid)
         # registered first, so it runs after the pool has closed (exit stacks unwind LIFO)
-        stack.callback(lambda: pool.pid is not None and watchdog.forget_pgid(pool.pid))
+        stack.callback(lambda: pool.closed_cleanly and pool.pid is not None and watchdog.forget_pgid(pool.pid))
         await stack.enter_async_context(pool)
         http = await stack.enter_async_context(aiohttp.ClientSession())
         cases_dir = workdir / "workers"

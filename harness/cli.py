@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .errors import CrashmatrixError, HarnessError
 from .explorer import DEFAULT_KINDS, DEFAULT_SOURCES, Options
-from .plan import FAULT_KINDS, POINT_SOURCES, Case
+from .plan import FAULT_KINDS, POINT_SOURCES, Case, FaultPlan
 
 app = typer.Typer(
     name="crashmatrix",
@@ -69,6 +69,11 @@ def run(
     worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed and the case fails.")] = 60.0,
     term_grace: Annotated[float, typer.Option(help="Seconds a worker may drain after SIGTERM before it is SIGKILLed.")] = 10.0,
     max_failures_shown: Annotated[int, typer.Option(help="Failing cases printed in detail.")] = 20,
+    plan: Annotated[Optional[Path], typer.Option(help="Run exactly this fault plan (JSON, schema in crashmatrix.harness.plan) on the one --conversation given.")] = None,
+    shard: Annotated[Optional[str], typer.Option(help="Run shard K/N of the matrix (disjoint, deterministic), e.g. 2/4 for the second of four CI jobs.")] = None,
+    depth: Annotated[int, typer.Option(min=1, max=2, help="2: add double faults, a second fault at each point of each case's own resume (crash during recovery).")] = 1,
+    sample: Annotated[Optional[int], typer.Option(min=1, help="With --depth 2: run this many double-fault cases, drawn with --seed (CI profile: 200; nightly: omit to run all).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of every random choice (double-fault sampling).")] = 0,
 ) -> None:
     """Run the golden runs, then the kill/term/cancel matrix; print a summary table.
 
@@ -77,10 +82,21 @@ def run(
     from .matrix import run_matrix
     from .report import print_failures, print_summary, write_json
 
+    cases = None
     try:
         kinds_t = _split(kinds, FAULT_KINDS, "--kinds")
         sources_t = _split(sources, POINT_SOURCES, "--sources")
-    except typer.BadParameter as exc:
+        if plan is not None:
+            if not conversation or len(conversation) != 1:
+                raise typer.BadParameter("--plan needs exactly one --conversation")
+            try:
+                text = plan.read_text()
+            except OSError as exc:
+                raise typer.BadParameter(f"--plan {plan}: {exc.strerror}") from None
+            cases = [Case(workload, conversation[0], FaultPlan.from_json(text))]
+            if not cases[0].plan.faults:
+                raise typer.BadParameter(f"--plan {plan}: the plan has no fault")
+    except (typer.BadParameter, CrashmatrixError) as exc:
         raise typer.Exit(_fail(exc)) from None
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("[red]{task.fields[failed]} failed"), TimeElapsedColumn(), console=console,
@@ -88,9 +104,13 @@ def run(
     state: dict[str, object] = {}
 
     def on_start(n: int) -> None:
-        progress.start()
-        state["task"] = progress.add_task(f"{workload} cases", total=n, failed=0)
-        state["failed"] = 0
+        if "task" not in state:
+            progress.start()
+            state["task"] = progress.add_task(f"{workload} cases", total=n, failed=0)
+            state["failed"] = 0
+        else:  # the double-fault level
+            task = progress.tasks[0]
+            progress.update(state["task"], total=(task.total or 0) + n)
 
     def on_result(result: object) -> None:
         if getattr(result, "outcome") != "pass":
@@ -101,9 +121,9 @@ def run(
     try:
         result = _run_async(run_matrix(
             workload, subject, kinds=kinds_t, sources=sources_t,
-            conversations=tuple(conversation) if conversation else None, jobs=jobs or None, dsn=dsn,
+            conversations=tuple(conversation) if conversation else None, cases=cases, jobs=jobs or None, dsn=dsn,
             options=Options(worker_timeout=worker_timeout, term_grace=term_grace),
-            on_start=on_start, on_result=on_result,
+            on_start=on_start, on_result=on_result, depth=depth, sample=sample, seed=seed, shard_spec=shard,
         ))
     except CrashmatrixError as exc:
         progress.stop()

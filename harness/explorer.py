@@ -19,6 +19,8 @@ case:
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import dataclasses
 import os
 import shlex
 import signal
@@ -40,6 +42,7 @@ from .pool import WorkerExit, WorkerPool, _has_fired, _kill
 from .worker import Job, read_events
 
 TraceEntry = tuple[str, str, str, int]
+_CASE_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("crashmatrix_case_env", default=None)
 TERMINAL = ("completed", "failed", "needs_human")
 DEFAULT_KINDS = ("kill", "term", "cancel")
 DEFAULT_SOURCES = ("step", "label")
@@ -80,6 +83,8 @@ class CaseResult:
     workers: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     run_id: str = ""
+    #: the trace of the first resume that ran without a fault: where double faults land
+    resume_trace: list[TraceEntry] = field(default_factory=list)
 
     @property
     def failed(self) -> list[oracle.Verdict]:
@@ -132,13 +137,53 @@ def enumerate_cases(
     return cases
 
 
+def double_fault_cases(
+    results: list[CaseResult], kinds: tuple[str, ...], *, sample: int | None, seed: int
+) -> list[Case]:
+    """Depth 2: every single-fault case extended with a second fault at each point of
+    its own resume's trace (a crash during recovery) x ``kinds``; the full product is
+    about (points x kinds)^2, so ``sample`` draws that many with a seeded generator
+    (reproducible: the same results, sample and seed give the same cases)."""
+    import random
+
+    pool: list[Case] = []
+    for r in results:
+        if len(r.case.plan.faults) != 1 or r.case.plan.faults[0].kind == "pause" or not r.resume_trace:
+            continue
+        for source, name, task, occ in r.resume_trace:
+            if source == "await" and "await" not in {f.point.source for f in r.case.plan.faults}:
+                continue
+            for kind in kinds:
+                if kind == "pause":
+                    continue
+                second = Fault(kind, CrashPoint(source, name, task, occ))
+                pool.append(Case(r.case.workload, r.case.conversation, FaultPlan(r.case.plan.faults + (second,))))
+    if sample is not None and sample < len(pool):
+        pool = random.Random(seed).sample(pool, sample)
+    return pool
+
+
+def shard(cases: list[Case], spec: str) -> list[Case]:
+    """Keep shard ``K/N`` (1-based) of ``cases``: every N-th case from the K-th, so the
+    N shards are disjoint, cover the matrix and are deterministic. Raises
+    :class:`PlanError` for a malformed spec."""
+    try:
+        k, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise PlanError(f"shard={spec!r} must look like K/N, e.g. 2/4") from None
+    if not 1 <= k <= n:
+        raise PlanError(f"shard={spec!r}: K must be between 1 and N")
+    return cases[k - 1::n]
+
+
 def validate_case(case: Case, goldens: dict[str, GoldenRun]) -> None:
     """Check a case (from a replay id or a plan file) against the golden traces; raises
     :class:`PlanError` naming what is wrong (conversation, point, occurrence)."""
     if case.conversation not in goldens:
         raise PlanError(f"conversation={case.conversation!r} is not one of {', '.join(sorted(goldens))}")
     trace = goldens[case.conversation].trace
-    for i, fault in enumerate(case.plan.faults):
+    # only the first fault lands in the golden trace; later ones land in resumes
+    for i, fault in enumerate(case.plan.faults[:1]):
         p = fault.point
         same_point = [e for e in trace if e[1] == p.name and e[2] == p.task]
         if not same_point:
@@ -202,15 +247,26 @@ class Explorer:
         self.http = http
         self.options = options or Options()
         self.db: asyncpg.Pool | None = None  # the controller's own connections (session)
+        #: starts a PostgreSQL that db-restart cases may stop (set by the session); None
+        #: when the user gave a DSN: the harness cannot restart someone else's server
+        self.start_restartable_pg: Any = None
+        self._restart_pg: Any = None
+        self._restart_lock = asyncio.Lock()
         self._n = 0
 
     # -- plumbing -----------------------------------------------------------------------
+
+    @property
+    def case_env(self) -> Environment:
+        """The environment of the case running in this task: the shared one, or for a
+        ``db-restart`` case the PostgreSQL of its own."""
+        return _CASE_ENV.get() or self.env
 
     def _job(self, role: str, conversation: str, run_id: str, plan: FaultPlan) -> tuple[Job, str]:
         self._n += 1
         worker_id = f"cmw-{self._n}-{uuid.uuid4().hex[:8]}"
         base = self.workdir / worker_id
-        job = Job(role, self.subject, self.workload_name, conversation, run_id, worker_id, self.env, plan,
+        job = Job(role, self.subject, self.workload_name, conversation, run_id, worker_id, self.case_env, plan,
                   f"{base}.jsonl", self.options.await_points)
         return job, f"{base}.log"
 
@@ -234,7 +290,7 @@ class Explorer:
                 raise HarnessError(f"database sessions of dead worker {worker_id} did not go away in {self.options.quiesce_timeout} s")
             await asyncio.sleep(0.005)
         for kind in self.workload.providers:
-            while await clients.inflight(self.http, self.env.providers[kind], worker_id):
+            while await clients.inflight(self.http, self.case_env.providers[kind], worker_id):
                 if time.monotonic() > deadline:
                     raise HarnessError(f"requests of dead worker {worker_id} still in flight at {kind}")
                 await asyncio.sleep(0.01)
@@ -243,11 +299,11 @@ class Explorer:
         """The run's durable state (rehydrated), its provider ledgers and model bills."""
         from crashmatrix.scenarios.providers import clients
 
-        obs = await self.adapter.observe(self.env, run_id)
+        obs = await self.adapter.observe(self.case_env, run_id)
         ledgers = {}
         model_calls: dict[str, int] = {}
         for kind in self.workload.providers:
-            rows = await clients.read_ledger(self.http, self.env.providers[kind], run_id)
+            rows = await clients.read_ledger(self.http, self.case_env.providers[kind], run_id)
             if kind == "model":
                 for row in rows:
                     model_calls[row["node_id"]] = model_calls.get(row["node_id"], 0) + 1
@@ -307,36 +363,68 @@ class Explorer:
             raise HarnessError(f"the faulted run diverged from the golden run before the fault: {divergence}")
         return at_fault  # type: ignore[return-value]
 
-    async def _resume_until_terminal(self, case: Case, run_id: str, result: CaseResult, status: str) -> str:
-        """Resume in new workers until the run is terminal (at most ``max_resumes``)."""
+    async def _resume_until_terminal(
+        self, case: Case, run_id: str, result: CaseResult, status: str,
+        later_faults: tuple[Fault, ...] = (), allowance: dict[str, int] | None = None,
+    ) -> str:
+        """Resume in new workers until the run is terminal (at most ``max_resumes``).
+
+        ``later_faults[i]`` is armed in the i-th resume worker (a double fault: a crash
+        during recovery); its crash state is checked like the first fault's, and what it
+        left in flight is added to ``allowance``."""
         resumes = 0
         while status not in TERMINAL:
-            if resumes >= self.options.max_resumes:
+            if resumes >= self.options.max_resumes + len(later_faults):
                 result.verdicts.append(oracle.Verdict(
                     "run.ends", "end", False, f"the run did not end after {resumes} resume(s); last status {status!r}"))
                 break
+            fault = later_faults[resumes] if resumes < len(later_faults) else None
             resumes += 1
-            rjob, rlog = self._job("resume", case.conversation, run_id, FaultPlan())
-            rexit, revents = await self._worker(rjob, rlog)
+            plan = FaultPlan((fault,)) if fault else FaultPlan()
+            rjob, rlog = self._job("resume", case.conversation, run_id, plan)
+            rexit, revents = await self._worker(rjob, rlog, term=bool(fault and fault.kind == "term"))
             result.workers.append({"role": "resume", **rexit.to_dict()})
             rend = self._end(revents)
+            if fault is not None:
+                fired = [e for e in revents if e.get("event") == "fired"]
+                if not fired:
+                    raise HarnessError(f"fault {fault.label()} (in resume {resumes}) never fired: its point was not reached; "
+                                       f"the resume ended {(rend or {}).get('status', rexit.describe())!r}")
+                at_fault = [tuple(e) for e in fired[0]["trace"]]
+                full = [tuple(e) for e in rend["trace"]] if rend else at_fault
+                await self.quiesce(rjob.worker_id)
+                obs = await self.adapter.observe(self.case_env, run_id)
+                result.verdicts += oracle.crash_checks(oracle.CrashEvidence(
+                    fault, at_fault, full, rexit.returncode, rexit.signal, rexit.timed_out, obs))  # type: ignore[arg-type]
+                if allowance is not None:
+                    for node, n in oracle.in_flight_model_calls(full).items():  # type: ignore[arg-type]
+                        allowance[node] = allowance.get(node, 0) + n
+                status = obs.status
+                continue
+            if rend is not None:
+                result.resume_trace = [tuple(e) for e in rend["trace"]]  # type: ignore[misc]
             if rexit.returncode != 0 or rend is None:
                 await self.quiesce(rjob.worker_id)
                 detail = (rend or {}).get("error") or rexit.describe()
                 result.verdicts.append(oracle.Verdict("resume.runs", "end", False, f"resume {resumes} failed: {detail}"))
-                status = (await self.adapter.observe(self.env, run_id)).status
+                status = (await self.adapter.observe(self.case_env, run_id)).status
                 break
             status = rend["status"]
         return status
 
     async def _run_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult) -> None:
-        if len(case.plan.faults) != 1:
-            raise HarnessError(f"this build runs plans of exactly one fault, got {len(case.plan.faults)}")
-        fault = case.plan.faults[0]
-        if fault.kind == "pause":
-            await self._run_pause_case(case, golden, run_id, result, fault)
+        fault, later = case.plan.faults[0], case.plan.faults[1:]
+        if any(f.kind in ("pause", "db-restart") for f in later):
+            raise HarnessError("pause and db-restart can only be the first fault of a plan")
+        if fault.kind in ("pause", "db-restart"):
+            if later:
+                raise HarnessError(f"a {fault.kind} plan holds exactly one fault")
+            if fault.kind == "pause":
+                await self._run_pause_case(case, golden, run_id, result, fault)
+            else:
+                await self._run_db_restart_case(case, golden, run_id, result, fault)
             return
-        job, log = self._job("start", case.conversation, run_id, case.plan)
+        job, log = self._job("start", case.conversation, run_id, FaultPlan((fault,)))
         exit_, events = await self._worker(job, log, term=fault.kind == "term")
         result.workers.append({"role": "start", **exit_.to_dict()})
         at_fault = self._fired(fault, events, exit_.describe(), golden)
@@ -345,13 +433,13 @@ class Explorer:
         if fault.kind == "kill" and exit_.signal != 9:
             raise HarnessError(f"kill fault fired but the worker ended otherwise ({exit_.describe()})")
         await self.quiesce(job.worker_id)
-        crash_obs = await self.adapter.observe(self.env, run_id)
+        crash_obs = await self.adapter.observe(self.case_env, run_id)
         result.verdicts += oracle.crash_checks(oracle.CrashEvidence(
             fault, at_fault, full, exit_.returncode, exit_.signal, exit_.timed_out, crash_obs))  # type: ignore[arg-type]
         # a cancel or term lands after it fires (at the next await, at the drain): what
         # was in flight is what the faulted worker's whole trace shows unfinished
         allowance = oracle.in_flight_model_calls(full)  # type: ignore[arg-type]
-        await self._resume_until_terminal(case, run_id, result, crash_obs.status)
+        await self._resume_until_terminal(case, run_id, result, crash_obs.status, later, allowance)
         final = await self.evidence(run_id)
         result.verdicts += oracle.end_checks(golden.evidence, final, allowance)
         result.outcome = "pass" if oracle.merge(result.verdicts) is True else "fail"
@@ -376,7 +464,7 @@ class Explorer:
         at_fault = self._fired(fault, read_events(job.result_path), "stopped", golden)
         await self._resume_until_terminal(case, run_id, result, "paused")
         await self.quiesce(job.worker_id, database=False)  # the zombie's session stays
-        before = await self.adapter.observe(self.env, run_id)
+        before = await self.adapter.observe(self.case_env, run_id)
         os.kill(pid, signal.SIGCONT)
         try:
             event = await asyncio.wait_for(asyncio.shield(exited), self.options.worker_timeout)
@@ -388,7 +476,7 @@ class Explorer:
         end = self._end(read_events(job.result_path))
         full = [tuple(e) for e in end["trace"]] if end else at_fault
         await self.quiesce(job.worker_id)
-        after = await self.adapter.observe(self.env, run_id)
+        after = await self.adapter.observe(self.case_env, run_id)
         result.verdicts.append(oracle.check_zombie_fenced(before, after, end))
         result.verdicts += [v for v in oracle.crash_checks(oracle.CrashEvidence(
             fault, at_fault, full, zombie.returncode, zombie.signal, False, after)) if v.phase == "crash"]  # type: ignore[arg-type]
@@ -396,6 +484,71 @@ class Explorer:
         final = await self.evidence(run_id)
         result.verdicts += oracle.end_checks(golden.evidence, final, allowance)
         result.outcome = "pass" if oracle.merge(result.verdicts) is True else "fail"
+
+    async def _run_db_restart_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, fault: Fault) -> None:
+        """``db-restart``: at the point the worker stops itself (SIGSTOP); PostgreSQL is
+        stopped in immediate mode (a crash) and started again; the worker continues on
+        a dead connection (it must reconnect or die) and the run is resumed as usual.
+        These cases run one at a time on a PostgreSQL of their own."""
+        if self.start_restartable_pg is None:
+            raise HarnessError("db-restart is unavailable: PostgreSQL comes from a DSN the harness cannot restart")
+        async with self._restart_lock:
+            if self._restart_pg is None:
+                self._restart_pg = await asyncio.to_thread(self.start_restartable_pg)
+                env = dataclasses.replace(self.env, dsn=self._restart_pg.dsn)
+                await self.adapter.prepare(env)
+            token = _CASE_ENV.set(dataclasses.replace(self.env, dsn=self._restart_pg.dsn))
+            try:
+                await self._run_stopped_case(case, golden, run_id, result, fault)
+            finally:
+                _CASE_ENV.reset(token)
+
+    async def _run_stopped_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, fault: Fault) -> None:
+        job, log = self._job("start", case.conversation, run_id, case.plan)
+        t0 = time.monotonic()
+        pid, exited = await self.pool.spawn(job, log)
+        while not exited.done():
+            if _has_fired(job.result_path) and _stopped(pid):
+                break
+            if time.monotonic() - t0 > self.options.worker_timeout:
+                _kill(pid)
+                break
+            await asyncio.sleep(0.005)
+        if exited.done():
+            raise HarnessError(self._fired_error(fault, job, exited.result()))
+        at_fault = self._fired(fault, read_events(job.result_path), "stopped", golden)
+        pg = self._restart_pg
+        await asyncio.to_thread(pg.stop_immediate)
+        await asyncio.to_thread(pg.start)
+        os.kill(pid, signal.SIGCONT)
+        try:
+            event = await asyncio.wait_for(asyncio.shield(exited), self.options.worker_timeout)
+        except asyncio.TimeoutError:
+            _kill(pid)
+            event = await exited
+        exit_ = WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, False, event.get("cpu_ms"))
+        result.workers.append({"role": "start", **exit_.to_dict()})
+        end = self._end(read_events(job.result_path))
+        full = [tuple(e) for e in end["trace"]] if end else at_fault
+        await self.quiesce(job.worker_id, database=False)
+        crash_obs = await self.adapter.observe(self.case_env, run_id)
+        result.verdicts += oracle.crash_checks(oracle.CrashEvidence(
+            fault, at_fault, full, exit_.returncode, exit_.signal, False, crash_obs))  # type: ignore[arg-type]
+        allowance = oracle.in_flight_model_calls(full)  # type: ignore[arg-type]
+        status = crash_obs.status
+        if status == "running":  # the worker died without a word: like any crash
+            status = "interrupted"
+        await self._resume_until_terminal(case, run_id, result, status, (), allowance)
+        final = await self.evidence(run_id)
+        result.verdicts += oracle.end_checks(golden.evidence, final, allowance)
+        result.outcome = "pass" if oracle.merge(result.verdicts) is True else "fail"
+
+    async def aclose(self) -> None:
+        """Stop the db-restart PostgreSQL, if one was started."""
+        if self._restart_pg is not None:
+            await self.adapter.aclose()
+            await asyncio.to_thread(self._restart_pg.close)
+            self._restart_pg = None
 
     def _fired_error(self, fault: Fault, job: Job, event: dict[str, Any]) -> str:
         end = self._end(read_events(job.result_path))

@@ -15,7 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .explorer import DEFAULT_KINDS, DEFAULT_SOURCES, CaseResult, Explorer, GoldenRun, Options, enumerate_cases, validate_case
+from .errors import PlanError
+from .explorer import (
+    DEFAULT_KINDS, DEFAULT_SOURCES, CaseResult, Explorer, GoldenRun, Options, double_fault_cases, enumerate_cases,
+    shard, validate_case,
+)
 from .plan import Case
 from .session import open_session
 
@@ -85,13 +89,24 @@ async def run_matrix(
     options: Options | None = None,
     on_start: Callable[[int], None] | None = None,
     on_result: Callable[[CaseResult], None] | None = None,
+    depth: int = 1,
+    sample: int | None = None,
+    seed: int = 0,
+    shard_spec: str | None = None,
 ) -> MatrixReport:
     """Start services, run golden runs, then the matrix (or the given ``cases``).
 
     Raises ``ServiceError``/``RegistryError`` before any case runs when services or
     names are wrong, and ``PlanError`` when a given case does not fit the golden trace.
-    ``on_start(n)`` is called with the number of cases once they are enumerated.
+    ``on_start(n)`` is called with the number of cases once they are enumerated (and
+    again for the second level when ``depth`` is 2).
+
+    ``depth=2`` adds double faults: after the single-fault cases ran, each is extended
+    with a second fault at every point of its resume's trace (``sample`` of them, drawn
+    with ``seed``). ``shard_spec`` ``"K/N"`` keeps the K-th of N disjoint shards.
     """
+    if depth not in (1, 2):
+        raise PlanError(f"depth={depth!r} must be 1 or 2")
     # a case mostly waits (fsync, IPC); twice the cores in flight measured fastest
     jobs = jobs or 2 * (os.cpu_count() or 1)
     wants_awaits = "await" in sources or any(f.point.source == "await" for c in cases or [] for f in c.plan.faults)
@@ -109,11 +124,18 @@ async def run_matrix(
         else:
             for case in cases:
                 validate_case(case, goldens)
+        if shard_spec:
+            cases = shard(cases, shard_spec)
         report = MatrixReport(workload, subject, kinds, sources, goldens, jobs=jobs)
         if on_start:
             on_start(len(cases))
         t1 = time.monotonic()
         report.results = await _run_cases(explorer, cases, goldens, jobs, on_result)
+        if depth == 2:
+            doubles = double_fault_cases(report.results, kinds, sample=sample, seed=seed)
+            if on_start:
+                on_start(len(doubles))
+            report.results += await _run_cases(explorer, doubles, goldens, jobs, on_result)
         report.seconds = time.monotonic() - t1
     report.setup_seconds = time.monotonic() - t0 - report.seconds
     return report

@@ -10,12 +10,14 @@ place has the same name in every run (DESIGN.md, "Crash points"):
 - ``task``: the logical task (node id) whose work reached the point;
 - ``occurrence``: 1 for the first time ``task`` reached ``name``, 2 for the second...
 
-A **fault plan** is an ordered list of faults, each a kind at a crash point. It crosses
+A **fault plan** is an ordered list of faults, each a kind at a crash point. Fault *i*
+is armed in the *i*-th worker of the case: the first in the worker that starts the run,
+the second in the first resume (a crash during recovery), and so on. It crosses
 process boundaries as JSON (``FaultPlan.to_json`` / ``FaultPlan.from_json``), never as a
 pickle. Schema, version 1::
 
     {"version": 1,
-     "faults": [{"kind": "kill" | "term" | "cancel" | "pause",
+     "faults": [{"kind": "kill" | "term" | "cancel" | "pause" | "db-restart",
                  "point": {"source": "step" | "label" | "await", "name": str,
                            "task": str, "occurrence": int >= 1}}]}
 
@@ -39,7 +41,7 @@ from typing import Any
 from .errors import PlanError
 
 PLAN_VERSION = 1
-FAULT_KINDS = ("kill", "term", "cancel", "pause")
+FAULT_KINDS = ("kill", "term", "cancel", "pause", "db-restart")
 """Fault kinds this build injects (DESIGN.md, "Fault kinds, precisely")."""
 POINT_SOURCES = ("step", "label", "await")
 

@@ -26,7 +26,7 @@ def summary_table(report: MatrixReport) -> Table:
     names: list[str] = []
     for r in report.results:
         fault = r.case.plan.faults[0]
-        name = fault.point.name
+        name = fault.point.name if len(r.case.plan.faults) == 1 else f"{fault.point.name} (+ a 2nd fault)"
         if name not in names:
             names.append(name)
         cell = cells[(name, fault.kind)]

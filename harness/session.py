@@ -75,6 +75,9 @@ async def open_session(
         cases_dir = workdir / "workers"
         cases_dir.mkdir()
         explorer = Explorer(env, pool, subject, workload, cases_dir, http, options)
+        if pg.restartable:
+            explorer.start_restartable_pg = lambda: start_postgres(workdir / "pg-restart", watchdog=watchdog)
+        stack.push_async_callback(explorer.aclose)
         explorer.db = await asyncpg.create_pool(
             pg.dsn, min_size=1, max_size=4, server_settings={"application_name": "crashmatrix-controller"})
         stack.push_async_callback(explorer.db.close)

@@ -119,8 +119,10 @@ class Recorder:
         elif fault.kind == "cancel":
             assert self.scope is not None, "cancel fault fired outside the run's scope"
             self.scope.cancel()
-        elif fault.kind == "pause":
-            os.kill(os.getpid(), signal.SIGSTOP)  # continues here after SIGCONT: a zombie
+        elif fault.kind in ("pause", "db-restart"):
+            # the controller takes it from here: another worker steals the run (pause),
+            # or PostgreSQL is crashed and restarted (db-restart); then SIGCONT
+            os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def run_job(job: Job) -> int:

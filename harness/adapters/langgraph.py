@@ -233,7 +233,9 @@ def judge(snapshot: Any, answer_of: Any) -> Judgement:
     cfg = (snapshot.config or {}).get("configurable", {})
     if not cfg.get("checkpoint_id"):
         return Judgement("absent", "no checkpoint: the run restarts from its input", False)
-    interrupts = list(snapshot.interrupts or ()) + [i for t in snapshot.tasks for i in (t.interrupts or ())]
+    # StateSnapshot.interrupts gathers the tasks' interrupts; read both, count each once
+    interrupts = {getattr(i, "id", id(i)): i for i in
+                  [*(snapshot.interrupts or ()), *(i for t in snapshot.tasks for i in (t.interrupts or ()))]}
     if interrupts:
         return Judgement("needs_human", f"{len(interrupts)} pending interrupt(s)", True)
     if snapshot.tasks:

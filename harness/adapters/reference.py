@@ -34,8 +34,8 @@ class ReferenceAdapter(Adapter):
 
     name = "reference"
     subject_packages = ("crashmatrix.reference_runtime",)
-    _pool: asyncpg.Pool | None = None
-    _pool_key: tuple[int, str] | None = None
+    _pools: dict[str, asyncpg.Pool] = {}  # noqa: RUF012 - replaced per instance on first use
+    _pools_loop: int | None = None
 
     def make_runtime(self, db: Db, agent: Any, ctx: RunContext) -> Runtime:
         """Build the runtime for one worker; mutants override this."""
@@ -72,18 +72,18 @@ class ReferenceAdapter(Adapter):
 
     async def _oracle_pool(self, dsn: str) -> asyncpg.Pool:
         """A pool for the controller's reads, one per event loop and DSN."""
-        key = (id(asyncio.get_running_loop()), dsn)
-        if self._pool_key != key or self._pool is None:
-            self._pool = await asyncpg.create_pool(
+        loop = id(asyncio.get_running_loop())
+        if self._pools_loop != loop:
+            self._pools, self._pools_loop = {}, loop
+        if dsn not in self._pools:
+            self._pools[dsn] = await asyncpg.create_pool(
                 dsn, min_size=1, max_size=4, server_settings={"application_name": "crashmatrix-oracle"})
-            self._pool_key = key
-        return self._pool
+        return self._pools[dsn]
 
     async def aclose(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
-            self._pool_key = None
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            await pool.close()
 
     async def observe(self, env: Environment, run_id: str) -> Observation:
         pool = await self._oracle_pool(env.dsn)

@@ -243,8 +243,8 @@ def test_bad_source() -> None:
 
 
 def test_fault_constructor_refuses_unknown_kind() -> None:
-    with pytest.raises(PlanError, match="fault.kind='pause'"):
-        Fault("pause", LABEL)
+    with pytest.raises(PlanError, match="fault.kind='net'"):
+        Fault("net", LABEL)
 
 
 @pytest.mark.parametrize(
@@ -263,7 +263,7 @@ def test_fault_constructor_refuses_unknown_kind() -> None:
         ("checkout/conv1/kill@a b[t]#1", "fault 'kill@a b[t]#1'"),
         ("checkout/conv1/kill@a[t]#1+", "fault ''"),
         ("checkout/conv1/boom@a[t]#1", "fault kind 'boom'"),
-        ("checkout/conv1/db-restart@a[t]#1", "fault kind 'db-restart'"),
+        ("checkout/conv1/net@a[t]#1", "fault kind 'net'"),
     ],
 )
 def test_case_parse_malformed(case_id: str, needle: str) -> None:

@@ -35,6 +35,15 @@ class Normalizer:
         self.seen: dict[str, str] = {}
         self.counts: dict[str, int] = {}
 
+    def copy(self) -> Normalizer:
+        """A normaliser that knows every id seen so far; ids it meets later do not
+        change this one's numbering (one per provider ledger: an extra row in one
+        ledger must not shift the labels of another)."""
+        other = Normalizer()
+        other.seen = dict(self.seen)
+        other.counts = dict(self.counts)
+        return other
+
     def _label(self, match: re.Match[str]) -> str:
         text = match.group(0)
         if text not in self.seen:

@@ -263,10 +263,13 @@ def _normalise(ev: Evidence) -> _Normalised:
         n({"node": e.node_id, "tool": e.tool, "key": e.key, "status": e.status, "result": e.result})
         for e in sorted(obs.effects or [], key=lambda e: (e.node_id, e.key))
     ]
-    ledgers = {
-        kind: [n({k: v for k, v in row.items() if k not in VOLATILE_PROVIDER_FIELDS}) for row in rows]
-        for kind, rows in sorted(ev.ledgers.items())
-    }
+    # each provider's ledger continues the numbering of the transcript and the effects
+    # (so a charge the run never recorded stays visible) but not of the other ledgers
+    # (so an extra mail does not shift the payment ledger's labels)
+    ledgers = {}
+    for kind, rows in sorted(ev.ledgers.items()):
+        nk = n.copy()
+        ledgers[kind] = [nk({k: v for k, v in row.items() if k not in VOLATILE_PROVIDER_FIELDS}) for row in rows]
     return _Normalised(obs.status, transcript, answer, state.get("budget"), state.get("pending"), effects, ledgers, obs.state_error)
 
 
@@ -308,6 +311,8 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int]) -> l
         return Verdict("transcript.exact", "end", False, ", ".join(parts), _diff(g.transcript, c.transcript))
 
     def effects() -> Verdict:
+        if case.observation.effects is None:
+            return Verdict("effects.ledger_equal", "end", True, "not applicable: the subject has no effects ledger")
         left = [e for e in c.effects if e["status"] in ("started", "unknown")]
         if g.effects == c.effects and not left:
             return Verdict("effects.ledger_equal", "end", True, f"{len(c.effects)} rows equal")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -82,6 +83,10 @@ class Recorder:
     """Counts crash points per logical task, keeps the trace, fires armed faults."""
 
     def __init__(self, plan: FaultPlan, result_fd: int) -> None:
+        # subjects may reach points from several threads (LangGraph saves on background
+        # threads): counting, recording and firing are one critical section, and a kill
+        # holds the lock until the signal lands, so no other thread acts in between
+        self.lock = threading.Lock()
         self.trace: list[TraceEntry] = []
         self.counts: dict[tuple[str, str], int] = {}
         self.pending: list[Fault] = list(plan.faults)
@@ -89,12 +94,17 @@ class Recorder:
         self.scope: anyio.CancelScope | None = None
 
     def point(self, source: str, name: str, task: str) -> None:
-        key = (name, task)
-        n = self.counts.get(key, 0) + 1
-        self.counts[key] = n
-        self.trace.append((source, name, task, n))
-        if self.pending and self.pending[0].point.key == (name, task, n):
-            self.fire(self.pending.pop(0))
+        with self.lock:
+            key = (name, task)
+            n = self.counts.get(key, 0) + 1
+            self.counts[key] = n
+            self.trace.append((source, name, task, n))
+            if not (self.pending and self.pending[0].point.key == (name, task, n)):
+                return
+            fault = self.pending.pop(0)
+            if fault.kind == "kill":
+                self.fire(fault)  # never returns
+        self.fire(fault)  # outside the lock: a cancel or term lets the subject go on
 
     def label_hook(self, name: str, task: str) -> None:
         self.point("label", name, task)

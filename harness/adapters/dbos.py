@@ -64,7 +64,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from crashmatrix.harness.crashpoint import crashpoint, logical_task, set_logical_task
+from crashmatrix.harness.crashpoint import crashpoint, set_logical_task
 
 from ..adapter import Adapter, Environment, LogEntry, Observation, RunContext
 
@@ -289,5 +289,5 @@ class DBOSPostgresAdapter(DBOSAdapter):
 VARIANTS: dict[str, type[DBOSAdapter]] = {c.name: c for c in (DBOSSqliteAdapter, DBOSPostgresAdapter)}
 """Registry name -> adapter class (proposed entries for ``harness/registry.py``)."""
 
-__all__ = ["DBOSAdapter", "DBOSSqliteAdapter", "DBOSPostgresAdapter", "VARIANTS", "APP_VERSION", "application_version", "executor_id",
-           "point", "logical_task"]
+__all__ = ["DBOSAdapter", "DBOSSqliteAdapter", "DBOSPostgresAdapter", "VARIANTS", "APP_VERSION", "application_version",
+           "executor_id", "point"]

@@ -1,0 +1,111 @@
+"""What the LangGraph and DBOS checkout workloads share: input, model, tools, key flavours.
+
+The model is the checkout workload's scripted model (``scenarios/checkout/script.py``),
+run inside the model provider, which bills every call to ``(run_id, node_id)``. The
+tools are the checkout tools (``scenarios/checkout/tools.py``): read-only ``search``,
+``fetch_doc``, ``quote``; effects ``charge``, ``refund``, ``send_receipt`` against the
+payment and mail providers, which deduplicate on the idempotency key. So the oracle's
+provider-ledger and model-billing checks apply unchanged.
+
+Messages are plain JSON dicts, the shapes the script reads::
+
+    {"role": "user", "content": str}
+    {"role": "assistant", "content": str, "tool_calls": [{"id", "name", "arguments"}]}
+    {"role": "tool", "tool_call_id": str, "name": str, "status": str, "content": dict}
+
+**Tool flavours** (:data:`FLAVOURS`):
+
+- ``naive``: every attempt of an effect sends a fresh key (``sha256`` of a random
+  UUID). A step the runtime re-executes repeats the effect at the provider.
+- ``keyed``: the key is ``sha256`` of the runtime's stable ids for that effect (LangGraph:
+  thread id, node, superstep, call index; DBOS: workflow id and step id). A re-executed
+  step sends the same key; the provider answers the first result again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from crashmatrix.reference_runtime.agent import OutcomeUnknown, ToolContext
+from crashmatrix.scenarios.checkout import SCRIPT
+from crashmatrix.scenarios.checkout import WORKLOAD as CHECKOUT
+from crashmatrix.scenarios.checkout.tools import TOOLS, Resources
+from crashmatrix.scenarios.providers import clients
+
+FLAVOURS = ("naive", "keyed")
+CONVERSATIONS = CHECKOUT.conversations
+PROVIDERS = ("payment", "mail", "model")
+
+
+def effect_key(flavour: str, *stable_ids: object) -> str:
+    """The idempotency key an effect is sent with. ``naive``: fresh per attempt;
+    ``keyed``: ``sha256("id1:id2:...")`` of the runtime's stable ids."""
+    if flavour == "naive":
+        return hashlib.sha256(uuid.uuid4().bytes).hexdigest()
+    if flavour == "keyed":
+        if not stable_ids:
+            raise ValueError("a keyed effect needs the runtime's stable ids")
+        return hashlib.sha256(":".join(str(p) for p in stable_ids).encode()).hexdigest()
+    raise ValueError(f"flavour={flavour!r} must be one of {', '.join(FLAVOURS)}")
+
+
+def run_input(conversation: str) -> dict[str, Any]:
+    """The run's input: the conversation name and the user's request."""
+    return CHECKOUT.run_input(conversation)
+
+
+def final_answer(messages: list[dict[str, Any]]) -> str | None:
+    """The run's answer: the content of the last assistant message when it has no tool
+    calls (the model ended the run), else None."""
+    if messages and messages[-1].get("role") == "assistant" and not messages[-1].get("tool_calls"):
+        return str(messages[-1].get("content"))
+    return None
+
+
+@dataclass
+class Clients:
+    """One worker's access to the providers (the HTTP session is the caller's)."""
+
+    session: aiohttp.ClientSession
+    urls: dict[str, str]
+    worker_id: str
+    conversation: str
+    run_id: str
+
+    async def model(self, node_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """One billed model turn for ``node_id``; returns the assistant message."""
+        body = await clients.complete(
+            self.session, self.urls["model"], script=SCRIPT, conversation=self.conversation,
+            node_id=node_id, messages=messages, run_id=self.run_id, worker_id=self.worker_id,
+        )
+        message: dict[str, Any] = {"role": "assistant", "content": body["content"]}
+        calls = [{"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in body["tool_calls"]]
+        if calls:
+            message["tool_calls"] = calls
+        return message
+
+    async def tool(self, call: dict[str, Any], key: str, node_id: str) -> dict[str, Any]:
+        """Run one tool call (effects with idempotency key ``key``); returns the tool
+        message. An ambiguous provider answer raises :class:`OutcomeUnknown`."""
+        tool = TOOLS.get(call["name"])
+        if tool is None:
+            raise RuntimeError(f"{node_id}: model called unknown tool {call['name']!r}")
+        resources = Resources(self.session, self.urls, self.worker_id, self.conversation)
+        ctx = ToolContext(self.run_id, node_id, key if tool.effect else None, resources)
+        outcome = await tool.fn(ctx, call["arguments"])
+        return {"role": "tool", "tool_call_id": call["id"], "name": call["name"],
+                "status": outcome.status, "content": outcome.result}
+
+
+def is_effect(call: dict[str, Any]) -> bool:
+    tool = TOOLS.get(call["name"])
+    return bool(tool and tool.effect)
+
+
+__all__ = ["FLAVOURS", "CONVERSATIONS", "PROVIDERS", "Clients", "OutcomeUnknown", "effect_key",
+           "final_answer", "is_effect", "run_input"]

@@ -77,7 +77,8 @@ def run(
 ) -> None:
     """Run the golden runs, then the kill/term/cancel matrix; print a summary table.
 
-    Exit code 0 only if every case passed (1: oracle failures, 3: harness errors).
+    Exit codes: 0 every case passed; 1 oracle failures; 2 bad input (one line on
+    stderr); 3 harness errors only; 130 interrupted.
     """
     from .matrix import run_matrix
     from .report import print_failures, print_summary, write_json
@@ -117,6 +118,13 @@ def run(
             state["failed"] = int(state["failed"]) + 1  # type: ignore[call-overload]
         progress.update(state["task"], advance=1, failed=state["failed"])  # type: ignore[arg-type]
 
+    try:
+        from . import registry
+
+        registry.workload(workload)
+        registry.subject(subject)
+    except CrashmatrixError as exc:
+        raise typer.Exit(_fail(exc)) from None
     console.print(f"crashmatrix: starting services for {workload} on {subject} ...")
     try:
         result = _run_async(run_matrix(

@@ -201,6 +201,20 @@ def validate_case(case: Case, goldens: dict[str, GoldenRun]) -> None:
             )
 
 
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def _tail(text: str, lines: int) -> str:
+    """The last ``lines`` lines of a worker's log or traceback, indented (worker logs
+    live in the session's directory, which is removed when the session ends)."""
+    return "\n".join("    " + line for line in text.strip().splitlines()[-lines:])
+
+
 def _stopped(pid: int) -> bool:
     """True when ``pid`` is stopped (SIGSTOP): state ``T`` in /proc/PID/stat."""
     try:
@@ -328,7 +342,10 @@ class Explorer:
         end = self._end(events)
         if end is None or end.get("status") != "completed" or exit_.returncode != 0:
             detail = (end or {}).get("error") or (end or {}).get("status") or exit_.describe()
-            raise HarnessError(f"golden run of {self.workload_name}/{conversation} on {self.subject} did not complete: {detail} (worker log: {log})")
+            tail = _tail((end or {}).get("traceback") or _read(log), 12)
+            raise HarnessError(
+                f"golden run of {self.workload_name}/{conversation} on {self.subject} did not complete: {detail}"
+                + (f"\n{tail}" if tail else ""))
         trace = [tuple(e) for e in end["trace"]]
         return GoldenRun(conversation, run_id, trace, await self.evidence(run_id), time.monotonic() - t0)  # type: ignore[arg-type]
 
@@ -405,7 +422,7 @@ class Explorer:
                 result.resume_trace = [tuple(e) for e in rend["trace"]]  # type: ignore[misc]
             if rexit.returncode != 0 or rend is None:
                 await self.quiesce(rjob.worker_id)
-                detail = (rend or {}).get("error") or rexit.describe()
+                detail = (rend or {}).get("error") or f"{rexit.describe()}; {_tail(_read(rlog), 3)}"
                 result.verdicts.append(oracle.Verdict("resume.runs", "end", False, f"resume {resumes} failed: {detail}"))
                 status = (await self.adapter.observe(self.case_env, run_id)).status
                 break

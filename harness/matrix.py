@@ -21,6 +21,7 @@ from .explorer import (
     shard, validate_case,
 )
 from .plan import Case
+from . import registry
 from .session import open_session
 
 
@@ -109,6 +110,13 @@ async def run_matrix(
         raise PlanError(f"depth={depth!r} must be 1 or 2")
     # a case mostly waits (fsync, IPC); twice the cores in flight measured fastest
     jobs = jobs or 2 * (os.cpu_count() or 1)
+    wl_obj = registry.workload(workload)
+    registry.subject(subject)
+    for conv in conversations or ():
+        if conv not in wl_obj.conversations:
+            raise PlanError(f"conversation={conv!r} is not one of {', '.join(wl_obj.conversations)}")
+    if shard_spec:
+        shard(list(range(1)), shard_spec)  # validates K/N before anything starts
     wants_awaits = "await" in sources or any(f.point.source == "await" for c in cases or [] for f in c.plan.faults)
     if wants_awaits and not (options and options.await_points):
         options = dataclasses.replace(options or Options(), await_points=True)

@@ -33,7 +33,8 @@ first appearance (:mod:`.normalize`):
   the worker's own trace shows in flight when a fault landed (the node had called the
   model and its record was not appended).
 
-Not checked here: trace links (a later issue), wall-clock budgets (never compared).
+Not checked here: wall-clock budgets (never compared); trace links are checked by
+:mod:`crashmatrix.harness.trace_check` where the adapter reports invocations.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class WorkerPool:
     async def __aenter__(self) -> WorkerPool:
         env = dict(os.environ, PYTHONHASHSEED="0")
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "crashmatrix.harness.zygote", self.subject, self.workload,
+            sys.executable, "-P", "-m", "crashmatrix.harness.zygote", self.subject, self.workload,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
             start_new_session=True, limit=1 << 24,
         )
@@ -113,6 +113,7 @@ class WorkerPool:
         for fut in [*self._started.values(), *self._exited.values()]:
             if not fut.done():
                 fut.set_exception(err)
+                fut.exception()  # retrieved here: an awaiting case still gets it
 
     async def spawn(self, job: Job, log_path: str) -> tuple[int, asyncio.Future[dict[str, Any]]]:
         """Fork a worker for ``job``; return its pid and a future of its exit event."""

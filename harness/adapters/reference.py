@@ -19,6 +19,7 @@ from crashmatrix.reference_runtime.blobs import LocalBlobStore
 from crashmatrix.reference_runtime.db import Db
 from crashmatrix.reference_runtime.graph import RunGraph
 from crashmatrix.reference_runtime.logstore import CorruptRecord, StoredRecord, decode_row
+from crashmatrix.reference_runtime.snapshots import DeltaSnapshotStore
 from crashmatrix.scenarios.checkout.tools import Resources
 
 from ..adapter import Adapter, EffectEntry, Environment, InvocationEntry, LogEntry, Observation, RunContext
@@ -140,3 +141,13 @@ class ReferenceAdapter(Adapter):
             lease_epoch=run["lease_epoch"],
             invocations=[InvocationEntry(i["lease_epoch"], i["worker"], i["traceparent"], i["link"]) for i in invocations],
         )
+
+
+class ReferenceDeltaAdapter(ReferenceAdapter):
+    """The reference runtime with the delta-and-snapshot store (a snapshot every 3 records)."""
+
+    name = "reference-delta"
+
+    def make_runtime(self, db: Db, agent: Any, ctx: RunContext) -> Runtime:
+        return Runtime(db, agent, worker_id=ctx.worker_id, on_step=ctx.on_step, blobs=blob_store(ctx.env),
+                       store=DeltaSnapshotStore(db, every=3))

@@ -90,7 +90,7 @@ class Watchdog:
         start with stdlib imports only).
         """
         process = subprocess.Popen(
-            [sys.executable, "-m", _MODULE],
+            [sys.executable, "-P", "-m", _MODULE],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,

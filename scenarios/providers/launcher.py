@@ -201,6 +201,7 @@ def start_providers(
         for kind in kinds:
             cmd = [
                 python or sys.executable,
+                "-P",  # the working directory is not on sys.path: a ./crashmatrix folder there must not shadow the install
                 "-m",
                 _SERVER_MODULE,
                 "--kind", kind,

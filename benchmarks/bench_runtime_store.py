@@ -3,9 +3,10 @@
     python benchmarks/bench_runtime_store.py [--turns 1000] [--rehydrate 5000] [--dsn DSN]
 
 1. Turn append (encode + insert + commit, the executor's one statement with the lease
-   fence) p50/p95 at turns 1-20 and at turns N-19..N of one run, for the append-only log
-   and, side by side, for a naive strategy that upserts the whole state (every output so
-   far, JSON-encoded) each turn: the O(1) vs O(n) growth is visible.
+   fence) p50/p95 at turns 1-20 and at turns N-19..N of one run, for the append-only log,
+   for delta-and-snapshot (a snapshot every 50 records, its cost included in the turn
+   that writes it) and, side by side, for a naive strategy that upserts the whole state
+   (every output so far, JSON-encoded) each turn: the O(1) vs O(n) growth is visible.
 2. Rehydrate of R small records (fetch + decode + graph rebuild): the store's one round
    trip returning arrays vs a plain row-by-row fetch.
 
@@ -30,6 +31,7 @@ from crashmatrix.reference_runtime import RunGraph, codec, connect, migrate
 from crashmatrix.reference_runtime.leases import acquire
 from crashmatrix.reference_runtime.logstore import RECORD_FORMAT_VERSION, AppendOnlyLog, decode_row
 from crashmatrix.reference_runtime.records_pb2 import Budget, NodeRecord, NodeSpec
+from crashmatrix.reference_runtime.snapshots import DeltaSnapshotStore
 
 
 def turn_output(i: int) -> dict[str, Any]:
@@ -56,10 +58,16 @@ async def bench_append(dsn: str, turns: int) -> dict[str, Any]:
     db = await connect(dsn)
     await db.execute("CREATE TABLE IF NOT EXISTS bench_full_state (run_id text PRIMARY KEY, state bytea NOT NULL)")
     log = AppendOnlyLog(db)
+    delta = DeltaSnapshotStore(db, every=50)
     run_id = f"bench-{uuid.uuid4().hex[:12]}"
-    await db.execute("INSERT INTO cm_runs (run_id, workload, input, status) VALUES ($1, 'bench', '{}'::jsonb, 'pending')", run_id)
+    run_d = run_id + "-d"
+    for r in (run_id, run_d):
+        await db.execute("INSERT INTO cm_runs (run_id, workload, input, status) VALUES ($1, 'bench', '{}'::jsonb, 'pending')", r)
     lease = await acquire(db, run_id, "bench")
+    lease_d = await acquire(db, run_d, "bench")
+    await delta.read(run_d)  # the store knows the (empty) prefix, as after a rehydrate
     append_ms: list[float] = []
+    delta_ms: list[float] = []
     full_ms: list[float] = []
     state: list[Any] = []
     for i in range(1, turns + 1):
@@ -67,6 +75,9 @@ async def bench_append(dsn: str, turns: int) -> dict[str, Any]:
         rec = record(i, lease.epoch)  # encode
         await log.append(lease, i, rec, None)  # insert + commit (autocommit statement)
         append_ms.append((time.perf_counter() - t0) * 1000)
+        t0 = time.perf_counter()
+        await delta.append(lease_d, i, record(i, lease_d.epoch), None)
+        delta_ms.append((time.perf_counter() - t0) * 1000)
         state.append(turn_output(i))
         t0 = time.perf_counter()
         blob = json.dumps(state, sort_keys=True, separators=(",", ":")).encode()
@@ -80,6 +91,9 @@ async def bench_append(dsn: str, turns: int) -> dict[str, Any]:
     return {
         "append_only": {"turn10_p50": pct(append_ms[early], .5), "turn10_p95": pct(append_ms[early], .95),
                         f"turn{turns}_p50": pct(append_ms[late], .5), f"turn{turns}_p95": pct(append_ms[late], .95)},
+        "delta_snapshot_every50": {"turn10_p50": pct(delta_ms[early], .5), "turn10_p95": pct(delta_ms[early], .95),
+                                   f"turn{turns}_p50": pct(delta_ms[late], .5), f"turn{turns}_p95": pct(delta_ms[late], .95),
+                                   f"turn{turns}_max": max(delta_ms[late])},
         "full_state_upsert": {"turn10_p50": pct(full_ms[early], .5), "turn10_p95": pct(full_ms[early], .95),
                               f"turn{turns}_p50": pct(full_ms[late], .5), f"turn{turns}_p95": pct(full_ms[late], .95)},
     }

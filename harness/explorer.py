@@ -43,7 +43,7 @@ from .worker import Job, read_events
 
 TraceEntry = tuple[str, str, str, int]
 _CASE_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("crashmatrix_case_env", default=None)
-TERMINAL = ("completed", "failed", "needs_human")
+TERMINAL = ("completed", "failed", "needs_human", "limit_exceeded")
 DEFAULT_KINDS = ("kill", "term", "cancel")
 DEFAULT_SOURCES = ("step", "label")
 

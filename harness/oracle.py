@@ -33,8 +33,11 @@ first appearance (:mod:`.normalize`):
   the worker's own trace shows in flight when a fault landed (the node had called the
   model and its record was not appended).
 
-Not checked here: wall-clock budgets (never compared); trace links are checked by
-:mod:`crashmatrix.harness.trace_check` where the adapter reports invocations.
+- ``trace.continues`` (where the adapter reports invocations): each resumed invocation
+  starts its span with a link to the invocation it continues
+  (:mod:`crashmatrix.harness.trace_check`).
+
+Not checked here: wall-clock budgets (never compared).
 """
 
 from __future__ import annotations
@@ -351,6 +354,10 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int]) -> l
         return Verdict("model.calls_billed", "end", True, f"{total} calls billed (golden {gtotal}, in flight at faults {sum(allowance.values())})")
 
     out.append(_run("model.calls_billed", "end", billed))
+    if case.observation.invocations is not None:
+        from .trace_check import check_trace_continues
+
+        out.append(_run("trace.continues", "end", lambda: check_trace_continues(case.observation)))
     return out
 
 

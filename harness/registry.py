@@ -16,9 +16,11 @@ from .errors import RegistryError
 
 SUBJECTS: dict[str, str] = {
     "reference": "crashmatrix.harness.adapters.reference:ReferenceAdapter",
+    "reference-delta": "crashmatrix.harness.adapters.reference:ReferenceDeltaAdapter",
 }
 WORKLOADS: dict[str, str] = {
     "checkout": "crashmatrix.scenarios.checkout:WORKLOAD",
+    "drift": "crashmatrix.scenarios.drift:WORKLOAD",
 }
 
 

@@ -4,8 +4,12 @@ subject and the model other teams compare their runtime against.
 Modules, one wall each (docs/architecture.md has the structure): :mod:`.executor`
 (scheduling, drain, cancellation), :mod:`.logstore` (append-only run log),
 :mod:`.effects` (effects ledger), :mod:`.leases` (fencing), :mod:`.graph` (rehydrate),
-:mod:`.codec` (durable payloads), :mod:`.migrations` (schema). The only harness module
-it imports is :mod:`crashmatrix.harness.crashpoint`.
+:mod:`.codec` (durable payloads), :mod:`.migrations` (schema), :mod:`.state_codec`
+(state schema, transient fields, upgraders), :mod:`.blobs` (blob pointers),
+:mod:`.tracing` (trace links across resumes), :mod:`.budgets` (usage and limits),
+:mod:`.snapshots` (the delta-and-snapshot store strategy), :mod:`.retention`,
+:mod:`.handoff` (operator resolution of undecidable effects); docs/runtime.md is the
+map. The only harness module it imports is :mod:`crashmatrix.harness.crashpoint`.
 """
 
 from .agent import Agent, ModelReply, OutcomeUnknown, ProbeOutcome, Tool, ToolCall, ToolContext, ToolOutcome

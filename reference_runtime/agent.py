@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from .state_codec import StateSchema
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,9 @@ class ToolContext:
     node_id: str
     idem_key: str | None
     resources: Any  # the workload's own clients (HTTP session, provider URLs)
+    state: dict[str, Any] = field(default_factory=dict)
+    """The run's state (durable fields + rebuilt transients); a tool may set fields on
+    it. What it sets is encoded by ``Agent.state_schema`` with the node's record."""
 
 
 ToolFn = Callable[[ToolContext, dict[str, Any]], Awaitable[ToolOutcome]]
@@ -98,5 +104,10 @@ class Agent:
     model: Model
     tools: dict[str, Tool]
     resources: Any = None
-    max_turns: int = 50
+    max_turns: int | None = 50
+    max_tokens: int | None = None
+    max_wall_ms: int | None = None
+    """Limits (:mod:`.budgets`): checked before each launch; the run ends ``limit_exceeded``."""
     extra: dict[str, Any] = field(default_factory=dict)
+    state_schema: StateSchema | None = None
+    """What tools may keep on the run's state (:mod:`.state_codec`); None: nothing."""

@@ -75,7 +75,11 @@ class LocalBlobStore:
         pointer = BlobPointer(uri=path.as_uri(), size=len(data), sha256=digest)
         if path.exists() and path.stat().st_size == len(data):
             return pointer  # content-addressed: same name, same bytes
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # never parents=True: if the directory holding the store was removed (a session's
+        # workdir cleaned up while a worker still runs), recreating it would leave a tree
+        # behind; failing here is right
+        self.root.mkdir(exist_ok=True)
+        path.parent.mkdir(exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:

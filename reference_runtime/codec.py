@@ -80,7 +80,7 @@ def decode(payload: Payload, *, blobs: BlobStore | None = None) -> Any:
     body = payload.WhichOneof("body")
     if body == "blob":
         if blobs is None:
-            raise CodecError(f"payload is a blob pointer ({payload.blob.uri}); decoding it needs a blob store")
+            raise CodecError(f"payload body is not inline but a blob pointer ({payload.blob.uri}); decoding it needs a blob store")
         data = blobs.get(payload.blob)
     elif body == "inline":
         data = payload.inline

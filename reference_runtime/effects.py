@@ -11,7 +11,8 @@ same three outcomes as Jepsen's ok / fail / info plus the in-between:
 - ``unknown``: the call was cancelled or its outcome was lost. Written inside a
   shielded scope by the executor, so the cancellation cannot cancel the write itself.
 
-On resume, a ``started`` or ``unknown`` key is resolved by the tool's probe.
+On resume, a ``started`` or ``unknown`` key is resolved by the tool's probe, or by an
+operator's ``resolution`` (:mod:`.handoff`) when the probe could not decide.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class EffectRow:
     status: str
     request: Any
     result: Any
+    resolution: Any = None
 
 
 class EffectLedger:
@@ -48,7 +50,7 @@ class EffectLedger:
 
     async def get(self, run_id: str, idem_key: str) -> EffectRow | None:
         row = await self.db.fetchrow(
-            "SELECT idem_key, node_id, tool, status, request, result FROM cm_effects "
+            "SELECT idem_key, node_id, tool, status, request, result, resolution FROM cm_effects "
             "WHERE run_id = $1 AND idem_key = $2",
             run_id,
             idem_key,
@@ -94,9 +96,28 @@ class EffectLedger:
         if not ok:
             raise LeaseLost(f"run {lease.run_id}: effect {idem_key[:12]} refused, lease epoch {lease.epoch} is stale")
 
+    async def restart(self, lease: Lease, idem_key: str) -> None:
+        """An operator said the effect was not applied: back to ``started`` (a new
+        attempt is about to call the provider), the resolution consumed. Fenced."""
+        ok = await self.db.fetchval(
+            """
+            WITH fence AS (SELECT 1 FROM cm_runs WHERE run_id = $1 AND lease_epoch = $3 FOR SHARE)
+            , upd AS (
+                UPDATE cm_effects SET status = 'started', resolution = NULL, lease_epoch = $3, updated_at = now()
+                 WHERE run_id = $1 AND idem_key = $2 AND status IN ('started', 'unknown')
+                   AND EXISTS (SELECT 1 FROM fence) RETURNING 1)
+            SELECT count(*) FROM fence
+            """,
+            lease.run_id,
+            idem_key,
+            lease.epoch,
+        )
+        if not ok:
+            raise LeaseLost(f"run {lease.run_id}: effect {idem_key[:12]} refused, lease epoch {lease.epoch} is stale")
+
     async def rows(self, run_id: str) -> list[EffectRow]:
         rows = await self.db.fetch(
-            "SELECT idem_key, node_id, tool, status, request, result FROM cm_effects "
+            "SELECT idem_key, node_id, tool, status, request, result, resolution FROM cm_effects "
             "WHERE run_id = $1 ORDER BY node_id, idem_key",
             run_id,
         )
@@ -111,4 +132,5 @@ def _row(r: Any) -> EffectRow:
         r["status"],
         json.loads(r["request"]) if r["request"] is not None else None,
         json.loads(r["result"]) if r["result"] is not None else None,
+        json.loads(r["resolution"]) if "resolution" in r.keys() and r["resolution"] is not None else None,
     )

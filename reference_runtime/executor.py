@@ -27,6 +27,8 @@ Walls, and the failure each prevents (DESIGN.md, "reference_runtime"):
   are rebuilt by their factories on every load.
 - **Trace links** (:mod:`.tracing`): each invocation is a span; a resume links to the
   invocation it continues.
+- **Budgets and limits** (:mod:`.budgets`): each record carries its tokens and wall
+  ms; a limit stops the run before a launch (never mid-turn), status ``limit_exceeded``.
 - **Operator hand-off** (:mod:`.handoff`): an effect an operator resolved is taken as
   applied (with the operator's result) or not applied (the call is made again).
 
@@ -51,9 +53,9 @@ import anyio
 
 from crashmatrix.harness.crashpoint import crashpoint, reset_logical_task, set_logical_task
 
-from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.trace import SpanKind, TracerProvider
 
-from . import codec, tracing
+from . import budgets, codec, tracing
 from .agent import Agent, OutcomeUnknown, ProbeOutcome, ToolContext, ToolOutcome
 from .blobs import DEFAULT_THRESHOLD, BlobStore
 from .db import Db
@@ -157,9 +159,7 @@ class Runtime:
             links=tracing.links_to(previous),
             attributes={"crashmatrix.run_id": run_id, "crashmatrix.lease_epoch": lease.epoch,
                         "crashmatrix.worker": self.worker_id, "crashmatrix.resumed": previous is not None},
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        ) as span:  # an exception (failure, cancellation, lost lease) marks the span ERROR
             await tracing.record_invocation(self.db, lease, tracing.traceparent_of(span), previous)
             status = await self._run_attempt(run_id, lease, json.loads(row["input"]))
             span.set_attribute("crashmatrix.status", status)
@@ -233,8 +233,13 @@ class Execution:
             while True:
                 self.rt._changed = anyio.Event()
                 if self.may_launch():
-                    for spec in self.graph.ready(exclude=self.running):
-                        self.launch(tg, spec)
+                    ready = self.graph.ready(exclude=self.running)
+                    limit = budgets.exceeded(self.rt.agent, self.graph, ready) if ready else None
+                    if limit is not None:  # a node boundary: running nodes finish, none starts
+                        self.stop = (budgets.LIMIT_STATUS, limit)
+                    else:
+                        for spec in ready:
+                            self.launch(tg, spec)
                 if not self.running:
                     break
                 await self.rt._changed.wait()
@@ -296,9 +301,7 @@ class Execution:
         output: dict[str, Any] = {"messages": [assistant]}
         spawned: list[NodeSpec] = []
         if calls:
-            turn = int(node_id.rsplit("-", 1)[1])
-            if turn >= self.rt.agent.max_turns:
-                raise RuntimeError(f"run {self.graph.run_id}: {node_id} exceeds max_turns={self.rt.agent.max_turns}")
+            turn = int(node_id.rsplit("-", 1)[1])  # max_turns is enforced before launch (budgets.py)
             for i, call in enumerate(calls):
                 for unknown in {call["name"]} - set(self.rt.agent.tools):
                     raise RuntimeError(f"{node_id}: model called unknown tool {unknown!r}")

@@ -104,6 +104,13 @@ SELECT (SELECT count(*) FROM fence) AS fenced_ok,
 """
 
 
+_READ_SQL = """
+SELECT array_agg(seq ORDER BY seq) AS seqs, array_agg(node_id ORDER BY seq) AS nodes,
+       array_agg(record ORDER BY seq) AS records
+  FROM cm_run_log WHERE run_id = $1
+"""
+
+
 class AppendOnlyLog:
     """The default store: an append-only log in ``cm_run_log`` (see module docstring)."""
 
@@ -147,10 +154,12 @@ class AppendOnlyLog:
         )
 
     async def read(self, run_id: str) -> list[StoredRecord]:
-        rows = await self.db.fetch(
-            "SELECT seq, node_id, record FROM cm_run_log WHERE run_id = $1 ORDER BY seq", run_id
-        )
-        return [decode_row(run_id, r["seq"], r["node_id"], bytes(r["record"])) for r in rows]
+        """Every record in seq order, in one round trip returning three arrays (a row per
+        record costs ~2 us of protocol and Record overhead each; arrays decode in bulk)."""
+        row = await self.db.fetchrow(_READ_SQL, run_id)
+        if row is None or row["seqs"] is None:
+            return []
+        return [decode_row(run_id, seq, node_id, data) for seq, node_id, data in zip(row["seqs"], row["nodes"], row["records"])]
 
 
 def decode_row(run_id: str, seq: int, node_id: str, data: bytes) -> StoredRecord:

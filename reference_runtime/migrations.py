@@ -11,9 +11,10 @@ from importlib import resources
 
 import asyncpg
 
-SCHEMA_VERSION = 2
-"""2: adds cm_run_invocations, cm_effects.resolution and an index for retention; a
-version-1 database is brought to 2 by re-running the (idempotent) schema.sql."""
+SCHEMA_VERSION = 3
+"""2: adds cm_run_invocations, cm_effects.resolution and an index for retention; 3: the
+``limit_exceeded`` status. An older database is brought to 3 by re-running the
+(idempotent) schema.sql."""
 # An arbitrary, fixed 64-bit key for pg_advisory_lock ("crashmat" in ASCII).
 _ADVISORY_KEY = 0x63726173686D6174
 

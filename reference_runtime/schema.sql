@@ -1,5 +1,6 @@
--- Schema of the reference runtime (version 2; version 1 lacked cm_run_invocations and
--- cm_effects.resolution, which the statements below add to a version-1 database). Applied by migrations.migrate() once per
+-- Schema of the reference runtime (version 3; version 1 lacked cm_run_invocations and
+-- cm_effects.resolution, versions 1-2 the 'limit_exceeded' status: the statements below
+-- add them to an older database). Applied by migrations.migrate() once per
 -- database under an advisory lock; every statement is idempotent. Cases never truncate or
 -- recreate these tables: each case uses a fresh run id, so cases share one database.
 
@@ -15,7 +16,7 @@ CREATE TABLE IF NOT EXISTS cm_runs (
     input             jsonb NOT NULL,
     status            text NOT NULL CHECK (status IN
                         ('pending', 'running', 'paused', 'interrupted', 'completed',
-                         'failed', 'needs_human')),
+                         'failed', 'needs_human', 'limit_exceeded')),
     lease_owner       text,
     lease_epoch       bigint NOT NULL DEFAULT 0,
     lease_expires_at  timestamptz,
@@ -66,7 +67,23 @@ CREATE TABLE IF NOT EXISTS cm_run_invocations (
 -- {"applied": true, "status": ..., "result": ...} or {"applied": false}.
 ALTER TABLE cm_effects ADD COLUMN IF NOT EXISTS resolution jsonb;
 
+-- Version 3: 'limit_exceeded' (budgets.py). The inline CHECK above is named
+-- cm_runs_status_check; dropping and re-adding it is idempotent and upgrades v1/v2 tables.
+ALTER TABLE cm_runs DROP CONSTRAINT IF EXISTS cm_runs_status_check;
+ALTER TABLE cm_runs ADD CONSTRAINT cm_runs_status_check CHECK (status IN
+    ('pending', 'running', 'paused', 'interrupted', 'completed', 'failed', 'needs_human', 'limit_exceeded'));
+
+-- Version 3: snapshots of the delta-and-snapshot store strategy (snapshots.py): a full
+-- copy of the log up to upto_seq every k records; the log rows after it are the deltas.
+CREATE TABLE IF NOT EXISTS cm_run_snapshots (
+    run_id       text   NOT NULL,
+    upto_seq     bigint NOT NULL,
+    snapshot     bytea  NOT NULL,
+    lease_epoch  bigint NOT NULL,
+    PRIMARY KEY (run_id, upto_seq)
+);
+
 -- Retention scans finished runs by age (retention.py).
 CREATE INDEX IF NOT EXISTS cm_runs_status_updated ON cm_runs (status, updated_at);
 
-INSERT INTO cm_schema_version (version) VALUES (2) ON CONFLICT DO NOTHING;
+INSERT INTO cm_schema_version (version) VALUES (3) ON CONFLICT DO NOTHING;

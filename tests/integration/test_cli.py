@@ -31,7 +31,12 @@ def tagged_processes(tag: str) -> list[psutil.Process]:
 def _leftovers(tag: str, tmp_path: Path, timeout: float = 15.0) -> tuple[list[str], list[str]]:
     deadline = time.monotonic() + timeout
     while True:
-        procs = [" ".join(p.cmdline()[:4]) for p in tagged_processes(tag)]
+        procs = []
+        for p in tagged_processes(tag):
+            try:
+                procs.append(" ".join(p.cmdline()[:4]))
+            except psutil.Error:
+                pass
         dirs = [str(p) for p in tmp_path.glob("crashmatrix-*")]  # out.txt is ours
         if (not procs and not dirs) or time.monotonic() > deadline:
             return procs, dirs
@@ -111,13 +116,24 @@ def test_controller_killed_or_interrupted_leaves_nothing(cli_env, test_tag, tmp_
     deadline = time.monotonic() + 120
 
     def forked() -> int:
-        return sum(1 for p in tagged_processes(test_tag) if "crashmatrix.harness.zygote" in " ".join(p.cmdline()))
+        n = 0
+        for p in tagged_processes(test_tag):
+            try:
+                n += "crashmatrix.harness.zygote" in " ".join(p.cmdline())
+            except psutil.Error:  # a worker that just exited
+                pass
+        return n
 
     while time.monotonic() < deadline and forked() < 2:
         time.sleep(0.1)
     time.sleep(0.5)
     assert proc.poll() is None, out_path.read_text()
-    running = [" ".join(p.cmdline()[:3]) for p in tagged_processes(test_tag)]
+    running = []
+    for p in tagged_processes(test_tag):
+        try:
+            running.append(" ".join(p.cmdline()[:3]))
+        except psutil.Error:
+            pass
     assert any("postgres" in c for c in running), running
     proc.send_signal(sig)
     proc.wait(timeout=90)

@@ -461,10 +461,12 @@ class Explorer:
         result.verdicts += oracle.end_checks(golden.evidence, final, allowance)
         result.outcome = "pass" if oracle.merge(result.verdicts) is True else "fail"
 
-    async def _run_pause_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, fault: Fault) -> None:
-        """``pause``: the worker SIGSTOPs itself at the point; a new worker steals the
-        lease and resumes the run to its end; then the zombie gets SIGCONT. Whatever it
-        does next must be refused: the durable state may not change after it wakes."""
+    async def _start_until_stopped(
+        self, case: Case, run_id: str, fault: Fault, golden: GoldenRun
+    ) -> tuple[Job, int, asyncio.Future[dict[str, Any]], float, list[TraceEntry]]:
+        """Start the run with ``fault`` armed and wait until the worker reported firing
+        and stopped itself (pause, db-restart); returns the job, pid, exit future, start
+        time and the trace up to the fault. Raises :class:`HarnessError` otherwise."""
         job, log = self._job("start", case.conversation, run_id, case.plan)
         t0 = time.monotonic()
         pid, exited = await self.pool.spawn(job, log)
@@ -476,9 +478,15 @@ class Explorer:
                 break
             await asyncio.sleep(0.005)
         if exited.done():
-            event = exited.result()
-            raise HarnessError(self._fired_error(fault, job, event))
+            raise HarnessError(self._fired_error(fault, job, exited.result()))
         at_fault = self._fired(fault, read_events(job.result_path), "stopped", golden)
+        return job, pid, exited, t0, at_fault
+
+    async def _run_pause_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, fault: Fault) -> None:
+        """``pause``: the worker SIGSTOPs itself at the point; a new worker steals the
+        lease and resumes the run to its end; then the zombie gets SIGCONT. Whatever it
+        does next must be refused: the durable state may not change after it wakes."""
+        job, pid, exited, t0, at_fault = await self._start_until_stopped(case, run_id, fault, golden)
         await self._resume_until_terminal(case, run_id, result, "paused")
         await self.quiesce(job.worker_id, database=False)  # the zombie's session stays
         before = await self.adapter.observe(self.case_env, run_id)
@@ -521,19 +529,7 @@ class Explorer:
                 _CASE_ENV.reset(token)
 
     async def _run_stopped_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, fault: Fault) -> None:
-        job, log = self._job("start", case.conversation, run_id, case.plan)
-        t0 = time.monotonic()
-        pid, exited = await self.pool.spawn(job, log)
-        while not exited.done():
-            if _has_fired(job.result_path) and _stopped(pid):
-                break
-            if time.monotonic() - t0 > self.options.worker_timeout:
-                _kill(pid)
-                break
-            await asyncio.sleep(0.005)
-        if exited.done():
-            raise HarnessError(self._fired_error(fault, job, exited.result()))
-        at_fault = self._fired(fault, read_events(job.result_path), "stopped", golden)
+        job, pid, exited, t0, at_fault = await self._start_until_stopped(case, run_id, fault, golden)
         pg = self._restart_pg
         await asyncio.to_thread(pg.stop_immediate)
         await asyncio.to_thread(pg.start)

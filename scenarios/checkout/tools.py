@@ -80,15 +80,22 @@ async def charge(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     return _charge_outcome(body)
 
 
-async def probe_charge(ctx: ToolContext) -> ProbeOutcome:
+async def _probe(ctx: ToolContext, ask: Any, url_kind: str, outcome: Any) -> ProbeOutcome:
+    """Ask the provider about ``ctx.idem_key``; the clients' probes never raise (a
+    provider that cannot be asked answers ``unknown``, mapped to ``cannot_tell``)."""
     r = _res(ctx)
-    try:
-        answer = await clients.get_charge_status(r.session, r.urls["payment"], ctx.idem_key)
-    except clients.AmbiguousProviderError:
-        return ProbeOutcome("cannot_tell")
+    answer = await ask(r.session, r.urls[url_kind], ctx.idem_key)
     if answer.outcome == "applied":
-        return ProbeOutcome("applied", _charge_outcome(answer.result))
+        return ProbeOutcome("applied", outcome(answer.result))
     return ProbeOutcome("not_applied" if answer.outcome == "not_applied" else "cannot_tell")
+
+
+def _succeeded(body: dict[str, Any]) -> ToolOutcome:
+    return ToolOutcome("succeeded", body)
+
+
+async def probe_charge(ctx: ToolContext) -> ProbeOutcome:
+    return await _probe(ctx, clients.get_charge_status, "payment", _charge_outcome)
 
 
 async def refund(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
@@ -104,14 +111,7 @@ async def refund(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
 
 
 async def probe_refund(ctx: ToolContext) -> ProbeOutcome:
-    r = _res(ctx)
-    try:
-        answer = await clients.get_refund_status(r.session, r.urls["payment"], ctx.idem_key)
-    except clients.AmbiguousProviderError:
-        return ProbeOutcome("cannot_tell")
-    if answer.outcome == "applied":
-        return ProbeOutcome("applied", ToolOutcome("succeeded", answer.result))
-    return ProbeOutcome("not_applied" if answer.outcome == "not_applied" else "cannot_tell")
+    return await _probe(ctx, clients.get_refund_status, "payment", _succeeded)
 
 
 async def send_receipt(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
@@ -127,14 +127,7 @@ async def send_receipt(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
 
 
 async def probe_mail(ctx: ToolContext) -> ProbeOutcome:
-    r = _res(ctx)
-    try:
-        answer = await clients.get_mail_status(r.session, r.urls["mail"], ctx.idem_key)
-    except clients.AmbiguousProviderError:
-        return ProbeOutcome("cannot_tell")
-    if answer.outcome == "applied":
-        return ProbeOutcome("applied", ToolOutcome("succeeded", answer.result))
-    return ProbeOutcome("not_applied" if answer.outcome == "not_applied" else "cannot_tell")
+    return await _probe(ctx, clients.get_mail_status, "mail", _succeeded)
 
 
 TOOLS: dict[str, Tool] = {

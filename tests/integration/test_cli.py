@@ -110,8 +110,11 @@ def test_controller_killed_or_interrupted_leaves_nothing(cli_env, test_tag, tmp_
     out_file = out_path.open("w")
     # output to a file, not a pipe: waiting for a pipe's EOF would also wait for every
     # process that inherited it (the watchdog, while it cleans up)
+    # a Ctrl-C in a terminal: the default SIGINT disposition, even when this test runs
+    # in a background job (where the shell sets SIGINT to "ignore" for all descendants)
     proc = subprocess.Popen([*CLI, "run", "--conversation", "conv4"], env=cli_env, cwd=tmp_path,
-                            stdout=out_file, stderr=subprocess.STDOUT, text=True)
+                            stdout=out_file, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # wait until cases are running: the zygote and at least one forked worker exist
     deadline = time.monotonic() + 120
 
@@ -136,8 +139,14 @@ def test_controller_killed_or_interrupted_leaves_nothing(cli_env, test_tag, tmp_
             pass
     assert any("postgres" in c for c in running), running
     proc.send_signal(sig)
-    proc.wait(timeout=90)
-    out_file.close()
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"no exit 90 s after signal {sig}; its output:\n{out_path.read_text()[-3000:]}")
+    finally:
+        out_file.close()
     if sig == signal.SIGINT:
         assert proc.returncode == 130, out_path.read_text()[-2000:]
     procs, dirs = _leftovers(test_tag, tmp_path, timeout=40)

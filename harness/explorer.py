@@ -457,6 +457,10 @@ class Explorer:
         # was in flight is what the faulted worker's whole trace shows unfinished
         allowance = oracle.in_flight_model_calls(full)  # type: ignore[arg-type]
         await self._resume_until_terminal(case, run_id, result, crash_obs.status, later, allowance)
+        await self._finish(result, golden, run_id, allowance)
+
+    async def _finish(self, result: CaseResult, golden: GoldenRun, run_id: str, allowance: dict[str, int]) -> None:
+        """The end checks against the golden run, and the case's outcome."""
         final = await self.evidence(run_id)
         result.verdicts += oracle.end_checks(golden.evidence, final, allowance)
         result.outcome = "pass" if oracle.merge(result.verdicts) is True else "fail"
@@ -506,9 +510,7 @@ class Explorer:
         result.verdicts += [v for v in oracle.crash_checks(oracle.CrashEvidence(
             fault, at_fault, full, zombie.returncode, zombie.signal, False, after)) if v.phase == "crash"]  # type: ignore[arg-type]
         allowance = oracle.in_flight_model_calls(full)  # type: ignore[arg-type]
-        final = await self.evidence(run_id)
-        result.verdicts += oracle.end_checks(golden.evidence, final, allowance)
-        result.outcome = "pass" if oracle.merge(result.verdicts) is True else "fail"
+        await self._finish(result, golden, run_id, allowance)
 
     async def _run_db_restart_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, fault: Fault) -> None:
         """``db-restart``: at the point the worker stops itself (SIGSTOP); PostgreSQL is
@@ -552,9 +554,7 @@ class Explorer:
         if status == "running":  # the worker died without a word: like any crash
             status = "interrupted"
         await self._resume_until_terminal(case, run_id, result, status, (), allowance)
-        final = await self.evidence(run_id)
-        result.verdicts += oracle.end_checks(golden.evidence, final, allowance)
-        result.outcome = "pass" if oracle.merge(result.verdicts) is True else "fail"
+        await self._finish(result, golden, run_id, allowance)
 
     async def aclose(self) -> None:
         """Stop the db-restart PostgreSQL, if one was started."""

@@ -35,7 +35,7 @@ class ReferenceAdapter(Adapter):
 
     name = "reference"
     subject_packages = ("crashmatrix.reference_runtime",)
-    _pools: dict[str, asyncpg.Pool] = {}  # noqa: RUF012 - replaced per instance on first use
+    _pools: dict[str, asyncpg.Pool] | None = None  # per instance, per event loop
     _pools_loop: int | None = None
 
     def make_runtime(self, db: Db, agent: Any, ctx: RunContext) -> Runtime:
@@ -74,7 +74,7 @@ class ReferenceAdapter(Adapter):
     async def _oracle_pool(self, dsn: str) -> asyncpg.Pool:
         """A pool for the controller's reads, one per event loop and DSN."""
         loop = id(asyncio.get_running_loop())
-        if self._pools_loop != loop:
+        if self._pools is None or self._pools_loop != loop:
             self._pools, self._pools_loop = {}, loop
         if dsn not in self._pools:
             self._pools[dsn] = await asyncpg.create_pool(
@@ -82,7 +82,7 @@ class ReferenceAdapter(Adapter):
         return self._pools[dsn]
 
     async def aclose(self) -> None:
-        pools, self._pools = self._pools, {}
+        pools, self._pools = self._pools or {}, None
         for pool in pools.values():
             await pool.close()
 

@@ -8,7 +8,8 @@ Modules, one wall each (docs/architecture.md has the structure): :mod:`.executor
 (state schema, transient fields, upgraders), :mod:`.blobs` (blob pointers),
 :mod:`.tracing` (trace links across resumes), :mod:`.budgets` (usage and limits),
 :mod:`.snapshots` (the delta-and-snapshot store strategy), :mod:`.retention`,
-:mod:`.handoff` (operator resolution of undecidable effects); docs/runtime.md is the
+:mod:`.handoff` (operator resolution of undecidable effects), :mod:`.subagents` (a node
+that runs a sub-graph); docs/runtime.md is the
 map. The only harness module it imports is :mod:`crashmatrix.harness.crashpoint`.
 """
 
@@ -20,9 +21,10 @@ from .graph import RunGraph
 from .leases import Lease, LeaseLost
 from .logstore import AppendOnlyLog, RunStore
 from .migrations import migrate
+from .subagents import SubAgent
 
 __all__ = [
     "Agent", "AppendOnlyLog", "Db", "EffectLedger", "Lease", "LeaseLost", "ModelReply",
-    "NeedsHuman", "OutcomeUnknown", "ProbeOutcome", "RunGraph", "RunStore", "Runtime", "Tool",
+    "NeedsHuman", "OutcomeUnknown", "ProbeOutcome", "RunGraph", "RunStore", "Runtime", "SubAgent", "Tool",
     "ToolCall", "ToolContext", "ToolOutcome", "connect", "idempotency_key", "migrate",
 ]

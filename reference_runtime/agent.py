@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from .state_codec import StateSchema
+    from .subagents import SubAgent
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ class Agent:
 
     name: str
     model: Model
-    tools: dict[str, Tool]
+    tools: dict[str, Tool | SubAgent]
+    """Tools by name; a :class:`~.subagents.SubAgent` is a tool that is an agent."""
     resources: Any = None
     max_turns: int | None = 50
     max_tokens: int | None = None

@@ -31,6 +31,9 @@ Walls, and the failure each prevents (DESIGN.md, "reference_runtime"):
   ms; a limit stops the run before a launch (never mid-turn), status ``limit_exceeded``.
 - **Operator hand-off** (:mod:`.handoff`): an effect an operator resolved is taken as
   applied (with the operator's result) or not applied (the call is made again).
+- **Sub-agents** (:mod:`.subagents`): a sub-agent's nodes are nodes of this run, scoped
+  by the parent node's id; the sub-agent node waits for the child's completion record,
+  so a crash inside the child re-runs only the child node that was in flight.
 
 Crash points (labels; :mod:`crashmatrix.harness.crashpoint`): ``node.launch``,
 ``model.call.before/after``, ``effect.started.before/after``, ``tool.request.before/after``,
@@ -55,7 +58,7 @@ from crashmatrix.harness.crashpoint import crashpoint, reset_logical_task, set_l
 
 from opentelemetry.trace import SpanKind, TracerProvider
 
-from . import budgets, codec, tracing
+from . import budgets, codec, subagents, tracing
 from .agent import Agent, OutcomeUnknown, ProbeOutcome, ToolContext, ToolOutcome
 from .blobs import DEFAULT_THRESHOLD, BlobStore
 from .db import Db
@@ -267,6 +270,8 @@ class Execution:
             self.step("before", spec.node_id)
             if spec.kind == "model":
                 await self.run_model(spec)
+            elif spec.kind == subagents.SUBAGENT_KIND:
+                await self.run_subagent(spec)
             else:
                 await self.run_tool(spec)
             self.step("after", spec.node_id)
@@ -288,11 +293,19 @@ class Execution:
 
     # -- node bodies -------------------------------------------------------------------
 
+    def agent_for(self, node_id: str) -> Agent:
+        """The agent whose model and tools serve ``node_id`` (a sub-agent's inside its
+        scope: :func:`.subagents.agent_for`)."""
+        if "/" not in node_id:
+            return self.rt.agent
+        return subagents.agent_for(self.rt.agent, self.graph.specs, node_id)
+
     async def run_model(self, spec: NodeSpec) -> None:
         node_id = spec.node_id
+        agent = self.agent_for(node_id)
         messages = self.graph.transcript(upto=node_id)
         crashpoint("model.call.before")
-        reply = await self.rt.agent.model.complete(self.graph.run_id, node_id, messages)
+        reply = await agent.model.complete(self.graph.run_id, node_id, messages)
         crashpoint("model.call.after")
         calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]
         assistant: dict[str, Any] = {"role": "assistant", "content": reply.content}
@@ -302,22 +315,42 @@ class Execution:
         spawned: list[NodeSpec] = []
         if calls:
             turn = int(node_id.rsplit("-", 1)[1])  # max_turns is enforced before launch (budgets.py)
+            children: list[NodeSpec] = []
             for i, call in enumerate(calls):
-                for unknown in {call["name"]} - set(self.rt.agent.tools):
-                    raise RuntimeError(f"{node_id}: model called unknown tool {unknown!r}")
-                spawned.append(
-                    NodeSpec(node_id=f"{node_id}.tool-{i}", kind="tool", parents=[node_id], input=codec.encode({"call": call}))
-                )
+                tool = agent.tools.get(call["name"])
+                if tool is None:
+                    raise RuntimeError(f"{node_id}: model called unknown tool {call['name']!r}")
+                tool_node = f"{node_id}.tool-{i}"
+                kind = "tool"
+                if isinstance(tool, subagents.SubAgent):  # the child's root starts at once (subagents.py)
+                    kind = subagents.SUBAGENT_KIND
+                    subagents.child_messages(call)  # a call without a task fails here, before anything is recorded
+                    children.append(NodeSpec(node_id=subagents.child_root(tool_node), kind="model", parents=[node_id],
+                                             input=codec.encode({})))
+                spawned.append(NodeSpec(node_id=tool_node, kind=kind, parents=[node_id], input=codec.encode({"call": call})))
+            next_turn = subagents.scoped(subagents.scope_of(node_id), f"turn-{turn + 1}")
             spawned.append(
-                NodeSpec(node_id=f"turn-{turn + 1}", kind="model", parents=[s.node_id for s in spawned], input=codec.encode({}))
+                NodeSpec(node_id=next_turn, kind="model", parents=[s.node_id for s in spawned], input=codec.encode({}))
             )
+            spawned.extend(children)
         else:
             output["final"] = reply.content
         await self.append(spec, output, spawned, Budget(tokens=reply.tokens, model_calls=1), None)
 
+    async def run_subagent(self, spec: NodeSpec) -> None:
+        """A sub-agent node runs once its child has completed (the scheduler launches it
+        only then: :meth:`.graph.RunGraph.ready`): it records the child's final answer as
+        its tool result. Nothing of the child runs again here."""
+        call = codec.decode(spec.input)["call"]
+        answer = self.graph.final_answer(scope=spec.node_id)
+        if answer is None:
+            raise RuntimeError(f"{spec.node_id}: sub-agent node launched before its child completed")
+        outcome = ToolOutcome("succeeded", {"answer": answer})
+        await self.append(spec, self.tool_output(call, outcome), [], Budget(), None)
+
     async def run_tool(self, spec: NodeSpec) -> None:
         call = codec.decode(spec.input)["call"]
-        tool = self.rt.agent.tools[call["name"]]
+        tool = self.agent_for(spec.node_id).tools[call["name"]]
         ctx = ToolContext(self.graph.run_id, spec.node_id, None, self.rt.agent.resources, TrackedState(self.state))
         if not tool.effect:
             crashpoint("tool.request.before")

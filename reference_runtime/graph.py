@@ -2,18 +2,22 @@
 
 Completed nodes are those with a record; pending nodes are those some record spawned
 (or the root) without a record yet. A pending node is *ready* when all its parents
-completed. Readiness is returned in a fixed order (natural order of node ids), never by
-iterating a set, so the same log always yields the same schedule (DESIGN.md,
-"Determinism").
+completed (and, for a sub-agent node, when its child's scope holds no pending node:
+:mod:`.subagents`). Readiness is returned in a fixed order (natural order of node ids),
+never by iterating a set, so the same log always yields the same schedule (DESIGN.md,
+"Determinism"). The graph keeps its pending nodes (and how many are pending per
+sub-agent scope) as records arrive, so a readiness query costs O(frontier), not O(run).
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import codec, state_codec
+from .subagents import SUBAGENT_KIND, child_messages, scope_of
 from .blobs import BlobStore
 from .logstore import StoredRecord
 from .records_pb2 import NodeRecord, NodeSpec
@@ -37,6 +41,9 @@ class RunGraph:
     last_seq: int = 0
     blobs: BlobStore | None = None
     _outputs: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: specs without a record, and how many of them each sub-agent scope holds
+    _pending: dict[str, NodeSpec] = field(default_factory=dict, repr=False)
+    _open: Counter[str] = field(default_factory=Counter, repr=False)
     #: running totals of the recorded nodes (budgets.py reads them at every launch)
     turns_used: int = 0
     tokens_used: int = 0
@@ -48,34 +55,50 @@ class RunGraph:
     ) -> RunGraph:
         """Rebuild the graph from the log; ``blobs`` reads outputs that live in a blob store."""
         graph = cls(run_id, run_input, blobs=blobs)
-        graph.specs[ROOT_NODE] = NodeSpec(node_id=ROOT_NODE, kind="model", input=codec.encode({}))
+        graph.add_spec(NodeSpec(node_id=ROOT_NODE, kind="model", input=codec.encode({})))
         for item in stored:
             graph.add(item.record)
             graph.last_seq = item.seq
         return graph
 
+    def add_spec(self, spec: NodeSpec) -> None:
+        """Know a node (the first spec of an id wins; a recorded node is not pending)."""
+        if spec.node_id in self.specs:
+            return
+        self.specs[spec.node_id] = spec
+        if spec.node_id not in self.records:
+            self._pending[spec.node_id] = spec
+            self._open[scope_of(spec.node_id)] += 1
+
     def add(self, record: NodeRecord) -> None:
-        if record.node_id not in self.records:
+        node_id = record.node_id
+        if node_id not in self.records:
             self.turns_used += record.kind == "model"
             self.tokens_used += record.budget.tokens
             self.wall_ms_used += record.budget.wall_ms
-        self.records[record.node_id] = record
+            if self._pending.pop(node_id, None) is not None:
+                self._open[scope_of(node_id)] -= 1
+        self.records[node_id] = record
         for spec in record.spawned:
-            self.specs.setdefault(spec.node_id, spec)
+            self.add_spec(spec)
 
     def ready(self, exclude: set[str] | frozenset[str] = frozenset()) -> list[NodeSpec]:
+        """Pending nodes whose parents are recorded, in natural order; a sub-agent node
+        also waits until its child's scope has no pending node (the child's completion
+        record is in)."""
+        records = self.records
         out = [
             spec
-            for node_id, spec in self.specs.items()
-            if node_id not in self.records
-            and node_id not in exclude
-            and all(p in self.records for p in spec.parents)
+            for node_id, spec in self._pending.items()
+            if node_id not in exclude
+            and all(p in records for p in spec.parents)
+            and (spec.kind != SUBAGENT_KIND or not self._open[node_id])
         ]
         out.sort(key=lambda s: node_order(s.node_id))
         return out
 
     def pending(self) -> list[str]:
-        return sorted((n for n in self.specs if n not in self.records), key=node_order)
+        return sorted(self._pending, key=node_order)
 
     def ancestors(self, node_id: str) -> list[str]:
         """Every ancestor of ``node_id`` (not itself), in natural order."""
@@ -106,15 +129,37 @@ class RunGraph:
         between any two runs, so the oracle never compares it)."""
         return self.wall_ms_used
 
+    def opening(self, scope: str = "") -> list[dict[str, Any]]:
+        """The messages a scope's conversation starts from: the run's input messages,
+        or for a sub-agent's scope the task its parent gave it."""
+        if not scope:
+            return list(self.input.get("messages", []))
+        return child_messages(codec.decode(self.specs[scope].input)["call"])
+
     def transcript(self, upto: str | None = None) -> list[dict[str, Any]]:
-        """The conversation: input messages, then each completed node's messages in
-        natural order (only ``upto``'s ancestors when given)."""
-        nodes = self.ancestors(upto) if upto else sorted(self.records, key=node_order)
-        messages = list(self.input.get("messages", []))
+        """With ``upto``: what that node's model sees, its scope's opening messages then
+        the messages of its ancestors in the same scope, in natural order. Without: the
+        whole run, i.e. the run's conversation (input messages, then every completed
+        top-level node's messages in natural order) followed by each sub-agent's
+        conversation in natural order of the scopes, each of its messages tagged
+        ``"scope": <sub-agent node id>``."""
+        if upto:
+            scope = scope_of(upto)
+            nodes = [n for n in self.ancestors(upto) if scope_of(n) == scope]
+            return self._messages(self.opening(scope), nodes)
+        by_scope: dict[str, list[str]] = {}
+        for n in sorted(self.records, key=node_order):
+            by_scope.setdefault(scope_of(n), []).append(n)
+        messages = self._messages(self.opening(""), by_scope.pop("", []))
+        for scope in sorted(by_scope, key=node_order):
+            messages.extend({"scope": scope, **m} for m in self._messages(self.opening(scope), by_scope[scope]))
+        return messages
+
+    def _messages(self, opening: list[dict[str, Any]], nodes: list[str]) -> list[dict[str, Any]]:
         for n in nodes:
             if n in self.records:
-                messages.extend(self.output(n).get("messages", []))
-        return messages
+                opening.extend(self.output(n).get("messages", []))
+        return opening
 
     def budget(self) -> dict[str, int]:
         total = {"tokens": 0, "model_calls": 0, "tool_calls": 0}
@@ -124,13 +169,14 @@ class RunGraph:
             total["tool_calls"] += r.budget.tool_calls
         return total
 
-    def final_answer(self) -> str | None:
-        """Content of the completed model node that spawned nothing, if any."""
+    def final_answer(self, scope: str = "") -> str | None:
+        """Content of the completed model node of ``scope`` (``""``: the run's own; a
+        sub-agent node id: its child's) that spawned nothing, if any."""
         for n in sorted(self.records, key=node_order, reverse=True):
             r = self.records[n]
-            if r.kind == "model" and not r.spawned:
+            if r.kind == "model" and not r.spawned and scope_of(n) == scope:
                 return self.output(n).get("final")
         return None
 
     def done(self) -> bool:
-        return not self.pending()
+        return not self._pending

@@ -270,6 +270,14 @@ class Explorer:
 
     # -- plumbing -----------------------------------------------------------------------
 
+    def terminal_statuses(self) -> tuple[str, ...]:
+        """Statuses after which no resume starts: ``needs_human`` is one, unless the
+        workload brings its own human (``workload.operator``: the adapter hands the
+        run to it and goes on, so a run left waiting by a fault is resumed)."""
+        if getattr(self.workload, "operator", None) is None:
+            return TERMINAL
+        return tuple(s for s in TERMINAL if s != "needs_human")
+
     @property
     def case_env(self) -> Environment:
         """The environment of the case running in this task: the shared one, or for a
@@ -390,7 +398,7 @@ class Explorer:
         during recovery); its crash state is checked like the first fault's, and what it
         left in flight is added to ``allowance``."""
         resumes = 0
-        while status not in TERMINAL:
+        while status not in self.terminal_statuses():
             if resumes >= self.options.max_resumes + len(later_faults):
                 result.verdicts.append(oracle.Verdict(
                     "run.ends", "end", False, f"the run did not end after {resumes} resume(s); last status {status!r}"))

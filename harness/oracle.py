@@ -15,7 +15,7 @@ Checks at the **crash state** (read after the fault, before any resume):
   landed during a tool request left that node's effect ``unknown``;
 - ``term.drained`` (term faults): no node launched after the signal was recorded, the
   worker exited 0 by itself, the run is ``paused`` (or ``completed`` if the drain
-  finished the last node);
+  finished the last node, or ``needs_human`` if an in-flight node handed it to a person);
 - ``pause.zombie_fenced`` (pause faults): once another worker took the lease and
   finished the run, the woken zombie changed nothing durable.
 
@@ -201,7 +201,7 @@ def check_term_drained(ev: CrashEvidence) -> Verdict:
         problems.append(f"the worker exited {ev.exit_returncode}, not 0")
     status = ev.observation.status
     pending = (ev.observation.state or {}).get("pending")
-    if status not in ("paused", "completed"):
+    if status not in ("paused", "completed", "needs_human"):  # waiting for a person is a rest state too
         problems.append(f"run status is {status!r}, not 'paused'")
     elif status == "completed" and pending:
         problems.append(f"run says completed with pending nodes {pending}")

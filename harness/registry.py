@@ -21,6 +21,10 @@ SUBJECTS: dict[str, str] = {
 WORKLOADS: dict[str, str] = {
     "checkout": "crashmatrix.scenarios.checkout:WORKLOAD",
     "drift": "crashmatrix.scenarios.drift:WORKLOAD",
+    "research": "crashmatrix.scenarios.research:WORKLOAD",
+    "long_run": "crashmatrix.scenarios.long_run:WORKLOAD",
+    "human_pause": "crashmatrix.scenarios.human_pause:WORKLOAD",
+    "report": "crashmatrix.scenarios.report:WORKLOAD",
 }
 
 

@@ -296,7 +296,7 @@ class Execution:
     def agent_for(self, node_id: str) -> Agent:
         """The agent whose model and tools serve ``node_id`` (a sub-agent's inside its
         scope: :func:`.subagents.agent_for`)."""
-        if "/" not in node_id:
+        if subagents.SCOPE_SEPARATOR not in node_id:
             return self.rt.agent
         return subagents.agent_for(self.rt.agent, self.graph.specs, node_id)
 

@@ -11,6 +11,7 @@ sub-agent scope) as records arrive, so a readiness query costs O(frontier), not 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,11 +24,15 @@ from .logstore import StoredRecord
 from .records_pb2 import NodeRecord, NodeSpec
 
 ROOT_NODE = "turn-1"
+_DIGITS = re.compile(r"(\d+)")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def node_order(node_id: str) -> tuple[Any, ...]:
-    """Natural sort key: ``turn-10`` after ``turn-9``; ``turn-3.tool-1`` after ``turn-3``."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", node_id))
+    """Natural sort key: ``turn-10`` after ``turn-9``; ``turn-3.tool-1`` after ``turn-3``
+    (cached: every transcript sorts a node's ancestors, so a long run asks for the same
+    keys again and again)."""
+    return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(node_id))
 
 
 @dataclass

@@ -43,11 +43,13 @@ async def delete_finished_runs(
     older_than: timedelta | None = None,
     cutoff: datetime | None = None,
     limit: int = 1000,
+    workload: str | None = None,
 ) -> RetentionReport:
     """Delete up to ``limit`` finished runs last updated before the cutoff.
 
     Give either ``cutoff`` (an aware datetime) or ``older_than`` (relative to the
-    database's ``now()``). Returns the deleted run ids (sorted) and row counts.
+    database's ``now()``); ``workload`` limits the pass to that workload's runs. Returns
+    the deleted run ids (sorted) and row counts.
     """
     if (older_than is None) == (cutoff is None):
         raise ValueError("give exactly one of older_than= or cutoff=")
@@ -60,10 +62,11 @@ async def delete_finished_runs(
             cutoff = await conn.fetchval("SELECT now() - $1::interval", older_than)
         runs = await conn.fetch(
             "SELECT run_id FROM cm_runs WHERE status = ANY($1::text[]) AND updated_at < $2 "
-            "ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED",
+            "AND ($4::text IS NULL OR workload = $4) ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED",
             list(FINISHED),
             cutoff,
             limit,
+            workload,
         )
         ids = sorted(r["run_id"] for r in runs)
         if not ids:

@@ -9,7 +9,7 @@ sub-graph"):
   effects under fresh tool-call ids (new idempotency keys: a second mail, a second
   charge). Here the child's nodes are ordinary nodes of the same run log, **scoped** by
   the parent node's id: the child of node ``turn-1.tool-3`` has nodes
-  ``turn-1.tool-3/turn-1``, ``turn-1.tool-3/turn-1.tool-0``, ``turn-1.tool-3/turn-2``...
+  ``turn-1.tool-3:turn-1``, ``turn-1.tool-3:turn-1.tool-0``, ``turn-1.tool-3:turn-2``...
   Each is recorded when it completes, like any node, so a resume after a crash anywhere in
   the child re-runs only the child node that was in flight (its crash points are counted
   per logical task, i.e. per scoped node id, as everywhere else).
@@ -28,11 +28,11 @@ sub-graph"):
 Shape: the parent's model calls a tool declared as :class:`SubAgent` with arguments
 ``{"task": str}``. The model node's record spawns two specs: the sub-agent node
 ``<node>.tool-<i>`` (kind ``subagent``, parent: the model node) and the child's root
-``<node>.tool-<i>/turn-1`` (kind ``model``, parent: the model node; it is ready at once,
+``<node>.tool-<i>:turn-1`` (kind ``model``, parent: the model node; it is ready at once,
 so the child runs concurrently with the parent's other tool calls). The scheduler is the
 run's one scheduler: child nodes are launched, drained, cancelled, fenced, limited
 (the run's ``max_turns``/``max_tokens``/``max_wall_ms`` count the child's usage too)
-and appended exactly like the parent's. Sub-agents nest (``a/turn-1.tool-0/turn-1``).
+and appended exactly like the parent's. Sub-agents nest (``a:turn-1.tool-0:turn-1``).
 The child's tools see the run's state (one state per run).
 """
 
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .agent import Agent
 
-SCOPE_SEPARATOR = "/"
+SCOPE_SEPARATOR = ":"
 SUBAGENT_KIND = "subagent"
 CHILD_ROOT = "turn-1"
 
@@ -65,7 +65,7 @@ class SubAgentError(RuntimeError):
 
 def scope_of(node_id: str) -> str:
     """The scope a node belongs to: ``""`` for the run's own nodes, else the id of the
-    sub-agent node whose child it is (``"turn-1.tool-3/turn-2"`` -> ``"turn-1.tool-3"``)."""
+    sub-agent node whose child it is (``"turn-1.tool-3:turn-2"`` -> ``"turn-1.tool-3"``)."""
     head, sep, _ = node_id.rpartition(SCOPE_SEPARATOR)
     return head if sep else ""
 

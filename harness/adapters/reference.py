@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,10 @@ from crashmatrix.reference_runtime.snapshots import DeltaSnapshotStore
 from crashmatrix.scenarios.checkout.tools import Resources
 
 from ..adapter import Adapter, EffectEntry, Environment, InvocationEntry, LogEntry, Observation, RunContext
+
+
+MAX_HAND_OFFS = 3
+"""Operator decisions one worker acts on before it leaves the run to the next."""
 
 
 def blob_store(env: Environment) -> LocalBlobStore:
@@ -61,9 +67,33 @@ class ReferenceAdapter(Adapter):
                 # a resume after a crash before the run's row committed starts it from its
                 # input: submitting a run is idempotent (create_run)
                 await runtime.create_run(ctx.run_id, ctx.workload.name, ctx.workload.run_input(ctx.conversation))
-                return await runtime.run(ctx.run_id)
+                status = await runtime.run(ctx.run_id)
+                return await self.hand_off(runtime, db, ctx, resources, status)
         finally:
             await db.conn.close(timeout=2)
+
+    async def hand_off(self, runtime: Runtime, db: Db, ctx: RunContext, resources: Any, status: str) -> str:
+        """A workload that brings its own human (``workload.operator(conn, run_id,
+        resources) -> bool``, e.g. ``human_pause``): while the run stops
+        ``needs_human`` and the operator decided something, run it again in this worker.
+        SIGTERM while the operator acts drains as in the runtime (nothing runs after)."""
+        operator = getattr(ctx.workload, "operator", None)
+        loop = asyncio.get_running_loop()
+        for _ in range(MAX_HAND_OFFS):
+            if status != "needs_human" or operator is None or runtime.draining:
+                break
+            watch = runtime.handle_sigterm and threading.current_thread() is threading.main_thread()
+            if watch:
+                loop.add_signal_handler(signal.SIGTERM, runtime.begin_drain)
+            try:
+                decided = await operator(db.conn, ctx.run_id, resources)
+            finally:
+                if watch:
+                    loop.remove_signal_handler(signal.SIGTERM)
+            if not decided or runtime.draining:
+                break
+            status = await runtime.run(ctx.run_id)
+        return status
 
     async def start(self, ctx: RunContext) -> str:
         return await self._run(ctx)

@@ -25,16 +25,19 @@ _REQUESTS = {
 
 
 class ScriptedModel:
-    """The model client: calls the model provider, which bills every call."""
+    """The model client: calls the model provider, which bills every call and answers
+    with ``script`` (``"package.module:function"``, run inside the provider; other
+    workloads pass their own)."""
 
-    def __init__(self, resources: Resources) -> None:
+    def __init__(self, resources: Resources, script: str = SCRIPT) -> None:
         self.r = resources
+        self.script = script
 
     async def complete(self, run_id: str, node_id: str, messages: list[dict[str, Any]]) -> ModelReply:
         from crashmatrix.scenarios.providers import clients
 
         body = await clients.complete(
-            self.r.session, self.r.urls["model"], script=SCRIPT, conversation=self.r.conversation,
+            self.r.session, self.r.urls["model"], script=self.script, conversation=self.r.conversation,
             node_id=node_id, messages=messages, run_id=run_id, worker_id=self.r.worker_id,
         )
         calls = [ToolCall(c["id"], c["name"], c["arguments"]) for c in body["tool_calls"]]

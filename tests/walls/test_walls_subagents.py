@@ -32,9 +32,9 @@ PARENT_SCRIPT: dict[str, Any] = {
     "turn-2": "dock-1: in stock, noted",
 }
 CHILD_SCRIPT: dict[str, Any] = {
-    f"{CHILD}/turn-1": [("lookup", {"sku": "dock-1"}), ("lookup", {"sku": "dock-2"})],
-    f"{CHILD}/turn-2": [("note", {"text": "dock-1 in stock"})],
-    f"{CHILD}/turn-3": "in stock",
+    f"{CHILD}:turn-1": [("lookup", {"sku": "dock-1"}), ("lookup", {"sku": "dock-2"})],
+    f"{CHILD}:turn-2": [("note", {"text": "dock-1 in stock"})],
+    f"{CHILD}:turn-3": "in stock",
 }
 
 
@@ -95,10 +95,10 @@ async def test_child_nodes_are_scoped_rows_and_the_parent_gets_the_answer(db: Db
     log = await AppendOnlyLog(db).read(run_id)
     nodes = [s.node_id for s in log]
     assert sorted(nodes, key=node_order) == [
-        "turn-1", "turn-1.tool-0", CHILD, f"{CHILD}/turn-1", f"{CHILD}/turn-1.tool-0", f"{CHILD}/turn-1.tool-1",
-        f"{CHILD}/turn-2", f"{CHILD}/turn-2.tool-0", f"{CHILD}/turn-3", "turn-2"]
+        "turn-1", "turn-1.tool-0", CHILD, f"{CHILD}:turn-1", f"{CHILD}:turn-1.tool-0", f"{CHILD}:turn-1.tool-1",
+        f"{CHILD}:turn-2", f"{CHILD}:turn-2.tool-0", f"{CHILD}:turn-3", "turn-2"]
     # the parent's sub-agent node is appended after the child's completion record
-    assert nodes.index(CHILD) > nodes.index(f"{CHILD}/turn-3")
+    assert nodes.index(CHILD) > nodes.index(f"{CHILD}:turn-3")
     assert {s.record.kind for s in log if s.node_id == CHILD} == {"subagent"}
     graph = RunGraph.rehydrate(run_id, {"messages": [{"role": "user", "content": "check dock-1"}]}, log)
     assert graph.final_answer() == "dock-1: in stock, noted" and graph.final_answer(scope=CHILD) == "in stock"
@@ -107,23 +107,23 @@ async def test_child_nodes_are_scoped_rows_and_the_parent_gets_the_answer(db: Db
     assert [m["role"] for m in seen] == ["user", "assistant", "tool", "tool"]
     assert seen[-1]["content"] == {"answer": "in stock"} and seen[-1]["name"] == "investigate"
     # what the child's turn-2 saw: its task, its own turn-1 and tools; nothing of the parent
-    child_seen = graph.transcript(upto=f"{CHILD}/turn-2")
+    child_seen = graph.transcript(upto=f"{CHILD}:turn-2")
     assert child_seen[0] == {"role": "user", "content": "is dock-1 in stock?"}
     assert [m["role"] for m in child_seen] == ["user", "assistant", "tool", "tool"]
     # the whole transcript: the run's conversation, then the child's, tagged with its scope
     whole = graph.transcript()
     assert [m.get("scope") for m in whole] == [None] * 5 + [CHILD] * 7
-    assert child_model.calls == [f"{CHILD}/turn-1", f"{CHILD}/turn-2", f"{CHILD}/turn-3"]
+    assert child_model.calls == [f"{CHILD}:turn-1", f"{CHILD}:turn-2", f"{CHILD}:turn-3"]
     assert graph.budget() == {"tokens": 11 * 3 + 7 * 2, "model_calls": 5, "tool_calls": 4}
     assert len(notes.applied) == 1
     effect_nodes = [r["node_id"] for r in await raw.fetch("SELECT node_id FROM cm_effects WHERE run_id = $1", run_id)]
-    assert effect_nodes == [f"{CHILD}/turn-2.tool-0"]
+    assert effect_nodes == [f"{CHILD}:turn-2.tool-0"]
 
 
 POINTS = [
-    ("model.call.after", f"{CHILD}/turn-2"),  # the child's second model call answered, not recorded
-    ("tool.request.after", f"{CHILD}/turn-2.tool-0"),  # the child's effect applied, not recorded
-    ("log.append.after", f"{CHILD}/turn-3"),  # the child's completion record is in
+    ("model.call.after", f"{CHILD}:turn-2"),  # the child's second model call answered, not recorded
+    ("tool.request.after", f"{CHILD}:turn-2.tool-0"),  # the child's effect applied, not recorded
+    ("log.append.after", f"{CHILD}:turn-3"),  # the child's completion record is in
     ("log.append.before", CHILD),  # the parent's record of the sub-agent is not
 ]
 
@@ -167,16 +167,16 @@ def test_agent_for_resolves_nested_scopes_and_refuses_strangers() -> None:
     def spec(node: str, name: str, kind: str = "subagent") -> NodeSpec:
         return NodeSpec(node_id=node, kind=kind, input=codec.encode({"call": {"name": name, "arguments": {"task": "t"}}}))
 
-    specs = {"turn-1.tool-0": spec("turn-1.tool-0", "ask"), "turn-1.tool-0/turn-1.tool-0": spec("turn-1.tool-0/turn-1.tool-0", "deeper"),
+    specs = {"turn-1.tool-0": spec("turn-1.tool-0", "ask"), "turn-1.tool-0:turn-1.tool-0": spec("turn-1.tool-0:turn-1.tool-0", "deeper"),
              "turn-1.tool-1": spec("turn-1.tool-1", "lookup", kind="tool")}
     assert agent_for(root, specs, "turn-3") is root
-    assert agent_for(root, specs, "turn-1.tool-0/turn-2") is middle
-    assert agent_for(root, specs, "turn-1.tool-0/turn-1.tool-0/turn-1") is inner
-    assert scope_of("turn-1.tool-0/turn-1.tool-0/turn-1") == "turn-1.tool-0/turn-1.tool-0"
+    assert agent_for(root, specs, "turn-1.tool-0:turn-2") is middle
+    assert agent_for(root, specs, "turn-1.tool-0:turn-1.tool-0:turn-1") is inner
+    assert scope_of("turn-1.tool-0:turn-1.tool-0:turn-1") == "turn-1.tool-0:turn-1.tool-0"
     with pytest.raises(SubAgentError, match="not a sub-agent node"):
-        agent_for(root, specs, "turn-1.tool-1/turn-1")
+        agent_for(root, specs, "turn-1.tool-1:turn-1")
     with pytest.raises(SubAgentError, match="not a sub-agent node"):
-        agent_for(root, specs, "turn-9.tool-0/turn-1")
+        agent_for(root, specs, "turn-9.tool-0:turn-1")
 
 
 async def test_a_subagent_call_without_a_task_fails_before_anything_is_recorded(db: Db, raw: asyncpg.Connection, new_run_id: Any) -> None:

@@ -49,6 +49,8 @@ class RunGraph:
     #: specs without a record, and how many of them each sub-agent scope holds
     _pending: dict[str, NodeSpec] = field(default_factory=dict, repr=False)
     _open: Counter[str] = field(default_factory=Counter, repr=False)
+    #: the transcript the newest model node of each chain saw (see _seen_by)
+    _seen: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
     #: running totals of the recorded nodes (budgets.py reads them at every launch)
     turns_used: int = 0
     tokens_used: int = 0
@@ -149,15 +151,37 @@ class RunGraph:
         conversation in natural order of the scopes, each of its messages tagged
         ``"scope": <sub-agent node id>``."""
         if upto:
-            scope = scope_of(upto)
-            nodes = [n for n in self.ancestors(upto) if scope_of(n) == scope]
-            return self._messages(self.opening(scope), nodes)
+            return list(self._seen_by(upto))
         by_scope: dict[str, list[str]] = {}
         for n in sorted(self.records, key=node_order):
             by_scope.setdefault(scope_of(n), []).append(n)
         messages = self._messages(self.opening(""), by_scope.pop("", []))
         for scope in sorted(by_scope, key=node_order):
             messages.extend({"scope": scope, **m} for m in self._messages(self.opening(scope), by_scope[scope]))
+        return messages
+
+    def _seen_by(self, node_id: str) -> list[dict[str, Any]]:
+        """What ``node_id``'s model sees (do not mutate: it is cached).
+
+        The executor builds turns as a chain: turn ``n + 1``'s parents are the tool nodes
+        of turn ``n``. Then its ancestors are turn ``n``'s ancestors, turn ``n`` and those
+        tool nodes, and in natural order they come in exactly that order, so the
+        transcript is turn ``n``'s (cached when turn ``n`` ran) plus turn ``n``'s messages
+        plus its tools' messages: O(new messages) per turn instead of a walk and a sort of
+        the whole run. Any other shape (or no cached predecessor) takes the full walk."""
+        scope = scope_of(node_id)
+        spec = self.specs.get(node_id)
+        parents = list(spec.parents) if spec is not None else []
+        grand = {tuple(self.specs[p].parents) if p in self.specs else None for p in parents}
+        if len(grand) == 1 and all(p in self.records and scope_of(p) == scope for p in parents):
+            (before,) = grand
+            if before is not None and len(before) == 1 and before[0] in self._seen and before[0] in self.records:
+                messages = self._seen.pop(before[0])  # turn n's successor is its only reader
+                self._messages(messages, [before[0], *sorted(parents, key=node_order)])
+                self._seen[node_id] = messages
+                return messages
+        nodes = [n for n in self.ancestors(node_id) if scope_of(n) == scope]
+        messages = self._seen[node_id] = self._messages(self.opening(scope), nodes)
         return messages
 
     def _messages(self, opening: list[dict[str, Any]], nodes: list[str]) -> list[dict[str, Any]]:

@@ -56,9 +56,10 @@ async def step(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
 
 
 def respond(conversation: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """Turn n = (tool results so far) + 1 (runs in the model provider)."""
+    """Turn n: the transcript holds the user's message and two messages per earlier turn
+    (runs in the model provider; O(1) but for the last turn and the reports)."""
     total = turns_of(conversation)
-    n = sum(1 for m in messages if m.get("role") == "tool") + 1
+    n = (len(messages) - 1) // 2 + 1
     if n >= total:
         steps = [m["content"]["digest"] for m in _tool_results(messages, "step")]
         mails = len(_tool_results(messages, "send_progress"))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from .db import Db
 from .leases import Lease, LeaseLost
-from .logstore import AppendOnlyLog, CorruptRecord, EffectOutcome, StoredRecord, decode_row
+from .logstore import RECORD_FORMAT_VERSION, AppendOnlyLog, CorruptRecord, EffectOutcome, StoredRecord, decode_row
 from .records_pb2 import NodeRecord, Snapshot, SnapshotEntry
 
 SNAPSHOT_FORMAT_VERSION = 1
@@ -115,7 +115,14 @@ class DeltaSnapshotStore:
         if snap.format_version > SNAPSHOT_FORMAT_VERSION or snap.upto_seq != upto_seq:
             raise CorruptRecord(f"run {run_id}: snapshot up to seq {upto_seq} has format {snap.format_version}, "
                                 f"upto_seq {snap.upto_seq}")
-        return [decode_row(run_id, e.seq, e.record.node_id, e.record.SerializeToString()) for e in snap.entries]
+        out = []
+        for e in snap.entries:
+            record = e.record
+            if record.format_version != RECORD_FORMAT_VERSION:  # an older record: upgraded (or refused) by decode_row
+                out.append(decode_row(run_id, e.seq, record.node_id, record.SerializeToString()))
+            else:
+                out.append(StoredRecord(e.seq, record.node_id, record))
+        return out
 
     def assemble(self, base: list[StoredRecord], deltas: list[StoredRecord]) -> list[StoredRecord]:
         """The snapshot's records, then the deltas after it (both in seq order)."""

@@ -235,6 +235,11 @@ class Execution:
         async with anyio.create_task_group() as tg:
             while True:
                 self.rt._changed = anyio.Event()
+                # A node that ended (e.g. by the cancellation) sets the event the loop waits
+                # on, so the loop can wake before the cancellation reaches it: never launch
+                # in a cancelled scope (the new node would run to its first await and send
+                # a billed model call). Raises only if cancelled; does not yield otherwise.
+                await anyio.lowlevel.checkpoint_if_cancelled()
                 if self.may_launch():
                     ready = self.graph.ready(exclude=self.running)
                     limit = budgets.exceeded(self.rt.agent, self.graph, ready) if ready else None

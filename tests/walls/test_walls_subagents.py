@@ -189,3 +189,19 @@ async def test_a_subagent_call_without_a_task_fails_before_anything_is_recorded(
         await rt.run(run_id)
     assert await raw.fetchval("SELECT count(*) FROM cm_run_log WHERE run_id = $1", run_id) == 0
     assert await raw.fetchval("SELECT status FROM cm_runs WHERE run_id = $1", run_id) == "failed"
+
+
+@pytest.mark.parametrize("k", [1, 2])
+async def test_no_node_is_launched_after_a_cancellation(db: Db, new_run_id: Any, k: int) -> None:
+    """Found by the research matrix (cancel at log.append.before of a fan-out tool): the
+    nodes that ended just before the cancellation set the event the scheduler waits on,
+    the scheduler woke before the cancellation reached it and launched the cancelled,
+    still-pending child turn again, whose model call went out (billed) before its first
+    await. The scheduler now checks for cancellation before it launches anything."""
+    child_model = ScriptedModel({"turn-1.tool-3:turn-1": "done"})
+    parent_model = ScriptedModel({"turn-1": [("lookup", {"sku": f"s{i}"}) for i in range(3)] + [("investigate", {"task": "t"})]})
+    agent = Agent("p", parent_model, {"lookup": Tool("lookup", lookup),
+                                      "investigate": SubAgent("investigate", Agent("c", child_model, {}))})
+    run_id = new_run_id()
+    assert await run_until(db, agent, run_id, ("log.append.before", f"turn-1.tool-{k}")) == "cancelled"
+    assert child_model.calls == ["turn-1.tool-3:turn-1"] and parent_model.calls == ["turn-1"]

@@ -1,17 +1,29 @@
-"""Cost of the reference runtime's store on local PostgreSQL (issue 5, "Measure").
+"""Cost of the reference runtime's store on local PostgreSQL, on the ``long_run`` workload
+(issue 5, "Measure").
 
-    python benchmarks/bench_runtime_store.py [--turns 1000] [--rehydrate 5000] [--dsn DSN]
+    python benchmarks/bench_runtime_store.py [--turns 1000] [--rounds 2] [--rehydrate 5000]
+                                             [--vacuum-wait 75] [--dsn DSN] [--json PATH]
 
-1. Turn append (encode + insert + commit, the executor's one statement with the lease
-   fence) p50/p95 at turns 1-20 and at turns N-19..N of one run, for the append-only log,
-   for delta-and-snapshot (a snapshot every 50 records, its cost included in the turn
-   that writes it) and, side by side, for a naive strategy that upserts the whole state
-   (every output so far, JSON-encoded) each turn: the O(1) vs O(n) growth is visible.
-2. Rehydrate of R small records (fetch + decode + graph rebuild): the store's one round
-   trip returning arrays vs a plain row-by-row fetch.
+1. **Turn append** (the executor's ``append``: encode + insert + commit, one fenced
+   statement that also moves the node's effect) p50/p95 over turns 1-20 ("turn 10") and
+   over the last 20 turns ("turn 1000") of one ``long_run`` run driven in process (its
+   script as a local model, its progress mails on an in-memory provider), for the
+   append-only log, delta-and-snapshot (a snapshot every 50 records, written in the turn
+   that reaches it) and a naive store that upserts the whole state (every record so far)
+   each turn, side by side: ``rounds`` rounds, the order of the strategies rotated.
+2. **Operating costs** of each strategy's run: table, index and TOAST bytes it added (per
+   1,000 turns), values stored out of line, dead tuples after the run (ledger and run-row
+   updates; the naive store's rewrites) and what autovacuum did with them within
+   ``--vacuum-wait`` seconds (``pg_stat_user_tables``, ``pg_relation_size``).
+3. **Rehydrate** of ``--rehydrate`` records (a long_run log): the store's read (one round
+   trip returning the records framed as one protobuf message, parsed in one call), the
+   per-row path (three arrays, a parse per record), a plain row-by-row fetch, the fetch
+   alone, and the graph rebuild on top.
 
-Starts an embedded PostgreSQL unless --dsn (or $CRASHMATRIX_PG_DSN) is given. Figures
-go to stdout; docs/runtime.md records a run.
+Starts an embedded PostgreSQL (fsync on) unless --dsn (or $CRASHMATRIX_PG_DSN) is given.
+Figures go to stdout as JSON; docs/benchmarks.md records runs. Wall-clock figures on a
+shared machine are noisy: the load average is printed with them; the ratios within one
+run and the client CPU times are the stable part.
 """
 
 from __future__ import annotations
@@ -19,132 +31,286 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
+import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from crashmatrix.harness.services.postgres import start_postgres
-from crashmatrix.reference_runtime import RunGraph, codec, connect, migrate
-from crashmatrix.reference_runtime.leases import acquire
-from crashmatrix.reference_runtime.logstore import RECORD_FORMAT_VERSION, AppendOnlyLog, decode_row
-from crashmatrix.reference_runtime.records_pb2 import Budget, NodeRecord, NodeSpec
-from crashmatrix.reference_runtime.snapshots import DeltaSnapshotStore
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _bench_support import (  # noqa: E402
+    MemoryProvider, MemoryStore, Resources, TimedRuntime, Timings, local_agent, pct,
+)
+
+from crashmatrix.harness.services.postgres import DSN_ENV, start_postgres  # noqa: E402
+from crashmatrix.reference_runtime import RunGraph, connect, migrate  # noqa: E402
+from crashmatrix.reference_runtime.db import Db  # noqa: E402
+from crashmatrix.reference_runtime.executor import Execution, Runtime  # noqa: E402
+from crashmatrix.reference_runtime.leases import Lease, LeaseLost  # noqa: E402
+from crashmatrix.reference_runtime.logstore import AppendOnlyLog, EffectOutcome, StoredRecord, decode_row  # noqa: E402
+from crashmatrix.reference_runtime.records_pb2 import NodeRecord, Snapshot, SnapshotEntry  # noqa: E402
+from crashmatrix.reference_runtime.snapshots import DeltaSnapshotStore  # noqa: E402
+from crashmatrix.scenarios import long_run  # noqa: E402
+
+SNAPSHOT_EVERY = 50
+TABLES = ("cm_run_log", "cm_run_snapshots", "cm_effects", "cm_runs", "bench_full_state")
+
+_FULL_SQL = """
+WITH fence AS (SELECT 1 FROM cm_runs WHERE run_id = $1 AND lease_epoch = $3 FOR SHARE)
+, up AS (
+    INSERT INTO bench_full_state (run_id, state) SELECT $1, $2 FROM fence
+    ON CONFLICT (run_id) DO UPDATE SET state = EXCLUDED.state RETURNING 1)
+, eff AS (
+    UPDATE cm_effects SET status = $5, result = $6::jsonb, lease_epoch = $3, updated_at = now()
+     WHERE run_id = $1 AND idem_key = $4 AND $4 IS NOT NULL AND EXISTS (SELECT 1 FROM up) RETURNING 1)
+SELECT (SELECT count(*) FROM fence) AS fenced_ok, (SELECT count(*) FROM eff) AS effects
+"""
 
 
-def turn_output(i: int) -> dict[str, Any]:
-    """A model turn's output as the executor writes it (~250 bytes)."""
-    return {"messages": [{"role": "assistant", "content": f"Step {i}: looking up the next item.",
-                          "tool_calls": [{"id": f"call_{i:012x}", "name": "lookup", "arguments": {"sku": f"sku-{i}"}}]}]}
+class FullStateUpsert:
+    """The naive strategy (what seed 000 warns against): every turn re-encodes and
+    upserts the whole state, i.e. every record so far, into one row. Benchmarks only."""
+
+    def __init__(self, db: Db) -> None:
+        self.db = db
+        self.entries: dict[str, list[SnapshotEntry]] = {}
+
+    async def append(self, lease: Lease, seq: int, record: NodeRecord, effect: EffectOutcome | None) -> bool:
+        entries = self.entries.setdefault(lease.run_id, [])
+        entries.append(SnapshotEntry(seq=seq, record=record))
+        state = Snapshot(format_version=1, upto_seq=seq, entries=entries).SerializeToString(deterministic=True)
+        row = await self.db.fetchrow(
+            _FULL_SQL, lease.run_id, state, lease.epoch, effect.idem_key if effect else None,
+            effect.status if effect else None, json.dumps(effect.result, sort_keys=True) if effect else None)
+        if row is None or not row["fenced_ok"]:
+            raise LeaseLost(f"run {lease.run_id}: lease epoch {lease.epoch} is stale")
+        return True
+
+    async def read(self, run_id: str) -> list[StoredRecord]:
+        data = await self.db.fetchval("SELECT state FROM bench_full_state WHERE run_id = $1", run_id)
+        if data is None:
+            return []
+        return [StoredRecord(e.seq, e.record.node_id, e.record) for e in Snapshot.FromString(data).entries]
 
 
-def record(i: int, epoch: int) -> NodeRecord:
-    return NodeRecord(
-        format_version=RECORD_FORMAT_VERSION, node_id=f"turn-{i}", parents=[f"turn-{i - 1}"] if i > 1 else [],
-        kind="model", output=codec.encode(turn_output(i)),
-        spawned=[NodeSpec(node_id=f"turn-{i + 1}", kind="model", parents=[f"turn-{i}"], input=codec.encode({}))],
-        budget=Budget(tokens=11, model_calls=1, wall_ms=3), lease_epoch=epoch,
-    )
+STRATEGIES = {
+    "append_only": lambda db: AppendOnlyLog(db),
+    f"delta_snapshot_every{SNAPSHOT_EVERY}": lambda db: DeltaSnapshotStore(db, every=SNAPSHOT_EVERY),
+    "full_state_upsert": lambda db: FullStateUpsert(db),
+}
 
 
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+def turn_of(node_id: str) -> int:
+    """``turn-12`` and ``turn-12.tool-0`` -> 12."""
+    return int(node_id.split(".", 1)[0].rsplit("-", 1)[1])
 
 
-async def bench_append(dsn: str, turns: int) -> dict[str, Any]:
-    db = await connect(dsn)
-    await db.execute("CREATE TABLE IF NOT EXISTS bench_full_state (run_id text PRIMARY KEY, state bytea NOT NULL)")
-    log = AppendOnlyLog(db)
-    delta = DeltaSnapshotStore(db, every=50)
-    run_id = f"bench-{uuid.uuid4().hex[:12]}"
-    run_d = run_id + "-d"
-    for r in (run_id, run_d):
-        await db.execute("INSERT INTO cm_runs (run_id, workload, input, status) VALUES ($1, 'bench', '{}'::jsonb, 'pending')", r)
-    lease = await acquire(db, run_id, "bench")
-    lease_d = await acquire(db, run_d, "bench")
-    await delta.read(run_d)  # the store knows the (empty) prefix, as after a rehydrate
-    append_ms: list[float] = []
-    delta_ms: list[float] = []
-    full_ms: list[float] = []
-    state: list[Any] = []
-    for i in range(1, turns + 1):
-        t0 = time.perf_counter()
-        rec = record(i, lease.epoch)  # encode
-        await log.append(lease, i, rec, None)  # insert + commit (autocommit statement)
-        append_ms.append((time.perf_counter() - t0) * 1000)
-        t0 = time.perf_counter()
-        await delta.append(lease_d, i, record(i, lease_d.epoch), None)
-        delta_ms.append((time.perf_counter() - t0) * 1000)
-        state.append(turn_output(i))
-        t0 = time.perf_counter()
-        blob = json.dumps(state, sort_keys=True, separators=(",", ":")).encode()
-        await db.execute(
-            "INSERT INTO bench_full_state (run_id, state) VALUES ($1, $2) ON CONFLICT (run_id) DO UPDATE SET state = $2",
-            run_id, blob,
-        )
-        full_ms.append((time.perf_counter() - t0) * 1000)
-    await db.close()
-    early, late = slice(0, 20), slice(turns - 20, turns)
-    return {
-        "append_only": {"turn10_p50": pct(append_ms[early], .5), "turn10_p95": pct(append_ms[early], .95),
-                        f"turn{turns}_p50": pct(append_ms[late], .5), f"turn{turns}_p95": pct(append_ms[late], .95)},
-        "delta_snapshot_every50": {"turn10_p50": pct(delta_ms[early], .5), "turn10_p95": pct(delta_ms[early], .95),
-                                   f"turn{turns}_p50": pct(delta_ms[late], .5), f"turn{turns}_p95": pct(delta_ms[late], .95),
-                                   f"turn{turns}_max": max(delta_ms[late])},
-        "full_state_upsert": {"turn10_p50": pct(full_ms[early], .5), "turn10_p95": pct(full_ms[early], .95),
-                              f"turn{turns}_p50": pct(full_ms[late], .5), f"turn{turns}_p95": pct(full_ms[late], .95)},
-    }
+def long_run_agent(turns: int, provider: MemoryProvider) -> Any:
+    conversation = f"t{turns}"
+    return local_agent(long_run.WORKLOAD.build_agent(conversation, Resources(conversation)),
+                       {"long_run": long_run.respond}, conversation, provider)
 
 
-async def bench_rehydrate(dsn: str, n: int, repeat: int = 15) -> dict[str, float]:
-    db = await connect(dsn)
-    run_id = f"bench-r-{uuid.uuid4().hex[:12]}"
-    await db.execute("INSERT INTO cm_runs (run_id, workload, input, status) VALUES ($1, 'bench', '{}'::jsonb, 'pending')", run_id)
-    rows = [(run_id, i, f"turn-{i}", record(i, 1).SerializeToString(deterministic=True), 1) for i in range(1, n + 1)]
-    await db.conn.copy_records_to_table("cm_run_log", records=rows, columns=["run_id", "seq", "node_id", "record", "lease_epoch"])
-    await db.execute("ANALYZE cm_run_log")
-    log = AppendOnlyLog(db)
-
-    async def arrays() -> None:
-        RunGraph.rehydrate(run_id, {}, await log.read(run_id))
-
-    async def row_by_row() -> None:
-        rs = await db.fetch("SELECT seq, node_id, record FROM cm_run_log WHERE run_id = $1 ORDER BY seq", run_id)
-        RunGraph.rehydrate(run_id, {}, [decode_row(run_id, r["seq"], r["node_id"], bytes(r["record"])) for r in rs])
-
-    async def fetch_only() -> None:
-        await db.fetchrow("SELECT array_agg(record ORDER BY seq) FROM cm_run_log WHERE run_id = $1", run_id)
-
+async def relation_sizes(db: Db) -> dict[str, dict[str, int]]:
     out = {}
-    for name, fn in (("arrays_fetch_decode_rebuild", arrays), ("row_by_row_fetch_decode_rebuild", row_by_row), ("arrays_fetch_only", fetch_only)):
-        await fn()
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            await fn()
-            times.append((time.perf_counter() - t0) * 1000)
-        out[name + "_median_ms"] = statistics.median(times)
-    await db.close()
+    for table in TABLES:
+        row = await db.fetchrow(
+            "SELECT pg_relation_size(c.oid) AS heap, pg_indexes_size(c.oid) AS indexes, "
+            "coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)), 0) AS toast FROM pg_class c WHERE c.oid = $1::regclass",
+            table)
+        out[table] = {"heap": row["heap"], "indexes": row["indexes"], "toast": row["toast"]}
     return out
 
 
-async def main_async(args: argparse.Namespace) -> None:
+async def run_strategy(db: Db, name: str, turns: int) -> dict[str, Any]:
+    """One long_run of ``turns`` turns on strategy ``name``: append timings and what it
+    added to each table."""
+    before = await relation_sizes(db)
+    timings = Timings()
+    rt = TimedRuntime(db, long_run_agent(turns, MemoryProvider()), worker_id="bench", handle_sigterm=False,
+                      store=STRATEGIES[name](db))
+    rt.timings = timings
+    run_id = f"bench-{name}-{uuid.uuid4().hex[:8]}"
+    await rt.create_run(run_id, "long_run", long_run.WORKLOAD.run_input(f"t{turns}"))
+    t0 = time.perf_counter()
+    status = await rt.run(run_id)
+    seconds = time.perf_counter() - t0
+    after = await relation_sizes(db)
+    added = {t: {k: after[t][k] - before[t][k] for k in after[t]} for t in TABLES}
+    return {"run_id": run_id, "status": status, "seconds": seconds, "appends": timings.appends, "added": added}
+
+
+def window(appends: list[Any], first: int, last: int) -> list[float]:
+    return [a.ms for a in appends if first <= turn_of(a.node_id) <= last]
+
+
+async def bench_append(db: Db, turns: int, rounds: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    names = list(STRATEGIES)
+    samples: dict[str, dict[str, list[float]]] = {n: {"early": [], "late": []} for n in names}
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            out = await run_strategy(db, name, turns)
+            assert out["status"] == "completed", out["status"]
+            samples[name]["early"] += window(out["appends"], 1, 20)
+            samples[name]["late"] += window(out["appends"], turns - 19, turns)
+            runs[name].append(out)
+    figures = {}
+    for name in names:
+        e, la = samples[name]["early"], samples[name]["late"]
+        figures[name] = {
+            "turn10_p50_ms": round(pct(e, .5), 3), "turn10_p95_ms": round(pct(e, .95), 3),
+            f"turn{turns}_p50_ms": round(pct(la, .5), 3), f"turn{turns}_p95_ms": round(pct(la, .95), 3),
+            f"turn{turns}_max_ms": round(max(la), 3),
+            "late_over_early_p50": round(pct(la, .5) / pct(e, .5), 2),
+            "appends_per_window": len(e),
+            "run_seconds": [round(o["seconds"], 2) for o in runs[name]],
+        }
+    return figures, runs
+
+
+async def operating_costs(db: Db, runs: dict[str, list[dict[str, Any]]], turns: int, vacuum_wait: float) -> dict[str, Any]:
+    """Bytes per 1,000 turns and TOAST per strategy (its first run); dead tuples and
+    autovacuum over every table after all runs."""
+    per_k = 1000 / turns
+    costs: dict[str, Any] = {}
+    for name, outs in runs.items():
+        added = outs[0]["added"]
+        used = {t: v for t, v in added.items() if any(v.values())}
+        costs[name] = {
+            "bytes_per_1000_turns": {t: {k: int(v * per_k) for k, v in sizes.items()} for t, sizes in used.items()},
+            "total_bytes_per_1000_turns": int(sum(sum(s.values()) for s in used.values()) * per_k),
+        }
+    run_ids = [o["run_id"] for outs in runs.values() for o in outs]
+    costs["out_of_line"] = {
+        "cm_run_log": dict(await db.fetchrow(
+            "SELECT count(*) AS rows, count(*) FILTER (WHERE pg_column_compression(record) IS NOT NULL) AS compressed, "
+            "count(*) FILTER (WHERE pg_column_toast_chunk_id(record) IS NOT NULL) AS external, "
+            "max(octet_length(record)) AS longest FROM cm_run_log WHERE run_id = ANY($1::text[])", run_ids)),
+        "cm_run_snapshots": dict(await db.fetchrow(
+            "SELECT count(*) AS rows, count(*) FILTER (WHERE pg_column_toast_chunk_id(snapshot) IS NOT NULL) AS external, "
+            "max(octet_length(snapshot)) AS longest, sum(octet_length(snapshot)) AS bytes FROM cm_run_snapshots "
+            "WHERE run_id = ANY($1::text[])", run_ids)),
+        "bench_full_state": dict(await db.fetchrow(
+            "SELECT count(*) AS rows, count(*) FILTER (WHERE pg_column_toast_chunk_id(state) IS NOT NULL) AS external, "
+            "max(octet_length(state)) AS longest FROM bench_full_state WHERE run_id = ANY($1::text[])", run_ids)),
+    }
+    await db.fetchval("SELECT pg_stat_force_next_flush()")
+    await asyncio.sleep(1.5)
+    stats_sql = """
+        SELECT coalesce(o.relname || ' (toast)', c.relname) AS name, s.n_live_tup, s.n_dead_tup, s.n_tup_upd,
+               s.n_tup_hot_upd, s.autovacuum_count, s.autoanalyze_count, s.last_autovacuum::text AS last_autovacuum
+          FROM pg_stat_all_tables s JOIN pg_class c ON c.oid = s.relid
+          LEFT JOIN pg_class o ON o.reltoastrelid = s.relid
+         WHERE c.relname = ANY($1::text[]) OR o.relname = ANY($1::text[])
+         ORDER BY 1
+    """
+
+    async def stats() -> dict[str, Any]:
+        return {r["name"]: {k: r[k] for k in r.keys() if k != "name"} for r in await db.fetch(stats_sql, list(TABLES))}
+
+    settings = {r["name"]: r["setting"] for r in await db.fetch(
+        "SELECT name, setting FROM pg_settings WHERE name LIKE 'autovacuum%' AND name IN ('autovacuum', 'autovacuum_naptime', "
+        "'autovacuum_vacuum_threshold', 'autovacuum_vacuum_scale_factor', 'autovacuum_vacuum_insert_threshold', "
+        "'autovacuum_vacuum_insert_scale_factor')")}
+    after_run = await stats()
+    t0 = time.monotonic()
+    later = after_run
+    while time.monotonic() - t0 < vacuum_wait:
+        await asyncio.sleep(5)
+        later = await stats()
+    costs["autovacuum_settings"] = settings
+    costs["tables_after_run"] = after_run
+    costs[f"tables_after_{int(vacuum_wait)}s"] = later
+    return costs
+
+
+async def long_run_records(n: int) -> list[StoredRecord]:
+    """``n`` records of a long_run log, made in memory (no database)."""
+    turns = n // 2 + 1
+
+    class NoLedger:
+        async def get(self, run_id: str, key: str) -> None:
+            return None
+
+        async def mark_started(self, *args: Any) -> None:
+            pass
+
+    rt = Runtime(None, long_run_agent(turns, MemoryProvider()), worker_id="gen", handle_sigterm=False,  # type: ignore[arg-type]
+                 store=MemoryStore(), ledger=NoLedger())  # type: ignore[arg-type]
+    execution = Execution(rt, RunGraph.rehydrate("gen", {}, []), Lease("gen", "gen", 1))
+    await execution.schedule()
+    return rt.store.runs["gen"][:n]  # type: ignore[attr-defined]
+
+
+async def bench_rehydrate(db: Db, n: int, repeat: int = 15) -> dict[str, Any]:
+    records = await long_run_records(n)
+    run_id = f"bench-r-{uuid.uuid4().hex[:12]}"
+    await db.execute("INSERT INTO cm_runs (run_id, workload, input, status) VALUES ($1, 'bench', '{}'::jsonb, 'pending')", run_id)
+    rows = [(run_id, s.seq, s.node_id, s.record.SerializeToString(deterministic=True), 1) for s in records]
+    await db.conn.copy_records_to_table("cm_run_log", records=rows, columns=["run_id", "seq", "node_id", "record", "lease_epoch"])
+    await db.execute("VACUUM ANALYZE cm_run_log")
+    log = AppendOnlyLog(db)
+    from crashmatrix.reference_runtime.logstore import _READ_FRAMED_SQL
+
+    async def read() -> Any:
+        return await log.read(run_id)
+
+    async def read_rows() -> Any:
+        return await log.read_rows(run_id)
+
+    async def row_by_row() -> Any:
+        rs = await db.fetch("SELECT seq, node_id, record FROM cm_run_log WHERE run_id = $1 ORDER BY seq", run_id)
+        return [decode_row(run_id, r["seq"], r["node_id"], bytes(r["record"])) for r in rs]
+
+    async def fetch_only() -> Any:
+        return await db.fetchrow(_READ_FRAMED_SQL, run_id)
+
+    async def read_and_rebuild() -> Any:
+        return RunGraph.rehydrate(run_id, {}, await log.read(run_id))
+
+    assert [(s.seq, s.record) for s in await read()] == [(s.seq, s.record) for s in await read_rows()]
+    out: dict[str, Any] = {"records": n, "bytes": sum(len(r[3]) for r in rows)}
+    for name, fn in (("fetch_only_framed", fetch_only), ("fetch_decode_framed (the store's read)", read),
+                     ("fetch_decode_per_row_arrays", read_rows), ("fetch_decode_row_by_row", row_by_row),
+                     ("fetch_decode_framed_plus_graph_rebuild", read_and_rebuild)):
+        await fn()
+        wall, cpu = [], []
+        for _ in range(repeat):
+            t0, c0 = time.perf_counter(), time.process_time()
+            await fn()
+            wall.append((time.perf_counter() - t0) * 1000)
+            cpu.append((time.process_time() - c0) * 1000)
+        out[name] = {"median_ms": round(statistics.median(wall), 2), "min_ms": round(min(wall), 2),
+                     "client_cpu_median_ms": round(statistics.median(cpu), 2)}
+    return out
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     service = None
-    dsn = args.dsn
+    dsn = args.dsn or os.environ.get(DSN_ENV)
     if dsn is None:
         service = start_postgres(Path(tempfile.mkdtemp(prefix="cm-bench-")))
         dsn = service.dsn
     try:
-        db = await connect(dsn)
-        await migrate(db.conn)
-        await db.close()
-        appends = await bench_append(dsn, args.turns)
-        rehydrate = await bench_rehydrate(dsn, args.rehydrate)
-        print(json.dumps({"turns": args.turns, "append_ms": appends, "rehydrate_records": args.rehydrate,
-                          "rehydrate": rehydrate}, indent=1))
+        db = await connect(dsn, application_name="crashmatrix-bench")
+        try:
+            await migrate(db.conn)
+            await db.execute("CREATE TABLE IF NOT EXISTS bench_full_state (run_id text PRIMARY KEY, state bytea NOT NULL)")
+            result: dict[str, Any] = {"load_average_start": os.getloadavg(), "turns": args.turns, "rounds": args.rounds,
+                                      "server": await db.fetchval("SHOW server_version"), "fsync": await db.fetchval("SHOW fsync")}
+            result["append"], runs = await bench_append(db, args.turns, args.rounds)
+            result["operating_costs"] = await operating_costs(db, runs, args.turns, args.vacuum_wait)
+            result["rehydrate"] = await bench_rehydrate(db, args.rehydrate)
+            result["load_average_end"] = os.getloadavg()
+            return result
+        finally:
+            await db.close()
     finally:
         if service is not None:
             service.close()
@@ -153,9 +319,19 @@ async def main_async(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--rehydrate", type=int, default=5000)
+    ap.add_argument("--vacuum-wait", type=float, default=75.0, help="seconds to watch autovacuum after the runs")
     ap.add_argument("--dsn", default=None)
-    asyncio.run(main_async(ap.parse_args()))
+    ap.add_argument("--json", default=None, help="also write the figures to this file")
+    args = ap.parse_args()
+    if args.turns < 40:
+        ap.error(f"--turns={args.turns} must be at least 40 (two windows of 20 turns)")
+    result = asyncio.run(main_async(args))
+    text = json.dumps(result, indent=1, default=str)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,168 @@
+"""The reference runtime's scheduler: the 40-call fan-out and the cost per node (issue 5).
+
+    python benchmarks/bench_fanout.py [--repeat 10] [--dsn DSN] [--json PATH]
+
+1. **Fan-out** (goal: at most 60 ms end to end): the ``research`` workload, conversation
+   ``slow`` (every ``read_source`` takes 50 ms), driven in process (its scripts as local
+   models, its note on an in-memory provider) on a real PostgreSQL. The figure is the
+   time from the moment turn 1's record is appended (its 40 tool calls and the sub-agent
+   become ready) to the moment the last of the 40 ``read_source`` records is appended;
+   ``tools_done_ms`` is when the last tool returned, so the rest is the appends. The same
+   with the no-I/O store shows what the scheduler alone adds.
+2. **Scheduler overhead per node** (goal: tens of microseconds): CPU time per node of
+   the executor with a store and a ledger that do no I/O: the research fan-out with 0 ms
+   tools, and a long_run chain (one model and one tool node per turn). The model here is
+   the workload's script called in process, so the figure includes building each model
+   node's transcript and the script's own work.
+
+Starts an embedded PostgreSQL unless --dsn (or $CRASHMATRIX_PG_DSN) is given. Figures go
+to stdout as JSON; docs/benchmarks.md records runs (with the load average: the machine
+these figures come from is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _bench_support import MemoryProvider, MemoryStore, Resources, TimedExecution, Timings, local_agent  # noqa: E402
+
+from crashmatrix.harness.services.postgres import DSN_ENV, start_postgres  # noqa: E402
+from crashmatrix.reference_runtime import RunGraph, connect, migrate  # noqa: E402
+from crashmatrix.reference_runtime.executor import Runtime  # noqa: E402
+from crashmatrix.reference_runtime.leases import acquire, Lease  # noqa: E402
+from crashmatrix.reference_runtime.logstore import AppendOnlyLog  # noqa: E402
+from crashmatrix.scenarios import long_run, research  # noqa: E402
+
+SCRIPTS = {"research": research.respond, "investigator": research.respond_child, "long_run": long_run.respond}
+
+
+class NoLedger:
+    """An effects ledger with no I/O (nothing is ever found: every effect is new)."""
+
+    async def get(self, run_id: str, key: str) -> None:
+        return None
+
+    async def mark_started(self, *args: Any) -> None:
+        pass
+
+    async def mark_unknown(self, *args: Any) -> None:
+        pass
+
+
+def agent(workload: Any, conversation: str) -> Any:
+    return local_agent(workload.build_agent(conversation, Resources(conversation)), SCRIPTS, conversation, MemoryProvider())
+
+
+async def one_execution(rt: Runtime, run_id: str, run_input: dict[str, Any], lease: Lease) -> Timings:
+    """Schedule one run to its end on ``rt`` (no lease, status or trace writes: the
+    executor only) and return its append timings."""
+    timings = Timings()
+
+    class Timed(TimedExecution):
+        pass
+
+    Timed.timings = timings
+    execution = Timed(rt, RunGraph.rehydrate(run_id, run_input, await rt.store.read(run_id), blobs=None), lease)
+    status, _ = await execution.schedule()
+    assert status == "completed", status
+    return timings
+
+
+def fanout_figure(timings: Timings) -> dict[str, float]:
+    ends = {a.node_id: a for a in timings.appends}
+    ready = ends["turn-1"].end
+    sources = [a for n, a in ends.items() if n.startswith("turn-1.tool-") and ":" not in n and n != "turn-1.tool-40"]
+    assert len(sources) == research.SOURCES, len(sources)
+    last = max(a.end for a in sources)
+    first_append = min(a.start for a in sources)
+    return {"fanout_ms": (last - ready) * 1000, "tools_done_ms": (first_append - ready) * 1000}
+
+
+async def bench_fanout(dsn: str, repeat: int) -> dict[str, Any]:
+    db = await connect(dsn, application_name="crashmatrix-bench")
+    out: dict[str, Any] = {}
+    try:
+        await migrate(db.conn)
+        for label, make_store in (("postgres_append_only", lambda: AppendOnlyLog(db)), ("no_io_store", MemoryStore)):
+            figures = []
+            for _ in range(repeat):
+                store = make_store()
+                rt = Runtime(db, agent(research.WORKLOAD, "slow"), worker_id="bench", handle_sigterm=False, store=store)
+                run_id = f"bench-fan-{uuid.uuid4().hex[:8]}"
+                run_input = research.WORKLOAD.run_input("slow")
+                await rt.create_run(run_id, "research", run_input)
+                lease = await acquire(db, run_id, "bench")
+                figures.append(fanout_figure(await one_execution(rt, run_id, run_input, lease)))
+            out[label] = {k: {"median": round(statistics.median(f[k] for f in figures), 2), "min": round(min(f[k] for f in figures), 2)}
+                          for k in figures[0]}
+    finally:
+        await db.close()
+    return out
+
+
+async def bench_overhead(repeat: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    shapes = (("research_fanout_41_nodes_plus_child", research.WORKLOAD, "fanout"), ("long_run_chain_200_turns", long_run.WORKLOAD, "t200"),
+              ("long_run_chain_1000_turns", long_run.WORKLOAD, "t1000"))
+    for label, workload, conversation in shapes:
+        per_node = []
+        nodes = 0
+        for _ in range(repeat if conversation != "t1000" else max(1, repeat // 5)):
+            rt = Runtime(None, agent(workload, conversation), worker_id="bench", handle_sigterm=False,  # type: ignore[arg-type]
+                         store=MemoryStore(), ledger=NoLedger())  # type: ignore[arg-type]
+            run_id = f"ov-{uuid.uuid4().hex[:8]}"
+            c0 = time.process_time()
+            timings = await one_execution(rt, run_id, workload.run_input(conversation), Lease(run_id, "bench", 1))
+            nodes = len(timings.appends)
+            per_node.append((time.process_time() - c0) / nodes * 1e6)
+        out[label] = {"nodes": nodes, "cpu_us_per_node_median": round(statistics.median(per_node), 1),
+                      "cpu_us_per_node_min": round(min(per_node), 1)}
+    return out
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    service = None
+    dsn = args.dsn or os.environ.get(DSN_ENV)
+    if dsn is None:
+        service = start_postgres(Path(tempfile.mkdtemp(prefix="cm-bench-")))
+        dsn = service.dsn
+    try:
+        result: dict[str, Any] = {"load_average_start": os.getloadavg()}
+        result["fanout_40_calls_50ms_tools"] = await bench_fanout(dsn, args.repeat)
+        result["scheduler_overhead_no_io"] = await bench_overhead(args.repeat)
+        result["load_average_end"] = os.getloadavg()
+        return result
+    finally:
+        if service is not None:
+            service.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--dsn", default=None)
+    ap.add_argument("--json", default=None, help="also write the figures to this file")
+    args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error(f"--repeat={args.repeat} must be at least 1")
+    result = asyncio.run(main_async(args))
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

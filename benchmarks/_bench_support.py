@@ -11,9 +11,14 @@ node's append started and ended and how long it took (encode + insert + commit).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -148,3 +153,20 @@ def pct(xs: list[float], q: float) -> float:
     """The ``q`` quantile (nearest rank) of ``xs``."""
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+@contextlib.asynccontextmanager
+async def postgres_dsn(dsn: str | None) -> AsyncIterator[str]:
+    """The DSN to measure on: ``dsn``, else ``$CRASHMATRIX_PG_DSN``, else an embedded
+    PostgreSQL started here (fsync on) and stopped on exit."""
+    from crashmatrix.harness.services.postgres import DSN_ENV, start_postgres
+
+    dsn = dsn or os.environ.get(DSN_ENV)
+    if dsn is not None:
+        yield dsn
+        return
+    service = start_postgres(Path(tempfile.mkdtemp(prefix="cm-bench-")))
+    try:
+        yield service.dsn
+    finally:
+        service.close()

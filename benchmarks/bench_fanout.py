@@ -28,7 +28,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -36,9 +35,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _bench_support import MemoryProvider, MemoryStore, Resources, TimedExecution, Timings, local_agent  # noqa: E402
+from _bench_support import (  # noqa: E402
+    MemoryProvider, MemoryStore, Resources, TimedExecution, Timings, local_agent, postgres_dsn,
+)
 
-from crashmatrix.harness.services.postgres import DSN_ENV, start_postgres  # noqa: E402
 from crashmatrix.reference_runtime import RunGraph, connect, migrate  # noqa: E402
 from crashmatrix.reference_runtime.executor import Runtime  # noqa: E402
 from crashmatrix.reference_runtime.leases import acquire, Lease  # noqa: E402
@@ -133,20 +133,12 @@ async def bench_overhead(repeat: int) -> dict[str, Any]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    service = None
-    dsn = args.dsn or os.environ.get(DSN_ENV)
-    if dsn is None:
-        service = start_postgres(Path(tempfile.mkdtemp(prefix="cm-bench-")))
-        dsn = service.dsn
-    try:
+    async with postgres_dsn(args.dsn) as dsn:
         result: dict[str, Any] = {"load_average_start": os.getloadavg()}
         result["fanout_40_calls_50ms_tools"] = await bench_fanout(dsn, args.repeat)
         result["scheduler_overhead_no_io"] = await bench_overhead(args.repeat)
         result["load_average_end"] = os.getloadavg()
         return result
-    finally:
-        if service is not None:
-            service.close()
 
 
 def main() -> None:

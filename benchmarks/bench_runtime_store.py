@@ -34,7 +34,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -43,10 +42,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench_support import (  # noqa: E402
-    MemoryProvider, MemoryStore, Resources, TimedRuntime, Timings, local_agent, pct,
+    MemoryProvider, MemoryStore, Resources, TimedRuntime, Timings, local_agent, pct, postgres_dsn,
 )
 
-from crashmatrix.harness.services.postgres import DSN_ENV, start_postgres  # noqa: E402
 from crashmatrix.reference_runtime import RunGraph, connect, migrate  # noqa: E402
 from crashmatrix.reference_runtime.db import Db  # noqa: E402
 from crashmatrix.reference_runtime.executor import Execution, Runtime  # noqa: E402
@@ -292,12 +290,7 @@ async def bench_rehydrate(db: Db, n: int, repeat: int = 15) -> dict[str, Any]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    service = None
-    dsn = args.dsn or os.environ.get(DSN_ENV)
-    if dsn is None:
-        service = start_postgres(Path(tempfile.mkdtemp(prefix="cm-bench-")))
-        dsn = service.dsn
-    try:
+    async with postgres_dsn(args.dsn) as dsn:
         db = await connect(dsn, application_name="crashmatrix-bench")
         try:
             await migrate(db.conn)
@@ -311,9 +304,6 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             return result
         finally:
             await db.close()
-    finally:
-        if service is not None:
-            service.close()
 
 
 def main() -> None:

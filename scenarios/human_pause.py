@@ -32,6 +32,7 @@ from crashmatrix.reference_runtime import handoff
 from crashmatrix.reference_runtime.agent import Agent, OutcomeUnknown, Tool, ToolContext, ToolOutcome
 from crashmatrix.reference_runtime.retention import delete_finished_runs
 
+from ._workload import ScriptedWorkload
 from .checkout import ScriptedModel
 from .checkout.script import CARDS, _call, _tool_results
 from .checkout.tools import charge, probe_charge, probe_mail, send_receipt
@@ -114,18 +115,14 @@ def respond(conversation: str, messages: list[dict[str, Any]]) -> dict[str, Any]
                        f"{charges[0]['content']['charge_id']}.", "tool_calls": []}
 
 
-class HumanPauseWorkload:
+class HumanPauseWorkload(ScriptedWorkload):
     """See the module docstring. ``operator`` is the human in the loop."""
 
     name = NAME
     conversations = ("approve",)
     providers = ("payment", "mail", "model")
+    request = "Buy ten USB-C docks for the team."
     operator = staticmethod(operator)
-
-    def run_input(self, conversation: str) -> dict[str, Any]:
-        if conversation not in self.conversations:
-            raise KeyError(f"conversation={conversation!r} is not one of {', '.join(self.conversations)}")
-        return {"conversation": conversation, "messages": [{"role": "user", "content": "Buy ten USB-C docks for the team."}]}
 
     def build_agent(self, conversation: str, resources: Any) -> Agent:
         return Agent(self.name, ScriptedModel(resources, SCRIPT), {

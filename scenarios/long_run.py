@@ -25,8 +25,8 @@ from typing import Any
 import anyio
 
 from crashmatrix.reference_runtime.agent import Agent, Tool, ToolContext, ToolOutcome
-from crashmatrix.reference_runtime.state_codec import StateSchema
 
+from ._workload import ScriptedWorkload, durable_schema
 from .checkout import ScriptedModel
 from .checkout.script import _call, _tool_results
 from .checkout.tools import probe_mail, send_receipt
@@ -71,28 +71,24 @@ def respond(conversation: str, messages: list[dict[str, Any]]) -> dict[str, Any]
     return {"content": f"Turn {n}: next step.", "tool_calls": [_call("step", n=n)]}
 
 
-def schema() -> StateSchema:
-    s = StateSchema("long_run", version=1)
-    s.field("progress")
-    return s
-
-
-class LongRunWorkload:
-    """See the module docstring. Providers: mail (progress reports), model."""
+class LongRunWorkload(ScriptedWorkload):
+    """See the module docstring. Providers: mail (progress reports), model. Any
+    ``tN`` conversation is accepted (the benchmarks run ``t1000``); the matrix runs
+    ``t200``."""
 
     name = "long_run"
     conversations = ("t200",)
     providers = ("mail", "model")
+    request = "Work through the backlog."
 
-    def run_input(self, conversation: str) -> dict[str, Any]:
+    def check_conversation(self, conversation: str) -> None:
         turns_of(conversation)
-        return {"conversation": conversation, "messages": [{"role": "user", "content": "Work through the backlog."}]}
 
     def build_agent(self, conversation: str, resources: Any) -> Agent:
         return Agent(self.name, ScriptedModel(resources, SCRIPT), {
             "step": Tool("step", step),
             "send_progress": Tool("send_progress", send_receipt, effect=True, probe=probe_mail),
-        }, resources=resources, max_turns=turns_of(conversation), state_schema=schema())
+        }, resources=resources, max_turns=turns_of(conversation), state_schema=durable_schema("long_run", "progress"))
 
 
 WORKLOAD = LongRunWorkload()

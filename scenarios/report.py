@@ -20,8 +20,8 @@ from typing import Any
 import anyio
 
 from crashmatrix.reference_runtime.agent import Agent, Tool, ToolContext, ToolOutcome
-from crashmatrix.reference_runtime.state_codec import StateSchema
 
+from ._workload import ScriptedWorkload, durable_schema
 from .checkout import ScriptedModel
 from .checkout.script import _call, _tool_results
 from .checkout.tools import probe_mail, send_receipt
@@ -80,30 +80,20 @@ def respond(conversation: str, messages: list[dict[str, Any]]) -> dict[str, Any]
     return {"content": f"Published {done['file']}: {done['bytes']} bytes, sha256 {done['sha256'][:16]}.", "tool_calls": []}
 
 
-def schema() -> StateSchema:
-    s = StateSchema("report", version=1)
-    s.field("report")
-    return s
-
-
-class ReportWorkload:
+class ReportWorkload(ScriptedWorkload):
     """See the module docstring. Providers: mail (the publication), model."""
 
     name = "report"
     conversations = ("publish",)
     providers = ("mail", "model")
-
-    def run_input(self, conversation: str) -> dict[str, Any]:
-        if conversation not in self.conversations:
-            raise KeyError(f"conversation={conversation!r} is not one of {', '.join(self.conversations)}")
-        return {"conversation": conversation, "messages": [{"role": "user", "content": "Write and publish the dock report."}]}
+    request = "Write and publish the dock report."
 
     def build_agent(self, conversation: str, resources: Any) -> Agent:
         return Agent(self.name, ScriptedModel(resources, SCRIPT), {
             "outline": Tool("outline", outline),
             "render_report": Tool("render_report", render_report),
             "publish_report": Tool("publish_report", publish_report, effect=True, probe=probe_mail),
-        }, resources=resources, state_schema=schema())
+        }, resources=resources, state_schema=durable_schema("report", "report"))
 
 
 WORKLOAD = ReportWorkload()

@@ -26,6 +26,7 @@ import anyio
 from crashmatrix.reference_runtime.agent import Agent, Tool, ToolContext, ToolOutcome
 from crashmatrix.reference_runtime.subagents import SubAgent
 
+from ._workload import ScriptedWorkload
 from .checkout import ScriptedModel
 from .checkout.script import _call, _tool_results
 from .checkout.tools import probe_mail, send_receipt
@@ -81,18 +82,14 @@ def respond_child(conversation: str, messages: list[dict[str, Any]]) -> dict[str
     return {"content": f"100 W is right (sources said {watts}); note {notes[0]['content']['message_id']} filed.", "tool_calls": []}
 
 
-class ResearchWorkload:
+class ResearchWorkload(ScriptedWorkload):
     """See the module docstring. Providers: mail (the note), model."""
 
     name = "research"
     conversations = ("fanout",)
-    all_conversations = ("fanout", "slow")
+    all_conversations = ("fanout", "slow")  # type: ignore[assignment]
     providers = ("mail", "model")
-
-    def run_input(self, conversation: str) -> dict[str, Any]:
-        if conversation not in self.all_conversations:
-            raise KeyError(f"conversation={conversation!r} is not one of {', '.join(self.all_conversations)}")
-        return {"conversation": conversation, "messages": [{"role": "user", "content": "Is the USB-C dock any good?"}]}
+    request = "Is the USB-C dock any good?"
 
     def build_agent(self, conversation: str, resources: Any) -> Agent:
         investigator = Agent("investigator", ScriptedModel(resources, CHILD_SCRIPT), {

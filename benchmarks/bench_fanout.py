@@ -7,8 +7,10 @@
    models, its note on an in-memory provider) on a real PostgreSQL. The figure is the
    time from the moment turn 1's record is appended (its 40 tool calls and the sub-agent
    become ready) to the moment the last of the 40 ``read_source`` records is appended;
-   ``tools_done_ms`` is when the last tool returned, so the rest is the appends. The same
-   with the no-I/O store shows what the scheduler alone adds.
+   ``tools_done_ms`` is when the first of them started its append (the tools' 50 ms), so
+   the rest is the appends: with group commit (the default: records that finish together
+   commit in one statement), with one commit per record, and with the no-I/O store (what
+   the scheduler alone adds).
 2. **Scheduler overhead per node** (goal: tens of microseconds): CPU time per node of
    the executor with a store and a ledger that do no I/O: the research fan-out with 0 ms
    tools, and a long_run chain (one model and one tool node per turn). The model here is
@@ -95,11 +97,15 @@ async def bench_fanout(dsn: str, repeat: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         await migrate(db.conn)
-        for label, make_store in (("postgres_append_only", lambda: AppendOnlyLog(db)), ("no_io_store", MemoryStore)):
+        variants = (("postgres_group_commit", lambda: AppendOnlyLog(db), True),
+                    ("postgres_one_commit_per_record", lambda: AppendOnlyLog(db), False),
+                    ("no_io_store", MemoryStore, True))
+        for label, make_store, group in variants:
             figures = []
             for _ in range(repeat):
                 store = make_store()
-                rt = Runtime(db, agent(research.WORKLOAD, "slow"), worker_id="bench", handle_sigterm=False, store=store)
+                rt = Runtime(db, agent(research.WORKLOAD, "slow"), worker_id="bench", handle_sigterm=False, store=store,
+                             group_commit=group)
                 run_id = f"bench-fan-{uuid.uuid4().hex[:8]}"
                 run_input = research.WORKLOAD.run_input("slow")
                 await rt.create_run(run_id, "research", run_input)

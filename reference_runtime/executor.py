@@ -50,6 +50,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -96,6 +97,8 @@ class Runtime:
 
     ``store`` and ``ledger`` default to :class:`AppendOnlyLog` and
     :class:`EffectLedger`; other strategies (and the mutant catalogue) pass their own.
+    ``group_commit``: records of nodes that finish together commit in one statement
+    (:meth:`Execution.commit`).
     """
 
     def __init__(
@@ -111,8 +114,10 @@ class Runtime:
         blobs: BlobStore | None = None,
         blob_threshold: int = DEFAULT_THRESHOLD,
         tracer_provider: TracerProvider | None = None,
+        group_commit: bool = True,
     ) -> None:
         self.db = db
+        self.group_commit = group_commit
         self.agent = agent
         self.worker_id = worker_id
         self.store = store if store is not None else AppendOnlyLog(db)
@@ -205,6 +210,21 @@ class Runtime:
             self._changed.set()
 
 
+@dataclass
+class _Pending:
+    """A record waiting for its commit (:meth:`Execution.commit`)."""
+
+    record: NodeRecord
+    effect: EffectOutcome | None
+    state_updates: dict[str, Any]
+    done: anyio.Event = field(default_factory=anyio.Event)
+    error: BaseException | None = None
+
+    def fail(self, exc: BaseException) -> None:
+        self.error = exc
+        self.done.set()
+
+
 class Execution:
     """One attempt at one run: the scheduler loop and the node bodies.
 
@@ -219,6 +239,8 @@ class Execution:
         self.running: set[str] = set()
         self.seq = graph.last_seq
         self.append_lock = anyio.Lock()
+        self._queue: list[_Pending] = []
+        self._committing = False
         self.error: BaseException | None = None
         self.stop: tuple[str, str] | None = None
         self.started_at: dict[str, float] = {}
@@ -480,12 +502,61 @@ class Execution:
         )
         if state_payload is not None:
             record.state.CopyFrom(state_payload)
-        async with self.append_lock:
-            crashpoint("log.append.before")
-            written = await self.rt.store.append(self.lease, self.seq + 1, record, effect)
-            if written:
+        crashpoint("log.append.before")
+        await self.commit(_Pending(record, effect, state_updates or {}))
+        crashpoint("log.append.after")
+
+    async def commit(self, pending: _Pending) -> None:
+        """Append one node's record (one appender per run: ``seq`` in commit order; the
+        graph and the state take each record in that order, before any node can see it).
+
+        Group commit (:attr:`Runtime.group_commit`, on by default): records that arrive
+        while a commit is in flight (a fan-out's tools finishing together) wait and go in
+        the next commit together, one statement and one fsync for all of them, each with
+        its effect; a lone record goes alone (``store.append``). Without it (or for a store
+        without ``append_many``) records commit one by one. A failed or cancelled commit
+        fails every record it carried (and those queued behind it): none of them is
+        known to be appended, exactly as when one record's append fails."""
+        if not self.rt.group_commit:
+            async with self.append_lock:
+                await self._write([pending])
+            return
+        self._queue.append(pending)
+        if self._committing:
+            await pending.done.wait()
+            if pending.error is not None:
+                raise pending.error
+            return
+        self._committing = True
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                await self._write(batch)
+        except BaseException as exc:
+            for waiting in self._queue:
+                waiting.fail(exc)
+            self._queue = []
+            raise
+        finally:
+            self._committing = False
+
+    async def _write(self, batch: list[_Pending]) -> None:
+        store = self.rt.store
+        try:
+            if len(batch) == 1 or not hasattr(store, "append_many"):
+                written = []
+                for item in batch:
+                    written.append(await store.append(self.lease, self.seq + 1 + len(written), item.record, item.effect))
+            else:
+                written = await store.append_many(self.lease, self.seq + 1, [(i.record, i.effect) for i in batch])
+        except BaseException as exc:
+            for item in batch:
+                item.fail(exc)
+            raise
+        for item, ok in zip(batch, written):
+            if ok:
                 self.seq += 1
-            crashpoint("log.append.after")
-            self.graph.add(record)  # under the lock: graph order is seq order (state folds in it)
-        if state_updates:
-            self.state.update(state_updates)
+            self.graph.add(item.record)  # seq order: the state folds in it
+            if item.state_updates:
+                self.state.update(item.state_updates)
+            item.done.set()

@@ -81,6 +81,24 @@ class DeltaSnapshotStore:
             self._known.pop(lease.run_id, None)  # not a prefix this process knows: no snapshot
         return written
 
+    async def append_many(
+        self, lease: Lease, first_seq: int, items: list[tuple[NodeRecord, EffectOutcome | None]]
+    ) -> list[bool]:
+        """The log's group commit, then the snapshot if the batch reached a multiple of
+        ``every`` (a snapshot up to the batch's last record). A subclass that overrides
+        :meth:`append` gets one call per record."""
+        if type(self).append is not DeltaSnapshotStore.append:
+            return [await self.append(lease, first_seq + i, rec, eff) for i, (rec, eff) in enumerate(items)]
+        written = await self.log.append_many(lease, first_seq, items)
+        known = self._known.get(lease.run_id)
+        if all(written) and known is not None and len(known) == first_seq - 1:
+            known.extend(StoredRecord(first_seq + i, rec.node_id, rec) for i, (rec, _) in enumerate(items))
+            if (first_seq - 1) // self.every != len(known) // self.every:
+                await self.write_snapshot(lease, known)
+        elif any(written):
+            self._known.pop(lease.run_id, None)  # not a prefix this process knows: no snapshot
+        return written
+
     async def write_snapshot(self, lease: Lease, records: list[StoredRecord]) -> None:
         snap = Snapshot(
             format_version=SNAPSHOT_FORMAT_VERSION,

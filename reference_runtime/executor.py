@@ -97,8 +97,8 @@ class Runtime:
 
     ``store`` and ``ledger`` default to :class:`AppendOnlyLog` and
     :class:`EffectLedger`; other strategies (and the mutant catalogue) pass their own.
-    ``group_commit``: records of nodes that finish together commit in one statement
-    (:meth:`Execution.commit`).
+    ``group_commit=True``: records of nodes that finish together commit in one statement
+    (:meth:`Execution.commit`; off by default, see there).
     """
 
     def __init__(
@@ -114,7 +114,7 @@ class Runtime:
         blobs: BlobStore | None = None,
         blob_threshold: int = DEFAULT_THRESHOLD,
         tracer_provider: TracerProvider | None = None,
-        group_commit: bool = True,
+        group_commit: bool = False,
     ) -> None:
         self.db = db
         self.group_commit = group_commit
@@ -502,25 +502,30 @@ class Execution:
         )
         if state_payload is not None:
             record.state.CopyFrom(state_payload)
+        pending = _Pending(record, effect, state_updates or {})
+        if not self.rt.group_commit:  # one appender at a time, one record per statement
+            async with self.append_lock:
+                crashpoint("log.append.before")
+                await self._write([pending])
+                crashpoint("log.append.after")
+            return
         crashpoint("log.append.before")
-        await self.commit(_Pending(record, effect, state_updates or {}))
+        await self.commit(pending)
         crashpoint("log.append.after")
 
     async def commit(self, pending: _Pending) -> None:
-        """Append one node's record (one appender per run: ``seq`` in commit order; the
-        graph and the state take each record in that order, before any node can see it).
+        """Group commit (:attr:`Runtime.group_commit`): append one node's record, together
+        with every record that arrives while a commit is in flight (a fan-out's tools
+        finishing together): those wait and go in the next commit, one statement and one
+        fsync for all of them, each with its effect; a lone record goes alone
+        (``store.append``). ``seq`` is assigned in commit order; the graph and the state
+        take each record in that order before any node can see it. A failed or cancelled
+        commit fails every record it carried (and those queued behind it): none of them
+        is known to be appended, exactly as when one record's append fails.
 
-        Group commit (:attr:`Runtime.group_commit`, on by default): records that arrive
-        while a commit is in flight (a fan-out's tools finishing together) wait and go in
-        the next commit together, one statement and one fsync for all of them, each with
-        its effect; a lone record goes alone (``store.append``). Without it (or for a store
-        without ``append_many``) records commit one by one. A failed or cancelled commit
-        fails every record it carried (and those queued behind it): none of them is
-        known to be appended, exactly as when one record's append fails."""
-        if not self.rt.group_commit:
-            async with self.append_lock:
-                await self._write([pending])
-            return
+        Off by default: which node's task performs a batch depends on timing, so the
+        awaits of the commit path are not the same in every run (await points stop
+        being deterministic per logical task; labels and steps still are)."""
         self._queue.append(pending)
         if self._committing:
             await pending.done.wait()

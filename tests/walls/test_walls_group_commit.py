@@ -1,8 +1,8 @@
-"""Group commit (reference_runtime/executor.py ``Execution.commit``, ``append_many`` in
-the stores): records of nodes that finish together go in one statement, with their
-effects; ``seq`` stays contiguous and in commit order; the delta store still snapshots;
-``group_commit=False`` and a store subclass that overrides ``append`` get one call per
-record."""
+"""Group commit (``Runtime(group_commit=True)``; reference_runtime/executor.py
+``Execution.commit``, ``append_many`` in the stores): records of nodes that finish
+together go in one statement, with their effects; ``seq`` stays contiguous and in commit
+order; the delta store still snapshots; without it (the default) and for a store subclass
+that overrides ``append`` every record gets its own call."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ async def run(db: Db, run_id: str, store: Any, **kw: Any) -> tuple[str, dict[str
 async def test_a_fanout_commits_in_fewer_statements_than_records(db: Db, raw: asyncpg.Connection, new_run_id: Any) -> None:
     store = Counting(db)
     run_id = new_run_id()
-    status, applied = await run(db, run_id, store)
+    status, applied = await run(db, run_id, store, group_commit=True)
     assert status == "completed"
     log = await AppendOnlyLog(db).read(run_id)
     assert [s.seq for s in log] == list(range(1, FANOUT + 3))
@@ -82,17 +82,17 @@ async def test_a_fanout_commits_in_fewer_statements_than_records(db: Db, raw: as
 
 async def test_without_group_commit_or_with_an_overridden_append_each_record_goes_alone(db: Db, new_run_id: Any) -> None:
     store = Counting(db)
-    status, _ = await run(db, new_run_id(), store, group_commit=False)
+    status, _ = await run(db, new_run_id(), store)  # the default
     assert status == "completed" and store.batches == []
     OverridesAppend.singles = 0
     store = OverridesAppend(db)
-    status, _ = await run(db, new_run_id(), store)
+    status, _ = await run(db, new_run_id(), store, group_commit=True)
     assert status == "completed" and OverridesAppend.singles == FANOUT + 2
 
 
 async def test_the_delta_store_snapshots_across_a_batch(db: Db, raw: asyncpg.Connection, new_run_id: Any) -> None:
     run_id = new_run_id()
-    status, _ = await run(db, run_id, DeltaSnapshotStore(db, every=4))
+    status, _ = await run(db, run_id, DeltaSnapshotStore(db, every=4), group_commit=True)
     assert status == "completed"
     snaps = [r["upto_seq"] for r in await raw.fetch("SELECT upto_seq FROM cm_run_snapshots WHERE run_id = $1 ORDER BY 1", run_id)]
     assert snaps and all(s >= 4 for s in snaps) and len(snaps) <= (FANOUT + 2) // 4

@@ -66,10 +66,11 @@ def build(notes: Notes) -> tuple[Agent, ScriptedModel, ScriptedModel]:
     return parent, parent_model, child_model
 
 
-async def run_until(db: Db, agent: Agent, run_id: str, at: tuple[str, str] | None, store: Any = None) -> str:
+async def run_until(db: Db, agent: Agent, run_id: str, at: tuple[str, str] | None, store: Any = None,
+                    group_commit: bool = False) -> str:
     """Run; with ``at`` = (label, node), cancel the run's scope the first time that node
     reaches that label (the cancel lands at the next await, as the harness's does)."""
-    rt = Runtime(db, agent, worker_id="w", handle_sigterm=False, store=store)
+    rt = Runtime(db, agent, worker_id="w", handle_sigterm=False, store=store, group_commit=group_commit)
     await rt.create_run(run_id, "sub", {"messages": [{"role": "user", "content": "check dock-1"}]})
     outcome = "cancelled"
     with anyio.CancelScope() as scope:
@@ -128,7 +129,7 @@ POINTS = [
 ]
 
 
-@pytest.mark.parametrize("store_kind", ["append-only", "delta"])
+@pytest.mark.parametrize("store_kind", ["append-only", "delta", "group-commit"])
 @pytest.mark.parametrize("at", POINTS, ids=[f"{n}[{t}]" for n, t in POINTS])
 async def test_a_crash_inside_the_child_resumes_without_redoing_it(
     db: Db, raw: asyncpg.Connection, new_run_id: Any, at: tuple[str, str], store_kind: str,
@@ -139,9 +140,10 @@ async def test_a_crash_inside_the_child_resumes_without_redoing_it(
     notes = Notes()
     agent, parent_model, child_model = build(notes)
     run_id = new_run_id()
-    assert await run_until(db, agent, run_id, at, store()) == "cancelled"
+    group = store_kind == "group-commit"
+    assert await run_until(db, agent, run_id, at, store(), group) == "cancelled"
     recorded_before = {s.node_id for s in await AppendOnlyLog(db).read(run_id)}
-    assert await run_until(db, agent, run_id, None, store()) == "completed"
+    assert await run_until(db, agent, run_id, None, store(), group) == "completed"
     log = await AppendOnlyLog(db).read(run_id)
     assert [s.seq for s in log] == list(range(1, 11)) and len({s.node_id for s in log}) == 10
     # every model node was billed once, except the one in flight when the cancel landed

@@ -180,8 +180,11 @@ class RunGraph:
                 self._messages(messages, [before[0], *sorted(parents, key=node_order)])
                 self._seen[node_id] = messages
                 return messages
-        nodes = [n for n in self.ancestors(node_id) if scope_of(n) == scope]
-        messages = self._seen[node_id] = self._messages(self.opening(scope), nodes)
+        ancestors = self.ancestors(node_id)
+        nodes = [n for n in ancestors if scope_of(n) == scope]
+        messages = self._messages(self.opening(scope), nodes)
+        if all(n in self.records for n in ancestors):  # complete: a successor may build on it
+            self._seen[node_id] = messages
         return messages
 
     def _messages(self, opening: list[dict[str, Any]], nodes: list[str]) -> list[dict[str, Any]]:

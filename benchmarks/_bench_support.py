@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -165,8 +166,12 @@ async def postgres_dsn(dsn: str | None) -> AsyncIterator[str]:
     if dsn is not None:
         yield dsn
         return
-    service = start_postgres(Path(tempfile.mkdtemp(prefix="cm-bench-")))
+    workdir = Path(tempfile.mkdtemp(prefix="cm-bench-"))
     try:
-        yield service.dsn
+        service = start_postgres(workdir)
+        try:
+            yield service.dsn
+        finally:
+            service.close()
     finally:
-        service.close()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -65,6 +65,7 @@ def run(
     conversation: Annotated[Optional[list[str]], typer.Option(help="Only this conversation (repeatable). Default: all.")] = None,
     jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once; 0: twice the number of cores.")] = 0,
     report: Annotated[Optional[Path], typer.Option(help="Write the JSON report (every case, verdicts, replay commands) here.")] = None,
+    html: Annotated[Optional[Path], typer.Option(help="Write the HTML report (heatmap of crash points x fault kinds; one file, no network) here.")] = None,
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN to use instead of an embedded server (also: $CRASHMATRIX_PG_DSN).")] = None,
     worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed and the case fails.")] = 60.0,
     term_grace: Annotated[float, typer.Option(help="Seconds a worker may drain after SIGTERM before it is SIGKILLed.")] = 10.0,
@@ -149,6 +150,7 @@ def run(
     if report is not None:
         write_json(result, report)
         console.print(f"report: {report}")
+    _write_html(result, html)
     raise typer.Exit(result.exit_code)
 
 
@@ -158,6 +160,7 @@ def replay(
     subject: Annotated[str, typer.Option(help="Subject the case ran on.")] = "reference",
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN instead of an embedded server.")] = None,
     report: Annotated[Optional[Path], typer.Option(help="Write the JSON report here.")] = None,
+    html: Annotated[Optional[Path], typer.Option(help="Write the HTML report here.")] = None,
 ) -> None:
     """Re-run one case (its golden run first) and print what each check saw."""
     from .matrix import MatrixReport, run_matrix
@@ -187,7 +190,18 @@ def replay(
                 console.print(f"        {line}", markup=False, soft_wrap=True)
     if report is not None:
         write_json(result, report)
+    _write_html(result, html)
     raise typer.Exit(result.exit_code)
+
+
+def _write_html(result: object, path: Optional[Path]) -> None:
+    """``--html PATH``: the heatmap report (:mod:`.html_report`) of a matrix report."""
+    if path is None:
+        return
+    from .html_report import write_html
+
+    write_html(result.to_dict(), path)  # type: ignore[attr-defined]
+    console.print(f"html report: {path}")
 
 
 @app.command("toxiproxy-server", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

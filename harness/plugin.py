@@ -1,0 +1,767 @@
+"""The crashmatrix pytest plugin: one test becomes the crash matrix of a workload.
+
+Registered as the ``pytest11`` entry point ``crashmatrix`` (``-p no:crashmatrix``
+disables it). A test written as::
+
+    import pytest
+
+    @pytest.mark.crashmatrix("checkout", subject="reference", conversations=["conv1"])
+    def test_checkout(crashmatrix_case):
+        crashmatrix_case.check()
+
+is expanded at collection into one item per case of the matrix (every crash point of
+the golden traces x every fault kind), with the case id as its test id, e.g.
+``test_checkout[conv1/kill@tool.request.after[turn-4.tool-0]#1]``. Running an item runs
+its case (fork, fault, resume, oracle) on live services; ``check()`` fails the item with
+the check that failed, a small diff, the crash point with its source location, and the
+replay command. A test that never calls ``check()`` is checked after its body returns,
+so no matrix item passes without its oracle.
+
+**Settings**, each an option, an ini key, an environment variable and (for those that
+make sense per test) a marker argument; precedence ini < environment < command line <
+marker, implemented once in :func:`resolve_settings` (as pytest-timeout does):
+
+==================  ==========================  ==========================  ======
+setting             command line / ini key      environment                 marker
+==================  ==========================  ==========================  ======
+workload            --crashmatrix-workload      CRASHMATRIX_WORKLOAD        yes
+subject             --crashmatrix-subject       CRASHMATRIX_SUBJECT         yes
+kinds               --crashmatrix-kinds         CRASHMATRIX_KINDS           yes
+sources             --crashmatrix-sources       CRASHMATRIX_SOURCES         yes
+conversations       --crashmatrix-conversations CRASHMATRIX_CONVERSATIONS   yes
+shard               --crashmatrix-shard         CRASHMATRIX_SHARD           yes
+seed                --crashmatrix-seed          CRASHMATRIX_SEED            yes
+report (JSON)       --crashmatrix-report        CRASHMATRIX_REPORT          no
+html                --crashmatrix-html          CRASHMATRIX_HTML            no
+cache_dir           --crashmatrix-cache-dir     CRASHMATRIX_CACHE_DIR       no
+==================  ==========================  ==========================  ======
+
+(ini keys are the option names without the dashes and with ``_``:
+``crashmatrix_kinds``.)
+
+**Collection** needs the golden traces; they are cached on disk
+(:mod:`.goldencache`, keyed by workload, subject and the code hash of their sources), so
+a warm collection starts no service, and pytest-xdist workers, which each collect, get
+identical ids: the first to need a trace computes it under a file lock, the others wait
+and read it. **Services** are per process (per xdist worker): one PostgreSQL for every
+subject the process runs, one session (providers, zygote) per subject and workload, all
+started on first use and stopped when pytest ends (docs/benchmarks.md compares this with
+one PostgreSQL shared by all workers: per worker was faster). **Seed**: one seed drives
+every random choice (Hypothesis's draws in :mod:`.fuzz`, the embedded fault proxy's
+toxicity rolls); when none is given the controller draws one, shows it in the pytest
+header, and hands it to xdist workers.
+
+**Reports**: ``--crashmatrix-report PATH`` (JSON: every case with its plan, verdicts,
+failed check, diff, replay command, timings and crash-point location; schema in
+:func:`build_report`) and ``--crashmatrix-html PATH`` (the heatmap, :mod:`.html_report`),
+written by the controller after the run, xdist or not. JUnit (``--junitxml``) gets the
+case id as the test id, the failure's first line as its message, and the case id,
+outcome, failed check and replay command as test properties.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .errors import CrashmatrixError, InvalidArgument
+from .explorer import CaseResult, GoldenRun, enumerate_cases, shard
+from .plan import FAULT_KINDS, POINT_SOURCES, Case
+
+# -- settings ---------------------------------------------------------------------------
+
+HELP_WORKLOAD = "Workload a crashmatrix test runs when its marker names none (default: checkout)."
+HELP_SUBJECT = ("Subject: a registered runtime adapter, a mutant 'defect:NAME', or package.module:AdapterClass "
+                "(default: reference).")
+HELP_KINDS = (f"Comma-separated fault kinds of the matrix: {', '.join(FAULT_KINDS)} "
+              "(kill: SIGKILL; term: SIGTERM and drain; cancel: anyio cancel scope; pause: SIGSTOP, another "
+              "worker takes over, SIGCONT; db-restart: PostgreSQL crashed and restarted). Default: kill,term,cancel.")
+HELP_SOURCES = ("Comma-separated crash-point sources: step (node boundaries the adapter reports), label "
+                "(crashpoint() calls), await (every suspension in the subject's packages). Default: step,label.")
+HELP_CONVERSATIONS = "Comma-separated conversations of the workload to run (default: all of them)."
+HELP_SHARD = ("Keep shard K/N of every matrix (disjoint, deterministic: every N-th case from the K-th), "
+              "e.g. 2/4 for the second of four CI jobs.")
+HELP_SEED = ("Seed of every random choice (Hypothesis draws, toxicity rolls). Default: a fresh one per run, "
+             "shown in the header.")
+HELP_REPORT = "Write the JSON report (every case, plan, verdicts, diff, replay command, timings) to this path."
+HELP_HTML = "Write the HTML report (heatmap of crash points x fault kinds; one file, no network) to this path."
+HELP_CACHE_DIR = "Directory of the golden-trace cache (default: .crashmatrix_cache in the rootdir)."
+
+
+def _words(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if isinstance(value, Sequence):
+        return tuple(str(v).strip() for v in value)
+    raise InvalidArgument(f"{value!r} must be a comma-separated string or a list")
+
+
+def _choices(allowed: tuple[str, ...]) -> Callable[[Any], tuple[str, ...]]:
+    def parse(value: Any) -> tuple[str, ...]:
+        items = _words(value)
+        bad = [v for v in items if v not in allowed]
+        if bad or not items:
+            raise InvalidArgument(f"{value!r}: each item must be one of {', '.join(allowed)}")
+        return items
+    return parse
+
+
+def _kinds(value: Any) -> tuple[str, ...]:
+    from . import plan  # FAULT_KINDS read at call time: kinds added later are accepted
+
+    return _choices(plan.FAULT_KINDS)(value)
+
+
+def _shard(value: Any) -> str:
+    spec = str(value).strip()
+    shard([], spec)  # raises PlanError naming the spec
+    return spec
+
+
+def _seed(value: Any) -> int:
+    try:
+        seed = int(str(value).strip())
+    except ValueError:
+        raise InvalidArgument(f"{value!r} must be a non-negative integer") from None
+    if seed < 0:
+        raise InvalidArgument(f"{value!r} must be a non-negative integer")
+    return seed
+
+
+def _name(value: Any) -> str:
+    text = str(value).strip()
+    if not text:
+        raise InvalidArgument("must not be empty")
+    return text
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One plugin setting: its ``key``, help constant (shared by the option and its ini
+    twin), parser, default, and whether a marker may set it."""
+
+    key: str
+    help: str
+    parse: Callable[[Any], Any]
+    default: Any
+    marker: bool
+
+    @property
+    def option(self) -> str:
+        return "--crashmatrix-" + self.key.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "crashmatrix_" + self.key
+
+    @property
+    def env(self) -> str:
+        return "CRASHMATRIX_" + self.key.upper()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("workload", HELP_WORKLOAD, _name, "checkout", True),
+    Setting("subject", HELP_SUBJECT, _name, "reference", True),
+    Setting("kinds", HELP_KINDS, _kinds, ("kill", "term", "cancel"), True),
+    Setting("sources", HELP_SOURCES, _choices(POINT_SOURCES), ("step", "label"), True),
+    Setting("conversations", HELP_CONVERSATIONS, _words, None, True),
+    Setting("shard", HELP_SHARD, _shard, None, True),
+    Setting("seed", HELP_SEED, _seed, None, True),
+    Setting("report", HELP_REPORT, _name, None, False),
+    Setting("html", HELP_HTML, _name, None, False),
+    Setting("cache_dir", HELP_CACHE_DIR, _name, None, False),
+)
+MARKER_KEYS = tuple(s.key for s in SETTINGS if s.marker)
+
+
+@dataclass(frozen=True)
+class MatrixSettings:
+    """The resolved settings of a session (no marker) or of one marked test."""
+
+    workload: str
+    subject: str
+    kinds: tuple[str, ...]
+    sources: tuple[str, ...]
+    conversations: tuple[str, ...] | None
+    shard: str | None
+    seed: int
+    report: str | None
+    html: str | None
+    cache_dir: str | None
+    origin: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+
+def marker_kwargs(marker: pytest.Mark | None) -> dict[str, Any]:
+    """The marker's arguments as settings (``workload`` may be positional). Raises
+    :class:`InvalidArgument` for an unknown argument or too many positional ones."""
+    if marker is None:
+        return {}
+    kwargs = dict(marker.kwargs)
+    if len(marker.args) > 1:
+        raise InvalidArgument(f"@crashmatrix takes the workload as its only positional argument, got {marker.args!r}")
+    if marker.args:
+        kwargs["workload"] = marker.args[0]
+    unknown = sorted(set(kwargs) - set(MARKER_KEYS))
+    if unknown:
+        raise InvalidArgument(f"@crashmatrix got unknown argument(s) {', '.join(unknown)}; "
+                              f"known: {', '.join(MARKER_KEYS)}")
+    return kwargs
+
+
+def resolve_settings(config: pytest.Config, marker: pytest.Mark | None = None) -> MatrixSettings:
+    """Every setting from, in increasing precedence: the ini file, the environment, the
+    command line, the test's ``crashmatrix`` marker. The one place precedence lives.
+
+    Raises :class:`InvalidArgument` naming the setting, where it came from and what was
+    wrong (``crashmatrix_kinds (ini)='kil': each item must be one of ...``)."""
+    from_marker = marker_kwargs(marker)
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for s in SETTINGS:
+        raw, where = None, "default"
+        ini_value = config.getini(s.ini)
+        if ini_value not in (None, "", []):
+            raw, where = ini_value, f"{s.ini} (ini)"
+        env_value = os.environ.get(s.env)
+        if env_value:
+            raw, where = env_value, f"{s.env} (environment)"
+        cli_value = config.getoption(s.ini, None)
+        if cli_value is not None:
+            raw, where = cli_value, f"{s.option} (command line)"
+        if s.key in from_marker:
+            raw, where = from_marker[s.key], f"{s.key}= (marker)"
+        if raw is None:
+            values[s.key] = s.default
+        else:
+            try:
+                values[s.key] = s.parse(raw)
+            except CrashmatrixError as exc:
+                raise InvalidArgument(f"{where}={raw!r}: {exc}") from None
+        origin[s.key] = where
+    if values["seed"] is None:
+        values["seed"] = _session_seed(config)
+        origin["seed"] = "drawn for this run"
+    return MatrixSettings(**values, origin=origin)
+
+
+_SEED_KEY = pytest.StashKey[int]()
+
+
+def _session_seed(config: pytest.Config) -> int:
+    """The run's seed when none is set: the controller's (handed to xdist workers in
+    ``workerinput``), else drawn once per run."""
+    if _SEED_KEY not in config.stash:
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput and "crashmatrix_seed" in workerinput:
+            config.stash[_SEED_KEY] = int(workerinput["crashmatrix_seed"])
+        else:
+            config.stash[_SEED_KEY] = random.Random().getrandbits(32)
+    return config.stash[_SEED_KEY]
+
+
+# -- per-process state: services, sessions, caches, results ------------------------------
+
+
+class Services:
+    """The live services of this process (one pytest process or one xdist worker):
+    one PostgreSQL (``$CRASHMATRIX_PG_DSN`` if set, else embedded, registered with a
+    watchdog of its own), one :class:`~.live.LiveHarness` per subject and workload,
+    and, on request, the embedded fault proxy. Everything starts on first use.
+    ``close()`` stops the harnesses, then the fault proxy, PostgreSQL and the watchdog."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self._lock = threading.RLock()
+        self._workdir: Path | None = None
+        self._watchdog: Any = None
+        self.postgres: Any = None
+        self._harnesses: dict[tuple[str, str], Any] = {}
+        self._faultproxy: Any = None
+
+    def pg(self) -> Any:
+        """The process's :class:`~.services.postgres.PostgresService` (started on first
+        call). Raises :class:`~.errors.ServiceError`."""
+        import tempfile
+
+        from .services.postgres import start_postgres
+        from .services.watchdog import Watchdog
+
+        with self._lock:
+            if self.postgres is None:
+                if self._watchdog is None:
+                    self._watchdog = Watchdog.start()
+                    self._workdir = Path(tempfile.mkdtemp(prefix="crashmatrix-pytest-"))
+                    self._watchdog.watch_path(self._workdir)
+                self.postgres = start_postgres(self._workdir / "pg", watchdog=self._watchdog)
+            return self.postgres
+
+    def _restartable_pg(self) -> Any:
+        from .services.postgres import start_postgres
+
+        assert self._workdir is not None
+        return start_postgres(self._workdir / f"pg-restart-{len(self._harnesses)}", watchdog=self._watchdog)
+
+    def harness(self, subject: str, workload: str) -> Any:
+        """The open :class:`~.live.LiveHarness` of ``subject`` on ``workload``."""
+        from .live import LiveHarness
+
+        with self._lock:
+            key = (subject, workload)
+            if key not in self._harnesses:
+                pg = self.pg()
+                self._harnesses[key] = LiveHarness(
+                    subject, workload, dsn=pg.dsn, restartable_pg=self._restartable_pg if pg.restartable else None,
+                ).open()
+            return self._harnesses[key]
+
+    def faultproxy_url(self) -> str:
+        """``$TOXIPROXY_URL`` if set, else the URL of an embedded Toxiproxy-compatible
+        fault proxy seeded with the run's seed (started on first call)."""
+        url = os.environ.get("TOXIPROXY_URL")
+        if url:
+            return url
+        with self._lock:
+            if self._faultproxy is None:
+                from .faultproxy import EmbeddedToxiproxy
+
+                self._faultproxy = EmbeddedToxiproxy(seed=self.seed)
+                self._faultproxy.start()
+            return str(self._faultproxy.url)
+
+    def close(self) -> None:
+        import shutil
+
+        with self._lock:
+            errors = []
+            for h in self._harnesses.values():
+                try:
+                    h.close()
+                except Exception as exc:  # keep closing the rest
+                    errors.append(exc)
+            self._harnesses.clear()
+            if self._faultproxy is not None:
+                self._faultproxy.stop()
+                self._faultproxy = None
+            if self.postgres is not None:
+                self.postgres.close()
+                self.postgres = None
+            if self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+                if self._watchdog is not None:
+                    self._watchdog.forget_path(self._workdir)
+                self._workdir = None
+            if self._watchdog is not None:
+                self._watchdog.close()
+                self._watchdog = None
+            if errors:
+                raise errors[0]
+
+
+@dataclass(frozen=True)
+class MatrixKey:
+    """What identifies one expanded matrix in the reports."""
+
+    test: str
+    workload: str
+    subject: str
+    kinds: tuple[str, ...]
+    sources: tuple[str, ...]
+    conversations: tuple[str, ...]
+    shard: str | None
+
+
+@dataclass(frozen=True)
+class CaseParam:
+    """The parameter of one matrix item (``request.param`` of ``crashmatrix_case``)."""
+
+    case: Case
+    subject: str
+    matrix: MatrixKey
+
+
+class State:
+    """The plugin's per-process state (``config.stash``)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.settings = resolve_settings(config)
+        self.services = Services(self.settings.seed)
+        #: (workload, subject) -> conversation -> the cached trace the ids came from
+        self.expected: dict[tuple[str, str], dict[str, list[tuple[str, str, str, int]]]] = {}
+        self.cache_files: dict[tuple[str, str], str] = {}
+        self.checked_goldens: set[tuple[str, str, str]] = set()
+        self._sources: dict[tuple[str, str], Any] = {}
+        self.golden_points: dict[tuple[str, str], dict[str, int]] = {}
+        #: reports of matrix items, collected in the controller (or the only process)
+        self.records: list[dict[str, Any]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Collect each matrix item's record (in the controller: xdist workers send
+        theirs with their reports)."""
+        record = getattr(report, "crashmatrix", None)
+        if record is None or report.when != "call" or hasattr(self.config, "workerinput"):
+            return
+        self.records.append({**record, "pytest_outcome": report.outcome, "duration": round(report.duration, 4)})
+
+    @property
+    def cache_dir(self) -> Path:
+        if self.settings.cache_dir:
+            return Path(self.settings.cache_dir)
+        return Path(self.config.rootpath) / ".crashmatrix_cache"
+
+    def sources(self, subject: str, workload: str) -> Any:
+        from .sources import subject_sources
+
+        key = (subject, workload)
+        if key not in self._sources:
+            self._sources[key] = subject_sources(subject, workload)
+        return self._sources[key]
+
+    def golden_traces(self, workload: str, subject: str, conversations: tuple[str, ...]) -> dict[str, list[Any]]:
+        """The golden traces collection needs, from the cache or computed under its
+        lock in this process's own harness (which then runs this process's cases)."""
+        from .goldencache import cache_path, load_traces
+
+        code_hash = self.sources(subject, workload).code_hash()
+
+        def compute(missing: list[str]) -> dict[str, tuple[list[Any], float]]:
+            harness = self.services.harness(subject, workload)
+            goldens: dict[str, GoldenRun] = {c: harness.golden(c) for c in missing}
+            return {c: (g.trace, g.seconds) for c, g in goldens.items()}
+
+        traces, _ = load_traces(self.cache_dir, workload, subject, code_hash, conversations, compute)
+        self.expected.setdefault((workload, subject), {}).update(traces)
+        self.cache_files[(workload, subject)] = str(cache_path(self.cache_dir, workload, subject, code_hash))
+        return traces
+
+
+_STATE_KEY = pytest.StashKey[State]()
+
+
+def _state(config: pytest.Config) -> State:
+    return config.stash[_STATE_KEY]
+
+
+# -- the case handle ----------------------------------------------------------------------
+
+
+class MatrixCase:
+    """What a matrix test receives as ``crashmatrix_case``: one case, not yet run.
+
+    ``case`` (a :class:`~.plan.Case`), ``subject``, ``id`` (the case id). :meth:`run`
+    runs it once (later calls return the same :class:`~.explorer.CaseResult`);
+    :meth:`check` runs it and fails the test unless every check was valid."""
+
+    def __init__(self, param: CaseParam, state: State, item: pytest.Item) -> None:
+        self.case = param.case
+        self.subject = param.subject
+        self.matrix = param.matrix
+        self._state = state
+        self._item = item
+        self.result: CaseResult | None = None
+        self.checked = False
+
+    @property
+    def id(self) -> str:
+        return self.case.id
+
+    def location(self) -> str | None:
+        """Source location of the (first) fault's crash point, where known."""
+        from .sources import point_location
+
+        point = self.case.plan.faults[0].point
+        return point_location(point.name, point.source, self._state.sources(self.subject, self.case.workload))
+
+    def run(self) -> CaseResult:
+        """Run the case on this process's live harness (services start on first use)."""
+        if self.result is not None:
+            return self.result
+        from .goldencache import trace_mismatch
+
+        state, case = self._state, self.case
+        harness = state.services.harness(self.subject, case.workload)
+        golden = harness.golden(case.conversation)
+        key = (case.workload, self.subject, case.conversation)
+        expected = state.expected.get((case.workload, self.subject), {}).get(case.conversation)
+        if key not in state.checked_goldens and expected is not None:
+            mismatch = trace_mismatch(expected, golden.trace)
+            if mismatch:
+                pytest.fail(
+                    f"the golden trace of {case.workload}/{case.conversation} on {self.subject} differs from the "
+                    f"cached one the test ids were collected from ({state.cache_files.get(key[:2])}): {mismatch}; "
+                    f"delete the cache directory or make the run deterministic", pytrace=False)
+            state.checked_goldens.add(key)
+            state.golden_points.setdefault((case.workload, self.subject), {})[case.conversation] = len(golden.trace)
+        self.result = harness.run_case(case)
+        self._record()
+        return self.result
+
+    def _record(self) -> None:
+        from .report import case_record
+
+        assert self.result is not None
+        record = case_record(self.result, self.location())
+        record["nodeid"] = self._item.nodeid
+        record["matrix"] = {**vars(self.matrix), "kinds": list(self.matrix.kinds), "sources": list(self.matrix.sources),
+                            "conversations": list(self.matrix.conversations),
+                            "golden_points": self._state.golden_points.get((self.case.workload, self.subject), {})}
+        self._item.stash[_RECORD_KEY] = record
+        props = self._item.user_properties
+        props += [("crashmatrix_case", self.id), ("crashmatrix_subject", self.subject),
+                  ("crashmatrix_outcome", self.result.outcome), ("crashmatrix_replay", self.result.replay)]
+        if record["failed_check"]:
+            props.append(("crashmatrix_failed_check", record["failed_check"]))
+
+    def check(self) -> CaseResult:
+        """Run the case (if not yet) and fail the test unless it passed: the message's
+        first line names the case, the failed check and the replay command; then every
+        failed check with details and a small diff, the crash point's location, and how
+        each worker ended (:func:`.report.failure_text`)."""
+        from .report import failure_text
+
+        result = self.run()
+        self.checked = True
+        if result.outcome != "pass":
+            pytest.fail(failure_text(self._item.stash[_RECORD_KEY]), pytrace=False)
+        return result
+
+
+_RECORD_KEY = pytest.StashKey[dict]()
+_CASE_KEY = pytest.StashKey[MatrixCase]()
+
+
+def case_param_id(case: Case) -> str:
+    """The pytest id of a matrix item: the case id without its workload
+    (``conv1/kill@tool.request.after[turn-4.tool-0]#1``), stable across runs and edits
+    that do not move crash points."""
+    return case.id.split("/", 1)[1]
+
+
+def matrix(workload: str = "checkout", **kwargs: Any) -> pytest.MarkDecorator:
+    """The ``crashmatrix`` marker as a decorator: ``@matrix("checkout", subject=...,
+    kinds=("kill",), sources=("label",), conversations=("conv1",), shard="1/4",
+    seed=7)``. Arguments are checked at collection (:func:`marker_kwargs`)."""
+    return pytest.mark.crashmatrix(workload, **kwargs)
+
+
+# -- hooks --------------------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("crashmatrix", "crashmatrix: crash matrices of durable agent runtimes")
+    for s in SETTINGS:
+        metavar = {"kinds": "KIND,...", "sources": "SOURCE,...", "conversations": "CONV,...", "shard": "K/N",
+                   "seed": "N"}.get(s.key, s.key.upper())
+        group.addoption(s.option, dest=s.ini, default=None, metavar=metavar, help=s.help)
+        parser.addini(s.ini, s.help, type="string", default="")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "crashmatrix(workload, subject=, kinds=, sources=, conversations=, shard=, seed=): expand the test into "
+        "the crash matrix of the workload on the subject; the test takes the crashmatrix_case fixture.")
+    try:
+        state = State(config)
+    except CrashmatrixError as exc:
+        raise pytest.UsageError(f"crashmatrix: {exc}") from None
+    config.stash[_STATE_KEY] = state
+    config.pluginmanager.register(state, "crashmatrix-state")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(), "crashmatrix-xdist")
+
+
+class _XdistHooks:
+    """Registered only when pytest-xdist is installed (its hook names are unknown
+    otherwise)."""
+
+    @pytest.hookimpl
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["crashmatrix_seed"] = _state(node.config).settings.seed
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(_STATE_KEY, None)
+    if state is not None:
+        state.services.close()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    s = _state(config).settings
+    lines = [f"crashmatrix: seed={s.seed} (reuse with --crashmatrix-seed={s.seed}); {s.origin.get('seed')}"]
+    lines.append(f"crashmatrix: kinds={','.join(s.kinds)} sources={','.join(s.sources)}"
+                 + (f" shard={s.shard}" if s.shard else "") + f" cache={_state(config).cache_dir}")
+    return lines
+
+
+def _collect_error(metafunc: pytest.Metafunc, message: str) -> pytest.Collector.CollectError:
+    return pytest.Collector.CollectError(f"{metafunc.definition.nodeid}: crashmatrix: {message}")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("crashmatrix")
+    wants_case = "crashmatrix_case" in metafunc.fixturenames
+    if marker is None:
+        if wants_case:
+            raise _collect_error(metafunc, "the crashmatrix_case fixture needs the @pytest.mark.crashmatrix marker")
+        return
+    if not wants_case:
+        raise _collect_error(metafunc, "a test marked crashmatrix must take the crashmatrix_case fixture")
+    state = _state(metafunc.config)
+    try:
+        s = resolve_settings(metafunc.config, marker)
+        from . import registry
+
+        wl = registry.workload(s.workload)
+        registry.subject(s.subject)
+        conversations = s.conversations or tuple(wl.conversations)
+        unknown = [c for c in conversations if c not in wl.conversations]
+        if unknown:
+            raise InvalidArgument(f"conversation(s) {', '.join(unknown)} not in {s.workload}: "
+                                  f"{', '.join(wl.conversations)}")
+        traces = state.golden_traces(s.workload, s.subject, conversations)
+    except CrashmatrixError as exc:
+        raise _collect_error(metafunc, str(exc)) from None
+    goldens = {c: _TraceOnly(t) for c, t in traces.items()}
+    cases = enumerate_cases(s.workload, goldens, s.kinds, s.sources)  # type: ignore[arg-type]
+    if s.shard:
+        cases = shard(cases, s.shard)
+    key = MatrixKey(metafunc.definition.nodeid, s.workload, s.subject, s.kinds, s.sources, conversations, s.shard)
+    metafunc.parametrize("crashmatrix_case", [CaseParam(c, s.subject, key) for c in cases],
+                         ids=[case_param_id(c) for c in cases], indirect=True, scope="function")
+
+
+@dataclass
+class _TraceOnly:
+    """What enumeration reads of a golden run at collection: its trace."""
+
+    trace: list[Any]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
+    result = yield
+    handle = pyfuncitem.stash.get(_CASE_KEY, None)
+    if handle is not None and not handle.checked:
+        handle.check()  # the body returned without checking: the oracle still decides
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    report = yield
+    record = item.stash.get(_RECORD_KEY, None)
+    if record is not None and call.when == "call":
+        report.crashmatrix = record  # travels to the xdist controller with the report
+    return report
+
+
+def build_report(state: State) -> dict[str, Any]:
+    """The plugin's JSON report: ``{"version": 1, "seed": int, "matrices": [matrix]}``,
+    each matrix shaped as :meth:`.matrix.MatrixReport.to_dict` (workload, subject,
+    kinds, sources, summary, golden, cases) plus ``test`` (the marked test's node id),
+    ``conversations`` and ``shard``; each case as :meth:`.explorer.CaseResult.to_dict`
+    plus ``nodeid``, ``location`` and ``duration`` (seconds pytest spent on the item)."""
+    from .report import matrix_dict
+
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for rec in state.records:
+        m = rec["matrix"]
+        groups.setdefault((m["test"], m["workload"], m["subject"]), []).append(rec)
+    matrices = []
+    for (test, workload, subject), recs in groups.items():
+        m = recs[0]["matrix"]
+        cases = [{k: v for k, v in r.items() if k not in ("matrix", "pytest_outcome")} for r in recs]
+        points = {}
+        for r in recs:
+            points.update(r["matrix"].get("golden_points", {}))
+        d = matrix_dict(workload, subject, m["kinds"], m["sources"], cases,
+                        {c: {"points": n} for c, n in sorted(points.items())})
+        d.update(test=test, conversations=m["conversations"], shard=m["shard"])
+        matrices.append(d)
+    return {"version": 1, "seed": state.settings.seed, "matrices": matrices}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return
+    state = _state(config)
+    s = state.settings
+    if not state.records or not (s.report or s.html):
+        return
+    import json
+
+    from .html_report import write_html
+
+    data = build_report(state)
+    if s.report:
+        path = Path(s.report)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    if s.html:
+        write_html(data, Path(s.html))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = config.stash.get(_STATE_KEY, None)
+    if state is None or not state.records or hasattr(config, "workerinput"):
+        return
+    counts = {"pass": 0, "fail": 0, "harness-error": 0}
+    for r in state.records:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    line = (f"crashmatrix: {len(state.records)} cases: {counts['pass']} passed, {counts['fail']} failed, "
+            f"{counts['harness-error']} harness errors; seed {state.settings.seed}")
+    for label, path in (("report", state.settings.report), ("html", state.settings.html)):
+        if path:
+            line += f"; {label}: {path}"
+    terminalreporter.write_line(line)
+
+
+# -- fixtures -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def crashmatrix_seed(pytestconfig: pytest.Config) -> int:
+    """The run's seed (``--crashmatrix-seed``; shown in the pytest header)."""
+    return _state(pytestconfig).settings.seed
+
+
+@pytest.fixture(scope="session")
+def crashmatrix_postgres(pytestconfig: pytest.Config) -> Any:
+    """This process's PostgreSQL (:class:`~.services.postgres.PostgresService`;
+    ``.dsn``), shared by every harness session of the process; per xdist worker."""
+    return _state(pytestconfig).services.pg()
+
+
+@pytest.fixture(scope="session")
+def crashmatrix_faultproxy(pytestconfig: pytest.Config) -> str:
+    """Base URL of a Toxiproxy-compatible fault proxy API: ``$TOXIPROXY_URL``, else
+    the embedded one, seeded with the run's seed; per xdist worker."""
+    return _state(pytestconfig).services.faultproxy_url()
+
+
+@pytest.fixture(scope="session")
+def crashmatrix_harness(pytestconfig: pytest.Config) -> Services:
+    """The process's :class:`Services`: ``.harness(subject, workload)`` gives an open
+    :class:`~.live.LiveHarness` (golden runs, ``run_case``) on live services."""
+    return _state(pytestconfig).services
+
+
+@pytest.fixture
+def crashmatrix_case(request: pytest.FixtureRequest) -> MatrixCase:
+    """The case of one matrix item (:class:`MatrixCase`); only for tests marked
+    ``crashmatrix``, which are parametrized with it at collection."""
+    param = getattr(request, "param", None)
+    if not isinstance(param, CaseParam):
+        raise pytest.UsageError("crashmatrix_case is only available in tests marked @pytest.mark.crashmatrix")
+    handle = MatrixCase(param, _state(request.config), request.node)
+    request.node.stash[_CASE_KEY] = handle
+    return handle

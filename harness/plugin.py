@@ -266,6 +266,12 @@ def _session_seed(config: pytest.Config) -> int:
     return config.stash[_SEED_KEY]
 
 
+def seed_was_given(config: pytest.Config) -> bool:
+    """True when the run's seed came from the ini file, the environment or the command
+    line, not drawn (:func:`resolve_settings`)."""
+    return _state(config).settings.origin.get("seed") != "drawn for this run"
+
+
 # -- per-process state: services, sessions, caches, results ------------------------------
 
 
@@ -398,17 +404,16 @@ class State:
         self.cache_files: dict[tuple[str, str], str] = {}
         self.checked_goldens: set[tuple[str, str, str]] = set()
         self._sources: dict[tuple[str, str], Any] = {}
-        self.golden_points: dict[tuple[str, str], dict[str, int]] = {}
         #: reports of matrix items, collected in the controller (or the only process)
         self.records: list[dict[str, Any]] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Collect each matrix item's record (in the controller: xdist workers send
         theirs with their reports)."""
-        record = getattr(report, "crashmatrix", None)
-        if record is None or report.when != "call" or hasattr(self.config, "workerinput"):
+        records = getattr(report, "crashmatrix", None)
+        if not records or report.when != "call" or hasattr(self.config, "workerinput"):
             return
-        self.records.append({**record, "pytest_outcome": report.outcome, "duration": round(report.duration, 4)})
+        self.records += [{**r, "pytest_outcome": report.outcome} for r in records]
 
     @property
     def cache_dir(self) -> Path:
@@ -467,17 +472,11 @@ class MatrixCase:
         self._item = item
         self.result: CaseResult | None = None
         self.checked = False
+        self._record: dict[str, Any] = {}
 
     @property
     def id(self) -> str:
         return self.case.id
-
-    def location(self) -> str | None:
-        """Source location of the (first) fault's crash point, where known."""
-        from .sources import point_location
-
-        point = self.case.plan.faults[0].point
-        return point_location(point.name, point.source, self._state.sources(self.subject, self.case.workload))
 
     def run(self) -> CaseResult:
         """Run the case on this process's live harness (services start on first use)."""
@@ -498,26 +497,16 @@ class MatrixCase:
                     f"cached one the test ids were collected from ({state.cache_files.get(key[:2])}): {mismatch}; "
                     f"delete the cache directory or make the run deterministic", pytrace=False)
             state.checked_goldens.add(key)
-            state.golden_points.setdefault((case.workload, self.subject), {})[case.conversation] = len(golden.trace)
         self.result = harness.run_case(case)
-        self._record()
-        return self.result
-
-    def _record(self) -> None:
-        from .report import case_record
-
-        assert self.result is not None
-        record = case_record(self.result, self.location())
-        record["nodeid"] = self._item.nodeid
-        record["matrix"] = {**vars(self.matrix), "kinds": list(self.matrix.kinds), "sources": list(self.matrix.sources),
-                            "conversations": list(self.matrix.conversations),
-                            "golden_points": self._state.golden_points.get((self.case.workload, self.subject), {})}
-        self._item.stash[_RECORD_KEY] = record
+        m = self.matrix
+        self._record = record_case(self._item, self.result, test=m.test, kinds=m.kinds, sources=m.sources,
+                                   conversations=m.conversations, shard=m.shard)
         props = self._item.user_properties
         props += [("crashmatrix_case", self.id), ("crashmatrix_subject", self.subject),
                   ("crashmatrix_outcome", self.result.outcome), ("crashmatrix_replay", self.result.replay)]
-        if record["failed_check"]:
-            props.append(("crashmatrix_failed_check", record["failed_check"]))
+        if self._record["failed_check"]:
+            props.append(("crashmatrix_failed_check", self._record["failed_check"]))
+        return self.result
 
     def check(self) -> CaseResult:
         """Run the case (if not yet) and fail the test unless it passed: the message's
@@ -529,12 +518,39 @@ class MatrixCase:
         result = self.run()
         self.checked = True
         if result.outcome != "pass":
-            pytest.fail(failure_text(self._item.stash[_RECORD_KEY]), pytrace=False)
+            pytest.fail(failure_text(self._record), pytrace=False)
         return result
 
 
-_RECORD_KEY = pytest.StashKey[dict]()
+_RECORDS_KEY = pytest.StashKey[list]()
 _CASE_KEY = pytest.StashKey[MatrixCase]()
+
+
+def record_case(
+    item: pytest.Item, result: CaseResult, *, test: str, kinds: Sequence[str], sources: Sequence[str],
+    conversations: Sequence[str] | None = None, shard: str | None = None,
+) -> dict[str, Any]:
+    """Keep ``result`` for the reports: a :func:`.report.case_record` (with the crash
+    point's source location) plus the item's node id and the matrix it belongs to
+    (``test``: the marked or property test's node id). Travels to the xdist controller
+    with the item's report. Returns the record."""
+    from .report import case_record
+    from .sources import point_location
+
+    state = _state(item.config)
+    case = result.case
+    point = case.plan.faults[0].point
+    location = point_location(point.name, point.source, state.sources(result.subject, case.workload))
+    record = case_record(result, location)
+    record["nodeid"] = item.nodeid
+    record["matrix"] = {
+        "test": test, "workload": case.workload, "subject": result.subject, "kinds": list(kinds),
+        "sources": list(sources), "conversations": list(conversations or (case.conversation,)), "shard": shard,
+        "golden_points": {case.conversation: len(state.services.harness(result.subject, case.workload)
+                                                 .golden(case.conversation).trace)},
+    }
+    item.stash.setdefault(_RECORDS_KEY, []).append(record)
+    return record
 
 
 def case_param_id(case: Case) -> str:
@@ -657,9 +673,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
     report = yield
-    record = item.stash.get(_RECORD_KEY, None)
-    if record is not None and call.when == "call":
-        report.crashmatrix = record  # travels to the xdist controller with the report
+    records = item.stash.get(_RECORDS_KEY, None)
+    if records and call.when == "call":
+        report.crashmatrix = records  # travels to the xdist controller with the report
     return report
 
 
@@ -668,7 +684,7 @@ def build_report(state: State) -> dict[str, Any]:
     each matrix shaped as :meth:`.matrix.MatrixReport.to_dict` (workload, subject,
     kinds, sources, summary, golden, cases) plus ``test`` (the marked test's node id),
     ``conversations`` and ``shard``; each case as :meth:`.explorer.CaseResult.to_dict`
-    plus ``nodeid``, ``location`` and ``duration`` (seconds pytest spent on the item)."""
+    plus ``nodeid`` and ``location``."""
     from .report import matrix_dict
 
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}

@@ -67,13 +67,16 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .errors import CrashmatrixError, InvalidArgument
-from .explorer import CaseResult, GoldenRun, enumerate_cases, shard
 from .plan import FAULT_KINDS, POINT_SOURCES, Case
+
+if TYPE_CHECKING:  # the explorer (asyncpg, aiohttp) is imported on first use: every
+    # pytest run in an environment with crashmatrix installed loads this module
+    from .explorer import CaseResult, GoldenRun
 
 # -- settings ---------------------------------------------------------------------------
 
@@ -120,6 +123,8 @@ def _kinds(value: Any) -> tuple[str, ...]:
 
 
 def _shard(value: Any) -> str:
+    from .explorer import shard
+
     spec = str(value).strip()
     shard([], spec)  # raises PlanError naming the spec
     return spec
@@ -645,6 +650,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         traces = state.golden_traces(s.workload, s.subject, conversations)
     except CrashmatrixError as exc:
         raise _collect_error(metafunc, str(exc)) from None
+    from .explorer import enumerate_cases, shard
+
     goldens = {c: _TraceOnly(t) for c, t in traces.items()}
     cases = enumerate_cases(s.workload, goldens, s.kinds, s.sources)  # type: ignore[arg-type]
     if s.shard:

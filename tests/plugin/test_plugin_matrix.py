@@ -1,0 +1,55 @@
+"""A user's matrix test file (tests/plugin/user_project: a few lines and a pytest.ini
+slice) expands into the checkout matrix and passes, serially and under ``-n 2``, with
+identical ids and verdicts; the second run collects from the golden-trace cache."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from conftest import run_pytest
+
+
+def _verdicts(path: Path) -> dict[str, str]:
+    data = json.loads(path.read_text())
+    return {c["id"]: c["outcome"] for m in data["matrices"] for c in m["cases"]}
+
+
+def test_user_matrix_file_serial_and_xdist_agree(matrix_project: Path) -> None:
+    serial = run_pytest(matrix_project, "-rA", "--crashmatrix-report=serial.json", "--junitxml=serial.xml")
+    assert serial.returncode == 0, serial.output[-3000:]
+    # cold cache: collection ran the golden run, wrote the cache file
+    cache_files = list((matrix_project / ".crashmatrix_cache" / "goldens").glob("checkout--reference--*.json"))
+    assert len(cache_files) == 1, cache_files
+    cached = json.loads(cache_files[0].read_text())
+    assert list(cached["conversations"]) == ["conv1"]
+    computed_at = cached["conversations"]["conv1"]["computed_at"]
+
+    verdicts = _verdicts(matrix_project / "serial.json")
+    # kill,term x step,label of conv1 is 162 cases; shard 1/15 keeps every 15th: 11
+    assert len(verdicts) == 11, sorted(verdicts)
+    assert set(verdicts.values()) == {"pass"}
+    kinds = {cid.split("/")[2].split("@")[0] for cid in verdicts}
+    assert kinds == {"kill", "term"}
+    assert "crashmatrix: seed=" in serial.stdout and "11 passed" in serial.stdout
+
+    # JUnit: the case id is the test id; properties carry the replay command
+    suite = ET.parse(matrix_project / "serial.xml").getroot()
+    cases = suite.findall(".//testcase")
+    assert sorted(c.get("name") for c in cases) == sorted(f"test_checkout[{cid.split('/', 1)[1]}]" for cid in verdicts)
+    props = {p.get("name"): p.get("value") for p in cases[0].findall("./properties/property")}
+    assert props["crashmatrix_outcome"] == "pass"
+    assert props["crashmatrix_replay"].startswith("crashmatrix replay 'checkout/conv1/")
+
+    xdist = run_pytest(matrix_project, "-q", "-n", "2", "--crashmatrix-report=xdist.json")
+    assert xdist.returncode == 0, xdist.output[-3000:]
+    # xdist fails the run when its workers collect different ids; the verdicts agree
+    assert _verdicts(matrix_project / "xdist.json") == verdicts
+    assert "11 passed" in xdist.stdout
+    # warm cache: neither worker recomputed the golden trace
+    again = json.loads(cache_files[0].read_text())
+    assert again["conversations"]["conv1"]["computed_at"] == computed_at
+    # the two workers each ran cases (per-worker services)
+    workers = {c["nodeid"] for m in json.loads((matrix_project / "xdist.json").read_text())["matrices"] for c in m["cases"]}
+    assert len(workers) == 11

@@ -576,6 +576,8 @@ def matrix(workload: str = "checkout", **kwargs: Any) -> pytest.MarkDecorator:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """One option group; every setting as ``--crashmatrix-KEY`` and its ini twin
+    ``crashmatrix_KEY``, sharing one help constant."""
     group = parser.getgroup("crashmatrix", "crashmatrix: crash matrices of durable agent runtimes")
     for s in SETTINGS:
         metavar = {"kinds": "KIND,...", "sources": "SOURCE,...", "conversations": "CONV,...", "shard": "K/N",
@@ -585,6 +587,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Register the marker, resolve the session's settings (a bad one is a one-line
+    usage error), and the xdist hooks when xdist is installed."""
     config.addinivalue_line(
         "markers",
         "crashmatrix(workload, subject=, kinds=, sources=, conversations=, shard=, seed=): expand the test into "
@@ -609,12 +613,14 @@ class _XdistHooks:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop this process's services (harness sessions, fault proxy, PostgreSQL)."""
     state = config.stash.get(_STATE_KEY, None)
     if state is not None:
         state.services.close()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The seed (and how to reuse it), kinds, sources, shard and cache directory."""
     s = _state(config).settings
     lines = [f"crashmatrix: seed={s.seed} (reuse with --crashmatrix-seed={s.seed}); {s.origin.get('seed')}"]
     lines.append(f"crashmatrix: kinds={','.join(s.kinds)} sources={','.join(s.sources)}"
@@ -627,6 +633,10 @@ def _collect_error(metafunc: pytest.Metafunc, message: str) -> pytest.Collector.
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Expand a test marked ``crashmatrix`` into its matrix: settings resolved with
+    the marker, golden traces from the cache (computed under its lock when missing),
+    :func:`.explorer.enumerate_cases`, the shard; one item per case, ids from
+    :func:`case_param_id`. Errors are collection errors of one line."""
     marker = metafunc.definition.get_closest_marker("crashmatrix")
     wants_case = "crashmatrix_case" in metafunc.fixturenames
     if marker is None:
@@ -670,6 +680,7 @@ class _TraceOnly:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
+    """After a matrix test's body returns, check its case if the body did not."""
     result = yield
     handle = pyfuncitem.stash.get(_CASE_KEY, None)
     if handle is not None and not handle.checked:
@@ -679,6 +690,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    """Attach the item's case records to its call report (``report.crashmatrix``)."""
     report = yield
     records = item.stash.get(_RECORDS_KEY, None)
     if records and call.when == "call":
@@ -713,6 +725,7 @@ def build_report(state: State) -> dict[str, Any]:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write the JSON and HTML reports (controller or the only process)."""
     config = session.config
     if hasattr(config, "workerinput"):
         return
@@ -734,6 +747,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """One line: cases passed, failed, harness errors, the seed, the report paths."""
     state = config.stash.get(_STATE_KEY, None)
     if state is None or not state.records or hasattr(config, "workerinput"):
         return

@@ -74,6 +74,7 @@ def print_failures(console: Console, results: list[CaseResult], limit: int = 20)
 
 
 def print_summary(console: Console, report: MatrixReport) -> None:
+    """The summary table and one line of counts and throughput."""
     console.print(summary_table(report))
     c = report.counts
     console.print(
@@ -86,6 +87,7 @@ def print_summary(console: Console, report: MatrixReport) -> None:
 
 
 def write_json(report: MatrixReport, path: Path) -> None:
+    """Write ``report.to_dict()`` to ``path`` as JSON (parents created)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report.to_dict(), indent=1, sort_keys=True) + "\n")
 

@@ -259,3 +259,27 @@ def test_failure_text_and_html_structure() -> None:
     assert 'class="case-row fail"' in page  # the two-fault plan is listed under the heatmap
     assert "</script>\"" not in page and "<\\/script>" in page  # data cannot close its script tag
     assert "http://" not in page and "https://" not in page
+
+
+# -- CI templates for other teams ---------------------------------------------------------
+
+
+def test_ci_templates_run_shards_in_parallel_and_keep_both_reports() -> None:
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "ci"
+    gh = yaml.safe_load((root / "github-actions.yml").read_text())
+    job = gh["jobs"]["kill-matrix"]
+    shards = job["strategy"]["matrix"]["shard"]
+    assert shards == list(range(1, len(shards) + 1)) and len(shards) > 1 and job["strategy"]["fail-fast"] is False
+    run = next(s["run"] for s in job["steps"] if "crashmatrix run" in str(s.get("run", "")))
+    assert "--shard ${{ matrix.shard }}/${{ env.SHARDS }}" in run and int(job["env"]["SHARDS"]) == len(shards)
+    upload = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    assert upload["if"] == "always()"
+    assert {"crashmatrix-${{ matrix.shard }}.json", "crashmatrix-${{ matrix.shard }}.html"} <= set(
+        upload["with"]["path"].splitlines())
+    gl = yaml.safe_load((root / "gitlab-ci.yml").read_text())["crashmatrix"]
+    assert gl["parallel"] > 1 and gl["artifacts"]["when"] == "always"
+    script = " ".join(gl["script"])
+    assert '--shard "$CI_NODE_INDEX/$CI_NODE_TOTAL"' in script and "--html" in script and "--report" in script
+    assert {"crashmatrix-*.json", "crashmatrix-*.html"} <= set(gl["artifacts"]["paths"])

@@ -112,7 +112,12 @@ class LiveHarness:
         if self._loop is None:
             coro.close()
             raise RuntimeError("the live harness is not open")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except BaseException:  # Ctrl-C while waiting: cancel the coroutine, then leave
+            future.cancel()
+            raise
 
     def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
         """Schedule ``coro`` on the harness's loop; returns a future (for callers that

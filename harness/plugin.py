@@ -34,6 +34,7 @@ seed                --crashmatrix-seed          CRASHMATRIX_SEED            yes
 report (JSON)       --crashmatrix-report        CRASHMATRIX_REPORT          no
 html                --crashmatrix-html          CRASHMATRIX_HTML            no
 cache_dir           --crashmatrix-cache-dir     CRASHMATRIX_CACHE_DIR       no
+jobs                --crashmatrix-jobs          CRASHMATRIX_JOBS            no
 ==================  ==========================  ==========================  ======
 
 (ini keys are the option names without the dashes and with ``_``:
@@ -43,10 +44,11 @@ cache_dir           --crashmatrix-cache-dir     CRASHMATRIX_CACHE_DIR       no
 (:mod:`.goldencache`, keyed by workload, subject and the code hash of their sources), so
 a warm collection starts no service, and pytest-xdist workers, which each collect, get
 identical ids: the first to need a trace computes it under a file lock, the others wait
-and read it. **Services** are per process (per xdist worker): one PostgreSQL for every
-subject the process runs, one session (providers, zygote) per subject and workload, all
-started on first use and stopped when pytest ends (docs/benchmarks.md compares this with
-one PostgreSQL shared by all workers: per worker was faster). **Seed**: one seed drives
+and read it. **Services**: one PostgreSQL for the run (xdist workers share one, started
+by the first under a file lock: :mod:`.sharedpg`; docs/benchmarks.md measured it against
+one per worker), one session (providers, zygote) per process, subject and workload, all
+started on first use and stopped when pytest ends. In a run without xdist, the coming
+items' cases run ahead, ``jobs`` at a time (:class:`Prefetcher`), as the CLI's do. **Seed**: one seed drives
 every random choice (Hypothesis's draws in :mod:`.fuzz`, the embedded fault proxy's
 toxicity rolls); when none is given the controller draws one, shows it in the pytest
 header, and hands it to xdist workers.
@@ -96,6 +98,8 @@ HELP_SEED = ("Seed of every random choice (Hypothesis draws, toxicity rolls). De
 HELP_REPORT = "Write the JSON report (every case, plan, verdicts, diff, replay command, timings) to this path."
 HELP_HTML = "Write the HTML report (heatmap of crash points x fault kinds; one file, no network) to this path."
 HELP_CACHE_DIR = "Directory of the golden-trace cache (default: .crashmatrix_cache in the rootdir)."
+HELP_JOBS = ("Cases in flight at once in a run without xdist (the coming items' cases run ahead); default: "
+             "twice the number of cores. Under xdist each worker runs one case at a time.")
 
 
 def _words(value: Any) -> tuple[str, ...]:
@@ -140,6 +144,16 @@ def _seed(value: Any) -> int:
     return seed
 
 
+def _jobs(value: Any) -> int:
+    try:
+        jobs = int(str(value).strip())
+    except ValueError:
+        raise InvalidArgument(f"{value!r} must be an integer >= 1") from None
+    if jobs < 1:
+        raise InvalidArgument(f"{value!r} must be an integer >= 1")
+    return jobs
+
+
 def _name(value: Any) -> str:
     text = str(value).strip()
     if not text:
@@ -182,6 +196,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("report", HELP_REPORT, _name, None, False),
     Setting("html", HELP_HTML, _name, None, False),
     Setting("cache_dir", HELP_CACHE_DIR, _name, None, False),
+    Setting("jobs", HELP_JOBS, _jobs, None, False),
 )
 MARKER_KEYS = tuple(s.key for s in SETTINGS if s.marker)
 
@@ -200,6 +215,7 @@ class MatrixSettings:
     report: str | None
     html: str | None
     cache_dir: str | None
+    jobs: int | None
     origin: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -282,18 +298,25 @@ def seed_was_given(config: pytest.Config) -> bool:
 
 class Services:
     """The live services of this process (one pytest process or one xdist worker):
-    one PostgreSQL (``$CRASHMATRIX_PG_DSN`` if set, else embedded, registered with a
-    watchdog of its own), one :class:`~.live.LiveHarness` per subject and workload,
-    and, on request, the embedded fault proxy. Everything starts on first use.
-    ``close()`` stops the harnesses, then the fault proxy, PostgreSQL and the watchdog."""
+    one PostgreSQL (``$CRASHMATRIX_PG_DSN`` if set; else embedded, registered with a
+    watchdog of its own; in xdist workers one embedded server shared by the run's
+    workers, :mod:`.sharedpg`), one :class:`~.live.LiveHarness` per subject and
+    workload, and, on request, the embedded fault proxy. Everything starts on first
+    use. ``close()`` stops the harnesses, then the fault proxy, PostgreSQL (the shared
+    one when its last user leaves) and the watchdog."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, run_key: str | None = None) -> None:
         self.seed = seed
+        #: set in xdist workers (the run's ``testrunuid``): their PostgreSQL is shared
+        self.run_key = run_key
+        self._shared: Any = None
         self._lock = threading.RLock()
         self._workdir: Path | None = None
         self._watchdog: Any = None
         self.postgres: Any = None
         self._harnesses: dict[tuple[str, str], Any] = {}
+        self._failed: dict[tuple[str, str], CrashmatrixError] = {}
+        self._restarts = 0
         self._faultproxy: Any = None
 
     def pg(self) -> Any:
@@ -310,26 +333,44 @@ class Services:
                     self._watchdog = Watchdog.start()
                     self._workdir = Path(tempfile.mkdtemp(prefix="crashmatrix-pytest-"))
                     self._watchdog.watch_path(self._workdir)
-                self.postgres = start_postgres(self._workdir / "pg", watchdog=self._watchdog)
+                if self.run_key and not os.environ.get("CRASHMATRIX_PG_DSN"):
+                    from .sharedpg import SharedPostgres
+
+                    self._shared = SharedPostgres(self.run_key, self._watchdog)
+                    self.postgres = self._shared.acquire()
+                else:
+                    self.postgres = start_postgres(self._workdir / "pg", watchdog=self._watchdog)
             return self.postgres
 
     def _restartable_pg(self) -> Any:
         from .services.postgres import start_postgres
 
         assert self._workdir is not None
-        return start_postgres(self._workdir / f"pg-restart-{len(self._harnesses)}", watchdog=self._watchdog)
+        with self._lock:
+            self._restarts += 1
+            n = self._restarts
+        return start_postgres(self._workdir / f"pg-restart-{n}", watchdog=self._watchdog)
 
     def harness(self, subject: str, workload: str) -> Any:
-        """The open :class:`~.live.LiveHarness` of ``subject`` on ``workload``."""
+        """The open :class:`~.live.LiveHarness` of ``subject`` on ``workload``. Raises
+        :class:`~.errors.ServiceError` (or the registry's error) when it cannot start;
+        the error is kept, so later calls fail at once instead of starting again."""
         from .live import LiveHarness
 
         with self._lock:
             key = (subject, workload)
+            if key in self._failed:
+                raise self._failed[key]
             if key not in self._harnesses:
-                pg = self.pg()
-                self._harnesses[key] = LiveHarness(
-                    subject, workload, dsn=pg.dsn, restartable_pg=self._restartable_pg if pg.restartable else None,
-                ).open()
+                try:
+                    pg = self.pg()
+                    restartable = pg.restartable or self._shared is not None
+                    self._harnesses[key] = LiveHarness(
+                        subject, workload, dsn=pg.dsn, restartable_pg=self._restartable_pg if restartable else None,
+                    ).open()
+                except CrashmatrixError as exc:
+                    self._failed[key] = exc
+                    raise
             return self._harnesses[key]
 
     def faultproxy_url(self) -> str:
@@ -360,9 +401,12 @@ class Services:
             if self._faultproxy is not None:
                 self._faultproxy.stop()
                 self._faultproxy = None
-            if self.postgres is not None:
+            if self._shared is not None:
+                self._shared.release()
+                self._shared = None
+            elif self.postgres is not None:
                 self.postgres.close()
-                self.postgres = None
+            self.postgres = None
             if self._workdir is not None:
                 shutil.rmtree(self._workdir, ignore_errors=True)
                 if self._watchdog is not None:
@@ -403,7 +447,8 @@ class State:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.settings = resolve_settings(config)
-        self.services = Services(self.settings.seed)
+        workerinput = getattr(config, "workerinput", None)
+        self.services = Services(self.settings.seed, workerinput.get("testrunuid") if workerinput else None)
         #: (workload, subject) -> conversation -> the cached trace the ids came from
         self.expected: dict[tuple[str, str], dict[str, list[tuple[str, str, str, int]]]] = {}
         self.cache_files: dict[tuple[str, str], str] = {}
@@ -411,6 +456,20 @@ class State:
         self._sources: dict[tuple[str, str], Any] = {}
         #: reports of matrix items, collected in the controller (or the only process)
         self.records: list[dict[str, Any]] = []
+        self.prefetcher: Prefetcher | None = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        """In a run without xdist, keep ``jobs`` cases of the coming matrix items in
+        flight (:class:`Prefetcher`); xdist workers run one case at a time each."""
+        jobs = self.settings.jobs or 2 * (os.cpu_count() or 1)
+        if hasattr(self.config, "workerinput") or jobs <= 1 or session.config.option.collectonly:
+            return
+        queue = [(item.nodeid, item.callspec.params["crashmatrix_case"]) for item in session.items
+                 if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("crashmatrix_case"),
+                               CaseParam)]
+        if len(queue) > 1:
+            self.prefetcher = Prefetcher(self, queue, jobs)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Collect each matrix item's record (in the controller: xdist workers send
@@ -419,6 +478,28 @@ class State:
         if not records or report.when != "call" or hasattr(self.config, "workerinput"):
             return
         self.records += [{**r, "pytest_outcome": report.outcome} for r in records]
+
+    def live_golden(self, subject: str, workload: str, conversation: str) -> tuple[Any, GoldenRun]:
+        """The live harness of ``subject`` on ``workload`` and its golden run of
+        ``conversation`` (started and run on first use)."""
+        harness = self.services.harness(subject, workload)
+        return harness, harness.golden(conversation)
+
+    def golden_mismatch(self, subject: str, workload: str, conversation: str, golden: GoldenRun) -> str | None:
+        """Why this session's golden trace does not match the cached one the test ids
+        were collected from (a message), or None."""
+        from .goldencache import trace_mismatch
+
+        expected = self.expected.get((workload, subject), {}).get(conversation)
+        if expected is None or (workload, subject, conversation) in self.checked_goldens:
+            return None
+        mismatch = trace_mismatch(expected, golden.trace)
+        if mismatch:
+            return (f"the golden trace of {workload}/{conversation} on {subject} differs from the cached one the "
+                    f"test ids were collected from ({self.cache_files.get((workload, subject))}): {mismatch}; "
+                    f"delete the cache directory or make the run deterministic")
+        self.checked_goldens.add((workload, subject, conversation))
+        return None
 
     @property
     def cache_dir(self) -> Path:
@@ -450,6 +531,59 @@ class State:
         self.expected.setdefault((workload, subject), {}).update(traces)
         self.cache_files[(workload, subject)] = str(cache_path(self.cache_dir, workload, subject, code_hash))
         return traces
+
+
+class Prefetcher:
+    """Runs the cases of the coming matrix items ahead of pytest, at most ``jobs`` in
+    flight, in the order pytest will run the items (``session.items``), so a serial
+    pytest run has the CLI's parallelism. An item takes its result when it runs; a
+    case whose golden trace does not match the cache, or whose services cannot start,
+    is left for its item to run (and fail) itself."""
+
+    def __init__(self, state: State, queue: list[tuple[str, CaseParam]], jobs: int) -> None:
+        import collections
+
+        self._state = state
+        self._queue = collections.deque(queue)
+        self._futures: dict[str, Any] = {}
+        self.jobs = jobs
+
+    def _fill(self) -> None:
+        while self._queue and sum(not f.done() for f in self._futures.values()) < self.jobs:
+            nodeid, param = self._queue.popleft()
+            case = param.case
+            try:
+                harness, golden = self._state.live_golden(param.subject, case.workload, case.conversation)
+            except CrashmatrixError:
+                continue
+            if self._state.golden_mismatch(param.subject, case.workload, case.conversation, golden):
+                continue
+            assert harness.explorer is not None
+            self._futures[nodeid] = harness.submit(harness.explorer.run_case(case, golden))
+
+    def take(self, nodeid: str) -> CaseResult | None:
+        """The result of ``nodeid``'s case (waiting for it), or None when it was not
+        prefetched; launches more cases first."""
+        self._fill()
+        future = self._futures.pop(nodeid, None)
+        if future is None:
+            return None
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    def cancel(self) -> None:
+        """Cancel every case not taken; wait for them to unwind."""
+        import concurrent.futures
+
+        self._queue.clear()
+        pending = list(self._futures.values())
+        for f in pending:
+            f.cancel()
+        concurrent.futures.wait(pending, timeout=30)
+        self._futures.clear()
 
 
 _STATE_KEY = pytest.StashKey[State]()
@@ -487,22 +621,16 @@ class MatrixCase:
         """Run the case on this process's live harness (services start on first use)."""
         if self.result is not None:
             return self.result
-        from .goldencache import trace_mismatch
-
         state, case = self._state, self.case
-        harness = state.services.harness(self.subject, case.workload)
-        golden = harness.golden(case.conversation)
-        key = (case.workload, self.subject, case.conversation)
-        expected = state.expected.get((case.workload, self.subject), {}).get(case.conversation)
-        if key not in state.checked_goldens and expected is not None:
-            mismatch = trace_mismatch(expected, golden.trace)
-            if mismatch:
-                pytest.fail(
-                    f"the golden trace of {case.workload}/{case.conversation} on {self.subject} differs from the "
-                    f"cached one the test ids were collected from ({state.cache_files.get(key[:2])}): {mismatch}; "
-                    f"delete the cache directory or make the run deterministic", pytrace=False)
-            state.checked_goldens.add(key)
-        self.result = harness.run_case(case)
+        try:
+            harness, golden = state.live_golden(self.subject, case.workload, case.conversation)
+        except CrashmatrixError as exc:
+            pytest.fail(f"crashmatrix: {self.subject} on {case.workload}: {exc}", pytrace=False)
+        mismatch = state.golden_mismatch(self.subject, case.workload, case.conversation, golden)
+        if mismatch:
+            pytest.fail(mismatch, pytrace=False)
+        prefetched = state.prefetcher.take(self._item.nodeid) if state.prefetcher else None
+        self.result = prefetched or harness.run_case(case)
         m = self.matrix
         self._record = record_case(self._item, self.result, test=m.test, kinds=m.kinds, sources=m.sources,
                                    conversations=m.conversations, shard=m.shard)
@@ -613,7 +741,8 @@ class _XdistHooks:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Stop this process's services (harness sessions, fault proxy, PostgreSQL)."""
+    """Stop this process's services if the session did not (a usage error before it
+    started; idempotent)."""
     state = config.stash.get(_STATE_KEY, None)
     if state is not None:
         state.services.close()
@@ -724,12 +853,25 @@ def build_report(state: State) -> dict[str, Any]:
     return {"version": 1, "seed": state.settings.seed, "matrices": matrices}
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Write the JSON and HTML reports (controller or the only process)."""
+    """Cancel prefetched cases whose items never ran (``-x``, Ctrl-C); write the JSON
+    and HTML reports (the controller, or the only process); stop this process's
+    services. Here and not at unconfigure: an xdist worker is ended soon after it
+    reports its session finished, before its unconfigure hooks would run. Last, so
+    session-scoped fixtures that use the harness are torn down first."""
     config = session.config
-    if hasattr(config, "workerinput"):
-        return
     state = _state(config)
+    try:
+        if state.prefetcher is not None:
+            state.prefetcher.cancel()
+        if not hasattr(config, "workerinput"):
+            _write_reports(state)
+    finally:
+        state.services.close()
+
+
+def _write_reports(state: State) -> None:
     s = state.settings
     if not state.records or not (s.report or s.html):
         return

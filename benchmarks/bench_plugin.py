@@ -12,8 +12,14 @@
    providers and zygote). Setup seconds (until both are ready), wall seconds for
    setup + cases, CPU seconds of the two processes and their children.
 
+3. ``jobs``: a serial pytest run of a matrix slice (conv1 x kill x step,label, 81
+   items) with ``--crashmatrix-jobs 1`` (one case at a time, as pytest runs items)
+   against the default (the coming items' cases run ahead, twice the cores at once),
+   and ``-n 2`` for comparison; the cache is warm for all three.
+
     python benchmarks/bench_plugin.py collect [--warm 3]
     python benchmarks/bench_plugin.py services [--cases 20] [--rounds 2]
+    python benchmarks/bench_plugin.py jobs [--rounds 1]
 
 Print the machine's load (``uptime``) with the figures: the machine is shared.
 """
@@ -146,6 +152,25 @@ def bench_services(n: int, rounds: int) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def bench_jobs(rounds: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-jobs-"))
+    try:
+        (tmp / "proj").mkdir()
+        (tmp / "proj" / "test_matrix.py").write_text(MATRIX_TEST.replace(
+            'subject="reference")', 'subject="reference", conversations=["conv1"], kinds=["kill"])'))
+        env = _env(tmp)
+        base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+        _timed([*base, "--collect-only"], tmp / "proj", env)  # warm the golden-trace cache
+        print(f"{'run':28} {'wall s':>7} {'cpu s':>7}  pytest says")
+        for _ in range(rounds):
+            for name, extra in (("--crashmatrix-jobs 1", ["--crashmatrix-jobs", "1"]),
+                                ("default (jobs = 2 x cores)", []), ("-n 2", ["-n", "2"])):
+                wall, cpu, out = _timed([*base, *extra], tmp / "proj", env)
+                print(f"{name:28} {wall:7.2f} {cpu:7.2f}  {out.strip().splitlines()[-1]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -154,10 +179,14 @@ def main() -> None:
     s = sub.add_parser("services")
     s.add_argument("--cases", type=int, default=20, help="cases per worker")
     s.add_argument("--rounds", type=int, default=2)
+    j = sub.add_parser("jobs")
+    j.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     print("load:", os.getloadavg())
     if args.what == "collect":
         bench_collect(args.warm)
+    elif args.what == "jobs":
+        bench_jobs(args.rounds)
     else:
         bench_services(args.cases, args.rounds)
     print("load:", os.getloadavg())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from crashmatrix.harness.plan import Case, FaultPlan
@@ -39,14 +40,15 @@ def test_property_finds_shrinks_replays_and_remembers_the_defect(fuzz_project: P
     stored = [p for p in (fuzz_project / ".hypothesis" / "examples").rglob("*") if p.is_file()]
     assert stored, "no example saved"
 
-    # ... so the next run replays it first: its first case is the minimal plan
-    second = run_pytest(fuzz_project, "-q", "--crashmatrix-report=second.json")
+    # ... so the next run replays it first (its first case is the minimal plan); and
+    # the printed replay command reproduces the failure on its own (both at once)
+    with ThreadPoolExecutor(2) as pool:
+        second_f = pool.submit(run_pytest, fuzz_project, "-q", "--crashmatrix-report=second.json")
+        rerun_f = pool.submit(crashmatrix_cli, fuzz_project, *shlex.split(replay)[1:])
+        second, rerun = second_f.result(), rerun_f.result()
     assert second.returncode == 1, second.output[-3000:]
     cases = [c for m in json.loads((fuzz_project / "second.json").read_text())["matrices"] for c in m["cases"]]
     assert cases[0]["id"] == case_id and cases[0]["outcome"] == "fail", [c["id"] for c in cases]
     assert f"fail on defect:unkeyed-retry: {case_id}" in second.stdout
-
-    # the printed replay command reproduces the failure on its own
-    rerun = crashmatrix_cli(fuzz_project, *shlex.split(replay)[1:])
     assert rerun.returncode == 1, rerun.output[-3000:]
     assert f"FAIL {case_id}" in rerun.stdout and "invalid" in rerun.stdout

@@ -10,7 +10,7 @@ import inspect
 # -- documentation (in the style of Hypothesis's own "every public name documented") ---
 
 DOCUMENTED_HARNESS_MODULES = ("plan", "oracle", "adapter", "explorer", "matrix", "errors", "crashpoint",
-                              "plugin", "fuzz", "html_report", "goldencache", "sources", "live", "report")
+                              "plugin", "fuzz", "html_report", "goldencache", "sources", "live", "report", "sharedpg")
 
 
 def _undocumented(obj: object) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from crashmatrix.harness.plan import Case, FaultPlan
 
-from conftest import crashmatrix_cli, run_pytest
+from _plugin_support import crashmatrix_cli, run_pytest
 
 
 def test_property_finds_shrinks_replays_and_remembers_the_defect(fuzz_project: Path) -> None:

@@ -9,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from conftest import CHROMIUM_ARGS, crashmatrix_cli
+from _plugin_support import CHROMIUM_ARGS, crashmatrix_cli
 
 
 def test_html_report_in_headless_chromium(tmp_path: Path, chromium: Path) -> None:
@@ -17,15 +17,16 @@ def test_html_report_in_headless_chromium(tmp_path: Path, chromium: Path) -> Non
 
     work = tmp_path / "run"
     work.mkdir()
-    # kill x conv1 on the unkeyed-retry mutant, shard 3/10: 8 cases, one of which (a
-    # kill after the receipt's effect row was started) sends the receipt twice
+    # kill x conv1 on the unkeyed-retry mutant, shard 3/10: 8 cases today, one of which
+    # (a kill right after the charge's effect row was started) charges twice
     run = crashmatrix_cli(work, "run", "checkout", "--subject", "defect:unkeyed-retry", "--conversation", "conv1",
                           "--kinds", "kill", "--shard", "3/10", "--report", "r.json", "--html", "r.html")
     assert run.returncode == 1, run.output[-3000:]
     report = json.loads((work / "r.json").read_text())
     cases = report["cases"]
     failing = [c for c in cases if c["outcome"] == "fail"]
-    assert len(cases) == 8 and len(failing) == 1, [(c["id"], c["outcome"]) for c in cases]
+    assert len(cases) >= 5 and len(failing) >= 1, [(c["id"], c["outcome"]) for c in cases]
+    assert len(failing) < len(cases)
     bad = failing[0]
 
     requests: list[str] = []
@@ -40,11 +41,11 @@ def test_html_report_in_headless_chromium(tmp_path: Path, chromium: Path) -> Non
             assert page.title() == "crashmatrix: checkout on defect:unkeyed-retry"
             assert page.locator("table.heatmap thead th").all_inner_texts() == ["crash point", "kill"]
             assert page.locator("td.cell[data-case]").count() == len(cases)
-            assert page.locator("td.cell.pass").count() == len(cases) - 1
             red = page.locator("td.cell.fail")
-            assert red.count() == 1
+            assert red.count() == len(failing)
+            assert page.locator("td.cell.pass").count() == len(cases) - len(failing)
             assert "Click a cell" in page.locator("#details").inner_text()
-            red.click()
+            red.first.click()
             details = page.locator("#details")
             assert details.locator(".case-id").inner_text() == bad["id"]
             text = details.inner_text()

@@ -22,7 +22,7 @@ from crashmatrix.harness.plan import FaultPlan
 from crashmatrix.harness.plugin import SETTINGS, resolve_settings
 from crashmatrix.harness.report import failure_text
 
-from conftest import run_pytest
+from _plugin_support import run_pytest
 
 # -- settings precedence ----------------------------------------------------------------
 

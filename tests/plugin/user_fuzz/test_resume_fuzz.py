@@ -5,4 +5,4 @@ from crashmatrix.harness.fuzz import resume_property
 
 test_resume_paths = resume_property(
     "checkout", subject="defect:unkeyed-retry", conversation="conv1",
-    kinds=("kill",), sources=("label",), max_faults=2, max_examples=40)
+    kinds=("kill",), sources=("label",), max_faults=2, max_examples=60)

@@ -134,24 +134,20 @@ def _shard(value: Any) -> str:
     return spec
 
 
-def _seed(value: Any) -> int:
-    try:
-        seed = int(str(value).strip())
-    except ValueError:
-        raise InvalidArgument(f"{value!r} must be a non-negative integer") from None
-    if seed < 0:
-        raise InvalidArgument(f"{value!r} must be a non-negative integer")
-    return seed
+def _integer(minimum: int, words: str) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            number = minimum - 1
+        if number < minimum:
+            raise InvalidArgument(f"{value!r} must be {words}")
+        return number
+    return parse
 
 
-def _jobs(value: Any) -> int:
-    try:
-        jobs = int(str(value).strip())
-    except ValueError:
-        raise InvalidArgument(f"{value!r} must be an integer >= 1") from None
-    if jobs < 1:
-        raise InvalidArgument(f"{value!r} must be an integer >= 1")
-    return jobs
+_seed = _integer(0, "a non-negative integer")
+_jobs = _integer(1, "an integer >= 1")
 
 
 def _name(value: Any) -> str:

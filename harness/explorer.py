@@ -12,7 +12,9 @@ case:
 3. wait until the dead worker's database sessions are gone and no request of its is
    still in flight at a provider (a COMMIT or a charge in flight can still land);
 4. read the crash state and run the crash-state checks;
-5. resume in new workers until the run reaches a terminal status (bounded);
+5. resume in new workers until the run reaches a terminal status (bounded); before
+   each, the adapter's ``between_crash_and_resume`` hook (the subject's background
+   jobs acting on the waiting run);
 6. read the final state (rehydrated) and the providers' ledgers, run the end checks.
 """
 
@@ -397,6 +399,7 @@ class Explorer:
                 break
             fault = later_faults[resumes] if resumes < len(later_faults) else None
             resumes += 1
+            await self.adapter.between_crash_and_resume(self.case_env, run_id)
             plan = FaultPlan((fault,)) if fault else FaultPlan()
             rjob, rlog = self._job("resume", case.conversation, run_id, plan)
             rexit, revents = await self._worker(rjob, rlog, term=bool(fault and fault.kind == "term"))

@@ -122,6 +122,10 @@ class Runtime:
         self.draining = False
         self._changed: anyio.Event | None = None
 
+    #: the class that rehydrates a run from its records (a store strategy with its own
+    #: payload encoding, or a mutant, passes a subclass)
+    graph_class: type[RunGraph] = RunGraph
+
     @property
     def execution_class(self) -> type[Execution]:
         return Execution
@@ -166,7 +170,7 @@ class Runtime:
             return status
 
     async def _run_attempt(self, run_id: str, lease: Lease, run_input: dict[str, Any]) -> str:
-        graph = RunGraph.rehydrate(run_id, run_input, await self.store.read(run_id), blobs=self.blobs)
+        graph = self.graph_class.rehydrate(run_id, run_input, await self.store.read(run_id), blobs=self.blobs)
         execution = self.execution_class(self, graph, lease)
         loop = None
         if self.handle_sigterm and threading.current_thread() is threading.main_thread():

@@ -35,6 +35,8 @@ class ReferenceAdapter(Adapter):
 
     name = "reference"
     subject_packages = ("crashmatrix.reference_runtime",)
+    #: rehydrates the oracle's view of a run (the runtime's ``Runtime.graph_class``)
+    graph_class: type[RunGraph] = RunGraph
     _pools: dict[str, asyncpg.Pool] | None = None  # per instance, per event loop
     _pools_loop: int | None = None
 
@@ -118,7 +120,7 @@ class ReferenceAdapter(Adapter):
         state = None
         if state_error is None:
             try:
-                graph = RunGraph.rehydrate(run_id, json.loads(run["input"]), stored, blobs=blob_store(env))
+                graph = self.graph_class.rehydrate(run_id, json.loads(run["input"]), stored, blobs=blob_store(env))
                 state = {
                     "transcript": graph.transcript(),
                     "answer": graph.final_answer(),

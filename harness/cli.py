@@ -1,6 +1,7 @@
 """The ``crashmatrix`` command line (typer + rich).
 
-Exit codes (distinct per failure class, as TigerBeetle's simulator does):
+Exit codes (distinct per failure class, as TigerBeetle's simulator does; ``selftest``
+maps "a mutant missed" to 1 as well):
 
 - 0: every case passed;
 - 1: at least one case failed an oracle check;
@@ -187,6 +188,64 @@ def replay(
                 console.print(f"        {line}", markup=False, soft_wrap=True)
     if report is not None:
         write_json(result, report)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def selftest(
+    mutant: Annotated[Optional[list[str]], typer.Option(help="Only this mutant of the catalogue, NAME or defect:NAME (repeatable). Default: all; `crashmatrix list` names them.")] = None,
+    fast: Annotated[bool, typer.Option(help="CI profile: each mutant's own smallest conversation set, likely catchers first, stop at its first catch; the baseline runs the catching cases.")] = False,
+    jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once; 0: twice the number of cores.")] = 0,
+    report: Annotated[Optional[Path], typer.Option(help="Write the JSON report (every mutant and baseline, first catch, check, seconds, replay commands) here.")] = None,
+    dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN to use instead of an embedded server (also: $CRASHMATRIX_PG_DSN).")] = None,
+    worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed and the case fails.")] = 60.0,
+) -> None:
+    """Run the mutant catalogue and the clean runtime: say which defects were caught.
+
+    Each mutant (a reference runtime with one known defect planted) runs the matrix with
+    the fault kinds its metadata names; it is caught when a case fails a check it names.
+    The clean runtime it is a variant of must pass the same cases. Exit codes: 0 every
+    mutant caught and the clean runtime clean; 1 a mutant missed or a clean case failed;
+    2 bad input; 3 a harness error left something unjudged; 130 interrupted.
+    """
+    from .selftest import catalogue, run_selftest, selftest_table
+
+    try:
+        specs = catalogue(mutant)
+    except CrashmatrixError as exc:
+        raise typer.Exit(_fail(exc)) from None
+    console.print(f"crashmatrix selftest: {len(specs)} mutant(s){', fast' if fast else ''}; starting services ...")
+
+    def on_outcome(outcome: object) -> None:
+        from .selftest import SubjectOutcome
+
+        assert isinstance(outcome, SubjectOutcome)
+        if outcome.spec is not None:
+            how = (f"caught by {outcome.catching_check} at {outcome.first_catch.case.id} in {outcome.first_catch_seconds:.2f} s"
+                   if outcome.first_catch and outcome.first_catch_seconds is not None else outcome.error or "MISSED")
+            console.print(f"  {outcome.spec.name}: {how} ({len(outcome.results)} case(s))", markup=False, soft_wrap=True)
+        else:
+            c = outcome.counts
+            console.print(f"  {outcome.subject} (baseline): {c['pass']}/{len(outcome.results)} passed", markup=False)
+
+    try:
+        result = _run_async(run_selftest([s.subject for s in specs], fast=fast, jobs=jobs or None, dsn=dsn,
+                                         options=Options(worker_timeout=worker_timeout), on_outcome=on_outcome))
+    except CrashmatrixError as exc:
+        raise typer.Exit(_fail(exc)) from None
+    except KeyboardInterrupt:
+        err.print("crashmatrix: interrupted; services stopped")
+        raise typer.Exit(130) from None
+    from .report import print_failures
+    from .selftest import SelftestReport
+
+    assert isinstance(result, SelftestReport)
+    for b in result.baselines:
+        print_failures(console, b.results)
+    console.print(selftest_table(result))
+    if report is not None:
+        result.write_json(report)
+        console.print(f"report: {report}")
     raise typer.Exit(result.exit_code)
 
 

@@ -21,6 +21,7 @@ case:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import os
@@ -29,6 +30,7 @@ import signal
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -558,6 +560,22 @@ class Explorer:
             status = "interrupted"
         await self._resume_until_terminal(case, run_id, result, status, (), allowance)
         await self._finish(result, golden, run_id, allowance)
+
+    @contextlib.asynccontextmanager
+    async def for_subject(self, subject: str) -> AsyncIterator[Explorer]:
+        """An explorer for ``subject`` on this one's services (PostgreSQL, providers,
+        zygote, HTTP session, workload): its adapter prepared on entry and closed on
+        exit. Workers import ``subject`` after the fork unless the session preloaded it
+        (``open_session(preload=...)``). Raises ``RegistryError`` for an unknown name."""
+        other = Explorer(self.env, self.pool, subject, self.workload_name, self.workdir, self.http, self.options)
+        other.db, other.start_restartable_pg = self.db, self.start_restartable_pg
+        await other.adapter.prepare(self.env)
+        try:
+            yield other
+        finally:
+            await other.aclose()
+            if other.adapter is not self.adapter:
+                await other.adapter.aclose()
 
     async def aclose(self) -> None:
         """Stop the db-restart PostgreSQL, if one was started."""

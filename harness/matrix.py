@@ -138,28 +138,34 @@ async def run_matrix(
         if on_start:
             on_start(len(cases))
         t1 = time.monotonic()
-        report.results = await _run_cases(explorer, cases, goldens, jobs, on_result)
+        report.results = await run_cases(explorer, cases, goldens, jobs, on_result)
         if depth == 2:
             doubles = double_fault_cases(report.results, kinds, sample=sample, seed=seed)
             if on_start:
                 on_start(len(doubles))
-            report.results += await _run_cases(explorer, doubles, goldens, jobs, on_result)
+            report.results += await run_cases(explorer, doubles, goldens, jobs, on_result)
         report.seconds = time.monotonic() - t1
     report.setup_seconds = time.monotonic() - t0 - report.seconds
     return report
 
 
-async def _run_cases(
+async def run_cases(
     explorer: Explorer, cases: list[Case], goldens: dict[str, GoldenRun], jobs: int,
-    on_result: Callable[[CaseResult], None] | None,
+    on_result: Callable[[CaseResult], None] | None = None, *, stop: Callable[[CaseResult], bool] | None = None,
 ) -> list[CaseResult]:
+    """Run ``cases`` on ``explorer``'s session, ``jobs`` at a time, each against the
+    golden run of its conversation; results in case order. ``on_result`` sees each as
+    it finishes; once ``stop(result)`` returns True no further case starts (those in
+    flight finish and are returned)."""
+    stopped = False
     queue: asyncio.Queue[tuple[int, Case]] = asyncio.Queue()
     for item in enumerate(cases):
         queue.put_nowait(item)
     results: list[CaseResult | None] = [None] * len(cases)
 
     async def worker() -> None:
-        while True:
+        nonlocal stopped
+        while not stopped:
             try:
                 i, case = queue.get_nowait()
             except asyncio.QueueEmpty:
@@ -168,6 +174,8 @@ async def _run_cases(
             results[i] = result
             if on_result:
                 on_result(result)
+            if stop is not None and stop(result):
+                stopped = True
 
     await asyncio.gather(*(worker() for _ in range(min(jobs, max(1, len(cases))))))
     return [r for r in results if r is not None]

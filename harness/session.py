@@ -29,18 +29,20 @@ from .pool import WorkerPool
 @contextlib.asynccontextmanager
 async def open_session(
     subject: str = "reference", workload: str = "checkout", *, dsn: str | None = None,
-    options: Options | None = None,
+    options: Options | None = None, preload: tuple[str, ...] = (),
 ) -> AsyncIterator[Explorer]:
     """Yield an :class:`Explorer` on live services. Raises :class:`ServiceError` (one
     line) when PostgreSQL or a provider cannot be started or reached, and
     :class:`~crashmatrix.harness.errors.RegistryError` for an unknown subject or
-    workload, before starting anything."""
+    workload, before starting anything. ``preload``: further subjects the worker zygote
+    imports, for :meth:`Explorer.for_subject` (one session serving several subjects)."""
     from crashmatrix.scenarios.providers.launcher import start_providers
 
     from .services.postgres import start_postgres
     from .services.watchdog import Watchdog
 
-    registry.subject(subject)
+    for name in (subject, *preload):
+        registry.subject(name)
     wl = registry.workload(workload)
     workdir = Path(tempfile.mkdtemp(prefix="crashmatrix-"))
     async with contextlib.AsyncExitStack() as stack:
@@ -67,7 +69,7 @@ async def open_session(
 
         stack.callback(stop_providers)
         env = Environment(pg.dsn, dict(providers.urls), str(workdir))
-        pool = WorkerPool(subject, workload, register_pgid=watchdog.watch_pgid)
+        pool = WorkerPool(subject, workload, register_pgid=watchdog.watch_pgid, preload=preload)
         # registered first, so it runs after the pool has closed (exit stacks unwind LIFO)
         stack.callback(lambda: pool.closed_cleanly and pool.pid is not None and watchdog.forget_pgid(pool.pid))
         await stack.enter_async_context(pool)

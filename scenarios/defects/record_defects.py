@@ -12,7 +12,6 @@ import asyncio
 from typing import Any
 
 from crashmatrix.harness.adapter import RunContext
-from crashmatrix.harness.crashpoint import crashpoint
 from crashmatrix.reference_runtime import codec
 from crashmatrix.reference_runtime.agent import ToolOutcome
 from crashmatrix.reference_runtime.db import Db
@@ -97,7 +96,6 @@ class OutcomeOutsideRecordExecution(Execution):
     ) -> None:
         if effect is not None:
             await write_effect_outcome(self.rt.db, self.lease, effect)
-            crashpoint("effect.outcome.after")  # labelled like every ledger write
         await super().append(spec, output, spawned, budget, None, state_updates=state_updates)
 
 

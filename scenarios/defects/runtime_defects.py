@@ -20,8 +20,9 @@ class UnkeyedRetryExecution(Execution):
 
     Class: seed 000's "retry without a stable key" (DESIGN.md, effects ledger; mutant
     14 of the catalogue issue). Caught at the end by ``provider.payment.ledger_equal``
-    (the charge applied twice) and ``effects.ledger_equal`` for any fault between the
-    provider's answer and the commit of the node's record.
+    (the charge applied twice), ``provider.mail.ledger_equal`` (the receipt sent twice)
+    and ``effects.ledger_equal`` for any fault between the provider's answer and the
+    commit of the node's record.
     """
 
     def effect_key(self, call: dict[str, Any]) -> str:

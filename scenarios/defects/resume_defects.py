@@ -18,7 +18,7 @@ from crashmatrix.reference_runtime.db import Db
 from crashmatrix.reference_runtime.effects import EffectRow
 from crashmatrix.reference_runtime.executor import Execution
 from crashmatrix.reference_runtime.graph import RunGraph, node_order
-from crashmatrix.reference_runtime.leases import Lease, LeaseLost
+from crashmatrix.reference_runtime.leases import Lease
 from crashmatrix.reference_runtime.logstore import EffectOutcome
 from crashmatrix.reference_runtime.records_pb2 import Budget, NodeSpec
 
@@ -123,19 +123,12 @@ class NoUnknownLedger(EffectLedger):
     """
 
     async def mark_unknown(self, lease: Lease, idem_key: str) -> None:
-        ok = await self.db.fetchval(
-            """
-            WITH fence AS (SELECT 1 FROM cm_runs WHERE run_id = $1 AND lease_epoch = $3 FOR SHARE)
-            , upd AS (
-                UPDATE cm_effects SET status = 'failed', lease_epoch = $3, updated_at = now()
-                 WHERE run_id = $1 AND idem_key = $2 AND status = 'started'
-                   AND EXISTS (SELECT 1 FROM fence) RETURNING 1)
-            SELECT count(*) FROM fence
-            """,
+        await super().mark_unknown(lease, idem_key)  # fenced: started -> unknown, then "unknown means failed"
+        await self.db.execute(
+            "UPDATE cm_effects SET status = 'failed', updated_at = now() "
+            "WHERE run_id = $1 AND idem_key = $2 AND status = 'unknown' AND lease_epoch = $3",
             lease.run_id, idem_key, lease.epoch,
         )
-        if not ok:
-            raise LeaseLost(f"run {lease.run_id}: effect {idem_key[:12]} refused, lease epoch {lease.epoch} is stale")
 
     async def get(self, run_id: str, idem_key: str) -> EffectRow | None:
         row = await super().get(run_id, idem_key)

@@ -215,6 +215,14 @@ def selftest(
     except CrashmatrixError as exc:
         raise typer.Exit(_fail(exc)) from None
     console.print(f"crashmatrix selftest: {len(specs)} mutant(s){', fast' if fast else ''}; starting services ...")
+    status = console.status("starting services ...")
+    seen: dict[str, list[int]] = {}
+
+    def on_case(subject: str, result: object) -> None:
+        counts = seen.setdefault(subject, [0, 0])
+        counts[0] += 1
+        counts[1] += getattr(result, "outcome") == "fail"
+        status.update(f"{subject}: {counts[0]} case(s), {counts[1]} failed")
 
     def on_outcome(outcome: object) -> None:
         from .selftest import SubjectOutcome
@@ -229,8 +237,10 @@ def selftest(
             console.print(f"  {outcome.subject} (baseline): {c['pass']}/{len(outcome.results)} passed", markup=False)
 
     try:
-        result = _run_async(run_selftest([s.subject for s in specs], fast=fast, jobs=jobs or None, dsn=dsn,
-                                         options=Options(worker_timeout=worker_timeout), on_outcome=on_outcome))
+        with status:
+            result = _run_async(run_selftest([s.subject for s in specs], fast=fast, jobs=jobs or None, dsn=dsn,
+                                             options=Options(worker_timeout=worker_timeout), on_outcome=on_outcome,
+                                             on_case=on_case))
     except CrashmatrixError as exc:
         raise typer.Exit(_fail(exc)) from None
     except KeyboardInterrupt:

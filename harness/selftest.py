@@ -334,9 +334,11 @@ async def run_selftest(
     dsn: str | None = None,
     options: Options | None = None,
     on_outcome: Callable[[SubjectOutcome], None] | None = None,
+    on_case: Callable[[str, CaseResult], None] | None = None,
 ) -> SelftestReport:
     """Run the selftest (module docstring) on the mutants named (default: the whole
-    catalogue). ``on_outcome`` sees each subject's outcome as it completes. Raises
+    catalogue). ``on_outcome`` sees each subject's outcome as it completes, ``on_case``
+    each case's result with its subject (progress display). Raises
     ``RegistryError``/``InvalidArgument`` for a bad mutant name or metadata and
     ``ServiceError`` when services cannot start, before any case runs."""
     specs = catalogue(mutants)
@@ -347,7 +349,8 @@ async def run_selftest(
     for spec in specs:
         by_workload.setdefault(spec.workload, []).append(spec)
     for workload, group in by_workload.items():
-        await _run_workload(workload, group, report, fast=fast, jobs=jobs, dsn=dsn, options=options, on_outcome=on_outcome)
+        await _run_workload(workload, group, report, fast=fast, jobs=jobs, dsn=dsn, options=options,
+                            on_outcome=on_outcome, on_case=on_case)
     report.mutants.sort(key=lambda m: specs.index(m.spec))  # type: ignore[arg-type]
     report.seconds = time.monotonic() - t0
     return report
@@ -356,6 +359,7 @@ async def run_selftest(
 async def _run_workload(
     workload: str, specs: list[MutantSpec], report: SelftestReport, *, fast: bool, jobs: int, dsn: str | None,
     options: Options | None, on_outcome: Callable[[SubjectOutcome], None] | None,
+    on_case: Callable[[str, CaseResult], None] | None,
 ) -> None:
     conversations_all = registry.workload(workload).conversations
     baselines = _union([s.baseline for s in specs])
@@ -377,7 +381,8 @@ async def _run_workload(
                     clean_outcomes[b].error = str(exc)
             for spec in specs:
                 outcome = await _run_mutant(session, spec, clean_goldens.get(spec.baseline), fast=fast, jobs=jobs,
-                                            conversations=spec.conversations if fast else conversations_all)
+                                            conversations=spec.conversations if fast else conversations_all,
+                                            on_case=on_case)
                 report.mutants.append(outcome)
                 if on_outcome:
                     on_outcome(outcome)
@@ -399,7 +404,8 @@ async def _run_workload(
                         cases = enumerate_cases(workload, clean_goldens[b],
                                                 _union(DEFAULT_KINDS, *[s.fault_kinds for s in mine]),
                                                 _union(DEFAULT_SOURCES, *[s.point_sources for s in mine]))
-                    outcome.results = await run_cases(clean[b], cases, clean_goldens[b], jobs)
+                    outcome.results = await run_cases(
+                        clean[b], cases, clean_goldens[b], jobs, (lambda r, b=b: on_case(b, r)) if on_case else None)
                 outcome.seconds = time.monotonic() - t0
                 report.baselines.append(outcome)
                 if on_outcome:
@@ -407,7 +413,8 @@ async def _run_workload(
 
 
 async def _run_mutant(session: Explorer, spec: MutantSpec, baseline_goldens: dict[str, GoldenRun] | None, *,
-                      fast: bool, jobs: int, conversations: Sequence[str]) -> SubjectOutcome:
+                      fast: bool, jobs: int, conversations: Sequence[str],
+                      on_case: Callable[[str, CaseResult], None] | None = None) -> SubjectOutcome:
     outcome = SubjectOutcome(spec.subject, spec)
     t0 = time.monotonic()
 
@@ -417,6 +424,8 @@ async def _run_mutant(session: Explorer, spec: MutantSpec, baseline_goldens: dic
     def on_result(result: CaseResult) -> None:
         if outcome.first_catch is None and catches(result):
             outcome.first_catch, outcome.first_catch_seconds = result, time.monotonic() - t0
+        if on_case:
+            on_case(spec.subject, result)
 
     async with session.for_subject(spec.subject) as explorer:
         try:

@@ -130,8 +130,11 @@ async def run_matrix(
         if cases is None:
             cases = enumerate_cases(workload, goldens, kinds, sources)
         else:
+            from .netfaults import check_links
+
             for case in cases:
                 validate_case(case, goldens)
+                check_links(case, tuple(wl.providers))
         if shard_spec:
             cases = shard(cases, shard_spec)
         report = MatrixReport(workload, subject, kinds, sources, goldens, jobs=jobs)

@@ -12,6 +12,10 @@ Walls (DESIGN.md, "reference_runtime"):
   when the node's record does.
 - ``ON CONFLICT DO NOTHING RETURNING`` tells a retried append of the same node (same
   bytes: a no-op) from a conflicting one (an error).
+- A lost acknowledgement (the connection broke with the append in flight: its COMMIT
+  may or may not have landed) is resolved by re-reading the log on the new connection
+  (:meth:`AppendOnlyLog.landed`): the record is there (the append counts as written) or
+  it is not (it is sent again, still fenced); never guessed, never re-applied.
 
 :class:`RunStore` is the interface a store strategy implements; :class:`AppendOnlyLog`
 is the default.
@@ -23,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .db import Db
+from .db import ConnectionLost, Db
 from .leases import Lease, LeaseLost
 from .records_pb2 import NodeRecord
 
@@ -123,8 +127,7 @@ class AppendOnlyLog:
         import json
 
         data = record.SerializeToString(deterministic=True)
-        row = await self.db.fetchrow(
-            _APPEND_SQL,
+        args = (
             lease.run_id,
             seq,
             record.node_id,
@@ -134,6 +137,16 @@ class AppendOnlyLog:
             effect.status if effect else None,
             json.dumps(effect.result, sort_keys=True) if effect else None,
         )
+        while True:
+            try:
+                row = await self.db.fetchrow_once(_APPEND_SQL, *args)
+                break
+            except ConnectionLost:
+                # The COMMIT's acknowledgement was lost: the append may have landed.
+                # Re-read the log on the new connection; send it again only if it did not.
+                landed = await self.landed(lease.run_id, record.node_id, data)
+                if landed is not None:
+                    return landed == seq
         assert row is not None
         if not row["fenced_ok"]:
             raise LeaseLost(f"run {lease.run_id}: append of {record.node_id} refused, lease epoch {lease.epoch} is stale")
@@ -152,6 +165,19 @@ class AppendOnlyLog:
             f"with an existing record"
             + (f" (that node is at seq {existing['seq']})" if existing else " (seq taken)")
         )
+
+    async def landed(self, run_id: str, node_id: str, data: bytes) -> int | None:
+        """After a lost acknowledgement: the seq at which ``node_id``'s record (exactly
+        ``data``) is in the log, or None if it is not there. Raises :class:`LogConflict`
+        when a different record for the node is."""
+        existing = await self.db.fetchrow(
+            "SELECT seq, record FROM cm_run_log WHERE run_id = $1 AND node_id = $2", run_id, node_id)
+        if existing is None:
+            return None
+        if bytes(existing["record"]) != data:
+            raise LogConflict(f"run {run_id}: node {node_id!r} is at seq {existing['seq']} with a different record "
+                              f"(found after a lost acknowledgement)")
+        return int(existing["seq"])
 
     async def read(self, run_id: str) -> list[StoredRecord]:
         """Every record in seq order, in one round trip returning three arrays (a row per

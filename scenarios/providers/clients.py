@@ -67,11 +67,15 @@ class ProbeResult:
     ``result["status"] == "declined"``), ``"not_applied"`` (the provider says it has no
     such key; ``result`` is None) or ``"unknown"`` (the provider could not be asked or
     answered something else; ``error`` says what, and is ignored by ``==``).
+    ``transient`` (with ``"unknown"``): the provider could not be asked at all (no
+    connection, a broken or timed-out request, a 5xx), so asking again may decide;
+    False when it answered and the answer does not decide.
     """
 
     outcome: Outcome
     result: dict[str, Any] | None = None
     error: str | None = field(default=None, compare=False)
+    transient: bool = field(default=False, compare=False)
 
 
 class ProviderError(Exception):
@@ -349,12 +353,12 @@ async def _probe(
     try:
         status, body = await _call(session, "GET", url, worker_id=worker_id, timeout=timeout)
     except ProviderError as exc:
-        return ProbeResult("unknown", None, str(exc))
+        return ProbeResult("unknown", None, str(exc), transient=True)
     if status == 200 and body is not None:
         return ProbeResult("applied", body)
     if status == 404 and body is not None and body.get("error") == "not_found":
         return ProbeResult("not_applied", None)
-    return ProbeResult("unknown", None, f"GET {url}: unexpected answer {status} {body!r}")
+    return ProbeResult("unknown", None, f"GET {url}: unexpected answer {status} {body!r}", transient=status >= 500)
 
 
 async def get_charge_status(

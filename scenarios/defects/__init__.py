@@ -12,4 +12,5 @@ MUTANTS: dict[str, str] = {
     "unshielded-unknown": "crashmatrix.scenarios.defects.runtime_defects:UnshieldedUnknownAdapter",
     "drain-keeps-launching": "crashmatrix.scenarios.defects.runtime_defects:DrainKeepsLaunchingAdapter",
     "unfenced-lease": "crashmatrix.scenarios.defects.runtime_defects:UnfencedLeaseAdapter",
+    "lost-ack-reapply": "crashmatrix.scenarios.defects.net_defects:LostAckReapplyAdapter",
 }

@@ -176,7 +176,8 @@ def replay(
         console.print(f"[{color}]{r.outcome.upper()}[/{color}] {escape(r.case.id)} (subject {escape(r.subject)}, run {r.run_id}, {r.seconds:.2f} s)", soft_wrap=True)
         for w in r.workers:
             how = f"signal {w['signal']}" if w["signal"] is not None else f"exit {w['returncode']}"
-            console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else ""))
+            console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else "")
+                          + (f"; toxic removed {w['healed']}" if w.get("healed") else ""), markup=False)
         if r.error:
             console.print(f"  harness error: {r.error}", markup=False, soft_wrap=True)
         for v in r.verdicts:

@@ -34,7 +34,8 @@ the ``db`` link at ``log.append.*`` and ``effect.*``; the ``model`` link at
 run; read-only tools use no link). Bounds: labels only (no step or await points), each
 point at the occurrence the golden run recorded, single faults (``--depth 2`` adds a
 second fault of another kind, never a second ``net``), links limited to ``db`` and the
-workload's providers. On checkout's conversation 1 that is 60 cases (docs/benchmarks.md).
+workload's providers. On checkout that is 57 cases for conversation 1 and 259 for all four
+(docs/benchmarks.md).
 
 Workers of network cases get short deadlines so that a late answer costs seconds, not
 minutes (:data:`NET_OPTIONS`: 2 s per provider call, 1 s to reconnect to PostgreSQL);

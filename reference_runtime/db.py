@@ -27,10 +27,14 @@ round trip:
 Reconnecting: each attempt first reaches the crash point ``db.reconnect`` on logical
 task ``db`` (occurrence *n*: the *n*-th attempt of this worker, the harness heals a
 network fault there), then connects with a ``connect_timeout_s`` bound; attempts back
-off from 20 ms to 0.5 s. When no connection could be made within
-``reconnect_deadline_s`` of the loss, :class:`DatabaseUnavailable` is raised: the
-worker fails loudly, and the run is left as it was, to be resumed by another worker.
-A :class:`Db` built without a DSN (``Db(conn)``) cannot reconnect: errors pass through.
+off from 20 ms to 0.5 s. On the new connection it first ends the old connection's server
+process (``pg_terminate_backend``) and waits until it is gone, so that a statement the
+old one was still running has committed or rolled back before anything is re-read or
+sent again. When no connection could be made within ``reconnect_deadline_s`` of the
+loss, :class:`DatabaseUnavailable` is raised: the worker fails loudly, and the run is
+left as it was, to be resumed by another worker. A statement unanswered after
+``command_timeout_s`` (a link that went silent) counts as a lost connection. A
+:class:`Db` built without a DSN (``Db(conn)``) cannot reconnect: errors pass through.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ RECONNECT_DEADLINE_S = 5.0
 """Seconds a worker keeps trying to reconnect after losing its connection."""
 CONNECT_TIMEOUT_S = 2.0
 """Seconds one connection attempt may take (asyncpg's own default is 60)."""
+COMMAND_TIMEOUT_S = 30.0
+"""Seconds a statement may go unanswered before the connection counts as lost."""
 
 
 class ConnectionLost(ConnectionError):
@@ -62,9 +68,9 @@ class DatabaseUnavailable(ConnectionError):
 def connection_lost(exc: BaseException, conn: asyncpg.Connection) -> bool:
     """True when ``exc`` means the link to the server broke (not a SQL error): asyncpg's
     connection errors (SQLSTATE class 08, "closed in the middle of operation"), socket
-    errors, or any error after which the connection is closed (an administrator
-    shutdown, 57P01)."""
-    if isinstance(exc, (asyncpg.PostgresConnectionError, OSError)):
+    errors, a statement timeout, or any error after which the connection is closed (an
+    administrator shutdown, 57P01)."""
+    if isinstance(exc, (asyncpg.PostgresConnectionError, OSError, TimeoutError)):
         return True
     return isinstance(exc, Exception) and conn.is_closed()
 
@@ -129,6 +135,7 @@ class Db:
         """Replace the broken connection (caller holds the lock); raises
         :class:`DatabaseUnavailable` past ``deadline`` (monotonic seconds)."""
         assert self.dsn is not None
+        old_pid = self.conn.get_server_pid()
         self.conn.terminate()
         delay = 0.02
         token = set_logical_task("db")
@@ -137,7 +144,9 @@ class Db:
                 crashpoint("db.reconnect")
                 try:
                     timeout = max(0.05, min(self.connect_timeout_s, deadline - time.monotonic()))
-                    self.conn = await _connect(self.dsn, self.application_name, timeout)
+                    conn = await _connect(self.dsn, self.application_name, timeout)
+                    await _end_backend(conn, old_pid, deadline)
+                    self.conn = conn
                     self.reconnects += 1
                     return
                 except Exception as exc:  # refused, reset, timed out, server starting up
@@ -158,7 +167,24 @@ class Db:
 
 async def _connect(dsn: str, application_name: str | None, timeout: float) -> asyncpg.Connection:
     settings = {"application_name": application_name} if application_name else {}
-    return await asyncpg.connect(dsn, server_settings=settings, timeout=timeout)
+    return await asyncpg.connect(dsn, server_settings=settings, timeout=timeout, command_timeout=COMMAND_TIMEOUT_S)
+
+
+async def _end_backend(conn: asyncpg.Connection, pid: int, deadline: float) -> None:
+    """Terminate server process ``pid`` (the broken connection's) and wait until it has
+    exited; closes ``conn`` and raises if that cannot be done by ``deadline``."""
+    try:
+        try:
+            await conn.fetchval("SELECT pg_terminate_backend($1)", pid)
+        except asyncpg.InsufficientPrivilegeError:
+            pass  # another role's process cannot be signalled: wait for it to notice the broken socket
+        while await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the old connection's server process {pid} did not exit")
+            await anyio.sleep(0.005)
+    except BaseException:
+        conn.terminate()
+        raise
 
 
 async def connect(dsn: str, *, application_name: str = "crashmatrix-runtime",

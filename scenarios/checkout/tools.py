@@ -24,16 +24,21 @@ CATALOGUE = {
     "dock-pro": {"sku": "dock-pro", "name": "USB-C dock pro", "price": 24900},
 }
 LARGE_DOC_BYTES = 200_000
+PROBE_TIMEOUT_S = 10.0
+"""A probe's own bound (seconds): past it the probe answers ``cannot_tell`` instead of
+waiting on a dead link for the session's default 300 s (docs/probes.md)."""
 
 
 @dataclass
 class Resources:
-    """Per-worker clients: one HTTP session, the provider URLs, the worker id header."""
+    """Per-worker clients: one HTTP session, the provider URLs, the worker id header,
+    and the probes' bound in seconds (the probe certifier's sandbox sets a short one)."""
 
     session: aiohttp.ClientSession
     urls: dict[str, str]
     worker_id: str
     conversation: str
+    probe_timeout_s: float = PROBE_TIMEOUT_S
 
 
 def _res(ctx: ToolContext) -> Resources:
@@ -84,7 +89,7 @@ async def _probe(ctx: ToolContext, ask: Any, url_kind: str, outcome: Any) -> Pro
     """Ask the provider about ``ctx.idem_key``; the clients' probes never raise (a
     provider that cannot be asked answers ``unknown``, mapped to ``cannot_tell``)."""
     r = _res(ctx)
-    answer = await ask(r.session, r.urls[url_kind], ctx.idem_key)
+    answer = await ask(r.session, r.urls[url_kind], ctx.idem_key, timeout=r.probe_timeout_s)
     if answer.outcome == "applied":
         return ProbeOutcome("applied", outcome(answer.result))
     return ProbeOutcome("not_applied" if answer.outcome == "not_applied" else "cannot_tell")

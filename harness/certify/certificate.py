@@ -180,7 +180,7 @@ def print_certificate(console: Any, cert: Certificate, *, max_details: int = 30)
 
     colors = {"pass": "green", "fail": "red", "error": "yellow"}
     table = Table(title=f"probe certificate: {escape(cert.probe)}", title_justify="left")
-    table.add_column("window")
+    table.add_column("window", no_wrap=True)
     table.add_column("caller saw")
     table.add_column("ledger")
     table.add_column("probe said")
@@ -192,7 +192,8 @@ def print_certificate(console: Any, cert: Certificate, *, max_details: int = 30)
         color = colors[w.verdict]
         table.add_row(escape(w.name), w.caller.kind if w.caller else "-", expected, _said(w, "first"),
                       _said(w, "in_flight"), _said(w, "after_retry"), f"[{color}]{w.verdict}[/{color}]")
-    console.print(table)
+    # A pipe or a file gets 80 columns by default: too narrow for the table's names.
+    console.print(table, width=None if console.is_terminal else max(console.width, 116))
     shown = 0
     for w in cert.windows:
         lines = ([f"error: {w.error}"] if w.error else []) + [f"{c.name}: {c.detail}" for c in w.failures()]

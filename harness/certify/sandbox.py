@@ -57,6 +57,8 @@ class ProviderSandbox(Sandbox):
         self._register: Callable[[int], None] | None = None
         self._session: aiohttp.ClientSession | None = None
         self.restarts = 0
+        self.started_pids: list[int] = []
+        """Every server process (and group) id this sandbox started, restarts included."""
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -73,6 +75,7 @@ class ProviderSandbox(Sandbox):
         self._providers = await asyncio.to_thread(
             start_providers, self._workdir, kinds=(self.kind,), register_pgid=self._register,
             ports={self.kind: port})
+        self.started_pids.extend(self._providers.pids.values())
 
     async def restart(self) -> None:
         """SIGKILL the server's process group, reap it, start it again on the same

@@ -134,11 +134,16 @@ def _str(body: dict[str, Any], field: str, *, max_len: int | None = None) -> str
 
 def _text(body: dict[str, Any], field: str) -> str:
     """A string that may be empty (a mail body)."""
+    return _typed(body, field, str, "a string")
+
+
+def _typed(body: dict[str, Any], field: str, kind: type, label: str) -> Any:
+    """``body[field]``, which must be an instance of ``kind`` (``label`` names it)."""
     if field not in body:
         raise BadRequest(field, "missing")
     value = body[field]
-    if not isinstance(value, str):
-        raise BadRequest(field, f"must be a string, got {_short(value)}")
+    if not isinstance(value, kind):
+        raise BadRequest(field, f"must be {label}, got {_short(value)}")
     return value
 
 
@@ -391,11 +396,7 @@ class _Provider:
         collection = _path_name(request.match_info["collection"], "collection")
         doc_id = _path_name(request.match_info["doc_id"], "doc_id")
         body = await _read_object(request)
-        if "document" not in body:
-            raise BadRequest("document", "missing")
-        document = body["document"]
-        if not isinstance(document, dict):
-            raise BadRequest("document", f"must be a JSON object, got {_short(document)}")
+        document = _typed(body, "document", dict, "a JSON object")
         run_id, delay_ms = _metadata(body, self.default_delay_ms)
         await _delay(delay_ms)
         canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
@@ -454,11 +455,7 @@ class _Provider:
         script = _str(body, "script", max_len=300)
         conversation = _str(body, "conversation")
         node_id = _str(body, "node_id")
-        if "messages" not in body:
-            raise BadRequest("messages", "missing")
-        messages = body["messages"]
-        if not isinstance(messages, list):
-            raise BadRequest("messages", f"must be a list, got {_short(messages)}")
+        messages = _typed(body, "messages", list, "a list")
         run_id, delay_ms = _metadata(body, self.default_delay_ms)
         fn = self.load_script(script)
         await _delay(delay_ms)

@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 import _probe_parts as parts
@@ -36,14 +37,6 @@ JUDGED = {"reached", "agrees", "stable", "read_only", "bounded", "retry.deduplic
 
 def _certify_dirs() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "crashmatrix-certify-*")))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_payment_probe_certifies_in_every_window_and_leaves_nothing_behind() -> None:
@@ -79,7 +72,7 @@ def test_payment_probe_certifies_in_every_window_and_leaves_nothing_behind() -> 
     # cleanup: the three server processes (start + two restarts) are gone, the work dir too
     (box,) = parts.MADE
     assert len(box.started_pids) == 3 and box.restarts == 2
-    assert not [pid for pid in box.started_pids if _alive(pid)]
+    assert not [pid for pid in box.started_pids if psutil.pid_exists(pid)]
     assert _certify_dirs() == dirs_before
 
 

@@ -89,6 +89,9 @@ class ProviderSandbox(Sandbox):
         await asyncio.to_thread(old.close, 0.5)
         await self._spawn(port=port)
         self.restarts += 1
+        if self._session is not None:  # its pooled connections went to the dead process
+            await self._session.close()
+            self._session = aiohttp.ClientSession()
 
     async def close(self) -> None:
         if self._session is not None:

@@ -78,7 +78,7 @@ def test_payment_probe_certifies_in_every_window_and_leaves_nothing_behind() -> 
 
 def test_docstore_read_back_probe_certifies() -> None:
     cert = assert_probe_certified(f"{E}:CREATE_NOTE", truth=f"{E}:note_truth")
-    assert cert.probe == f"{E}:CREATE_NOTE" or cert.probe.endswith(":probe_note")
+    assert (cert.tool, cert.probe) == (f"{E}:CREATE_NOTE", f"{E}:probe_note")  # the Tool's own probe
     applied = cert.window("reset.downstream")
     assert applied.expected["outcome"]["result"]["doc_id"] == applied.observed[0].outcome["result"]["doc_id"]
 

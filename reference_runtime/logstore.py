@@ -23,6 +23,7 @@ is the default.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -108,11 +109,40 @@ SELECT (SELECT count(*) FROM fence) AS fenced_ok,
 """
 
 
-_READ_SQL = """
-SELECT array_agg(seq ORDER BY seq) AS seqs, array_agg(node_id ORDER BY seq) AS nodes,
-       array_agg(record ORDER BY seq) AS records
-  FROM cm_run_log WHERE run_id = $1
-"""
+LOG_FRAMES_SQL = (
+    "string_agg(int8send(seq) || int4send(octet_length(convert_to(node_id, 'UTF8'))) "
+    "|| convert_to(node_id, 'UTF8') || int4send(octet_length(record)) || record, ''::bytea ORDER BY seq)"
+)
+"""An aggregate over ``cm_run_log`` rows: the records in one value, as frames of
+``seq (int8) | len (int4) | node_id (UTF-8) | len (int4) | record``, big-endian
+(:func:`split_frames` reads it). One bytea rather than ``array_agg`` arrays, because
+asyncpg has built-in codecs for ``text[]`` only: ``int8[]`` and ``bytea[]`` make every
+new connection (every worker) run a type-introspection query over the catalogs first."""
+
+_READ_SQL = f"SELECT {LOG_FRAMES_SQL} FROM cm_run_log WHERE run_id = $1"
+
+
+def split_frames(frames: bytes) -> list[tuple[int, str, bytes]]:
+    """Split a :data:`LOG_FRAMES_SQL` value into ``(seq, node_id, record)`` triples; raises
+    :class:`CorruptRecord` if the frames are torn."""
+    out = []
+    view = memoryview(frames)
+    pos, end = 0, len(frames)
+    unpack_q, unpack_i = struct.Struct(">q").unpack_from, struct.Struct(">i").unpack_from
+    try:
+        while pos < end:
+            (seq,) = unpack_q(view, pos)
+            (n,) = unpack_i(view, pos + 8)
+            node_id = bytes(view[pos + 12:pos + 12 + n]).decode()
+            pos += 12 + n
+            (m,) = unpack_i(view, pos)
+            out.append((seq, node_id, bytes(view[pos + 4:pos + 4 + m])))
+            pos += 4 + m
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise CorruptRecord(f"log frames torn at byte {pos} of {end}: {exc}") from None
+    if pos != end:
+        raise CorruptRecord(f"log frames torn: {pos - end} byte(s) past the end")
+    return out
 
 
 class AppendOnlyLog:
@@ -180,12 +210,12 @@ class AppendOnlyLog:
         return int(existing["seq"])
 
     async def read(self, run_id: str) -> list[StoredRecord]:
-        """Every record in seq order, in one round trip returning three arrays (a row per
-        record costs ~2 us of protocol and Record overhead each; arrays decode in bulk)."""
-        row = await self.db.fetchrow(_READ_SQL, run_id)
-        if row is None or row["seqs"] is None:
+        """Every record in seq order, in one round trip returning one value (a row per
+        record costs ~2 us of protocol and Record overhead each; see :data:`LOG_FRAMES_SQL`)."""
+        frames = await self.db.fetchval(_READ_SQL, run_id)
+        if frames is None:
             return []
-        return [decode_row(run_id, seq, node_id, data) for seq, node_id, data in zip(row["seqs"], row["nodes"], row["records"])]
+        return [decode_row(run_id, seq, node_id, data) for seq, node_id, data in split_frames(frames)]
 
 
 def decode_row(run_id: str, seq: int, node_id: str, data: bytes) -> StoredRecord:

@@ -24,18 +24,24 @@ CATALOGUE = {
     "dock-pro": {"sku": "dock-pro", "name": "USB-C dock pro", "price": 24900},
 }
 LARGE_DOC_BYTES = 200_000
+PROBE_TIMEOUT_S = 10.0
+"""A probe's own bound (seconds): past it the probe answers ``cannot_tell`` instead of
+waiting on a dead link for the session's default 300 s (docs/probes.md)."""
 
 
 @dataclass
 class Resources:
-    """Per-worker clients: one HTTP session, the provider URLs, the worker id header, and
+    """Per-worker clients: one HTTP session, the provider URLs, the worker id header,
+    the probes' bound in seconds (the probe certifier's sandbox sets a short one), and
     ``deadline_s``: how long one provider call (model, effect or probe) may take before
-    it counts as ambiguous (None: the session's own timeout)."""
+    it counts as ambiguous (None: the session's own timeout; the network section sets
+    one, which then bounds the probes too)."""
 
     session: aiohttp.ClientSession
     urls: dict[str, str]
     worker_id: str
     conversation: str
+    probe_timeout_s: float = PROBE_TIMEOUT_S
     deadline_s: float | None = None
 
 
@@ -88,7 +94,8 @@ async def _probe(ctx: ToolContext, ask: Any, url_kind: str, outcome: Any) -> Pro
     provider that could not be asked (broken link, timeout, 5xx) is ``cannot_tell_yet``;
     one whose answer does not decide is ``cannot_tell``."""
     r = _res(ctx)
-    answer = await ask(r.session, r.urls[url_kind], ctx.idem_key, timeout=r.deadline_s)
+    timeout = r.probe_timeout_s if r.deadline_s is None else min(r.deadline_s, r.probe_timeout_s)
+    answer = await ask(r.session, r.urls[url_kind], ctx.idem_key, timeout=timeout)
     if answer.outcome == "applied":
         return ProbeOutcome("applied", outcome(answer.result))
     if answer.outcome == "not_applied":

@@ -8,12 +8,12 @@ named case that a kill at the same point does not reach."""
 from __future__ import annotations
 
 import asyncio
-import os
 
 from crashmatrix.harness.explorer import CaseResult
 from crashmatrix.harness.matrix import run_matrix
 from crashmatrix.harness.netfaults import NET_DEFAULTS, net_cases
 from crashmatrix.harness.plan import Case
+from crashmatrix.harness.services.watchdog import pid_alive
 from crashmatrix.harness.session import open_session
 
 BLIP = "checkout/conv1/net:db.reset_peer@log.append.before[turn-4.tool-0]#1~db.reconnect[db]#1"
@@ -55,14 +55,6 @@ async def _run_slice() -> tuple[list[CaseResult], dict[str, object]]:
     return list(results), facts
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 def test_network_section_slice_passes_on_the_reference_runtime() -> None:
     results, facts = asyncio.run(_run_slice())
     bad = [(r.case.id, r.error, [(v.check, v.details) for v in r.failed]) for r in results if r.outcome != "pass"]
@@ -74,7 +66,7 @@ def test_network_section_slice_passes_on_the_reference_runtime() -> None:
     assert {r.case.plan.faults[0].net.toxic for r in results} == {row.toxic for row in NET_DEFAULTS}
     # every case ended healed, and its proxies are gone; the embedded proxy process too
     assert facts["proxies_left"] == {}
-    assert isinstance(facts["proxy_pid"], int) and _gone(facts["proxy_pid"])
+    assert isinstance(facts["proxy_pid"], int) and not pid_alive(facts["proxy_pid"])
     for r in results:
         assert r.workers[0]["healed"].startswith("at "), (r.case.id, r.workers[0])
 

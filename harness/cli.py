@@ -177,7 +177,7 @@ def replay(
         for w in r.workers:
             how = f"signal {w['signal']}" if w["signal"] is not None else f"exit {w['returncode']}"
             console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else "")
-                          + (f"; toxic removed {w['healed']}" if w.get("healed") else ""), markup=False)
+                          + (f"; toxic removed {w['healed']}" if w.get("healed") else ""), markup=False, soft_wrap=True)
         if r.error:
             console.print(f"  harness error: {r.error}", markup=False, soft_wrap=True)
         for v in r.verdicts:

@@ -289,12 +289,21 @@ class FaultProxyService:
         self.watchdog = watchdog
         self.proc: subprocess.Popen[bytes] | None = None
         self._client: ToxiproxyClient | None = None
+        self._error: ServiceError | None = None
         self._lock = asyncio.Lock()
 
     async def client(self) -> ToxiproxyClient:
+        """The client, starting the server on the first call; a failed start is
+        remembered, so later cases fail at once with the same error."""
         async with self._lock:
+            if self._error is not None:
+                raise self._error
             if self._client is None:
-                self._client = await asyncio.to_thread(self._start)
+                try:
+                    self._client = await asyncio.to_thread(self._start)
+                except ServiceError as exc:
+                    self._error = exc
+                    raise
             return self._client
 
     def _start(self) -> ToxiproxyClient:

@@ -121,7 +121,10 @@ async def run_matrix(
     if wants_awaits and not (options and options.await_points):
         options = dataclasses.replace(options or Options(), await_points=True)
     t0 = time.monotonic()
+    wants_net = "net" in kinds if cases is None else any(f.kind == "net" for c in cases for f in c.plan.faults)
     async with open_session(subject, workload, dsn=dsn, options=options) as explorer:
+        if wants_net:  # an unreachable fault proxy is a ServiceError now (exit 2), not one per case
+            await explorer.fault_proxy.client()
         wl = explorer.workload
         wanted = conversations or (tuple(sorted({c.conversation for c in cases})) if cases else wl.conversations)
         goldens = {}

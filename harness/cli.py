@@ -177,7 +177,8 @@ def replay(
         console.print(f"[{color}]{r.outcome.upper()}[/{color}] {escape(r.case.id)} (subject {escape(r.subject)}, run {r.run_id}, {r.seconds:.2f} s)", soft_wrap=True)
         for w in r.workers:
             how = f"signal {w['signal']}" if w["signal"] is not None else f"exit {w['returncode']}"
-            console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else ""))
+            console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else "")
+                          + (f"; toxic removed {w['healed']}" if w.get("healed") else ""), markup=False, soft_wrap=True)
         if r.error:
             console.print(f"  harness error: {r.error}", markup=False, soft_wrap=True)
         for v in r.verdicts:
@@ -273,6 +274,52 @@ def toxiproxy_server(
     if config is not None:
         argv += ["--config", str(config)]
     raise typer.Exit(proxy_main(argv))
+
+
+@app.command("certify-probe")
+def certify_probe(
+    tool: Annotated[str, typer.Argument(help="The tool with an effect, MODULE:NAME: a Tool, or an async fn(ctx, arguments).")],
+    probe: Annotated[Optional[str], typer.Option(help="The probe, MODULE:NAME: an async probe(ctx). Default: the Tool's own probe.")] = None,
+    truth: Annotated[Optional[str], typer.Option(help="The ground truth, MODULE:NAME: truth(sandbox, key) reading the provider's own ledger.")] = None,
+    sandbox: Annotated[Optional[str], typer.Option(help="Sandbox factory, MODULE:NAME. Default: the one @ground_truth names.")] = None,
+    window: Annotated[Optional[list[str]], typer.Option(help="Run only this window (repeatable). Default: all.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the fault proxy's toxicity rolls and of the keys.")] = 0,
+    deadline_ms: Annotated[int, typer.Option(help="The caller's deadline in the deadline windows, ms.")] = 500,
+    bound_ms: Annotated[int, typer.Option(help="The probe must answer within this, ms.")] = 2000,
+    provider_version: Annotated[Optional[str], typer.Option(help="Provider version to record (default: the sandbox's).")] = None,
+    report: Annotated[Optional[Path], typer.Option(help="Write the certificate (JSON) here.")] = None,
+    toxiproxy_url: Annotated[Optional[str], typer.Option(help="Use this Toxiproxy-compatible server instead of the embedded one.")] = None,
+) -> None:
+    """Certify a tool's probe: drive the call through every ambiguous window on the fault
+    proxy and check the probe against the provider's own ledger (docs/probes.md).
+
+    Exit codes: 0 certified; 1 the probe lied or failed in some window; 2 bad input (one
+    line on stderr); 3 harness errors only (a window not reached, a service down).
+    """
+    from .certify import CertifyError as _CertifyError
+    from .certify import certify_probe_sync, print_certificate
+
+    def progress(result: object) -> None:
+        color = {"pass": "green", "fail": "red"}.get(getattr(result, "verdict"), "yellow")
+        console.print(f"  {escape(getattr(result, 'name'))}: [{color}]{getattr(result, 'verdict')}[/{color}]"
+                      f" ({getattr(result, 'ms'):.0f} ms)")
+
+    try:
+        cert = certify_probe_sync(
+            tool, probe, truth, sandbox=sandbox, windows=window, seed=seed, deadline_ms=deadline_ms,
+            bound_ms=bound_ms, provider_version=provider_version, toxiproxy_url=toxiproxy_url, on_window=progress)
+    except _CertifyError as exc:
+        raise typer.Exit(_fail(exc)) from None
+    except CrashmatrixError as exc:
+        raise typer.Exit(_fail(exc)) from None
+    except KeyboardInterrupt:
+        err.print("crashmatrix: interrupted; services stopped")
+        raise typer.Exit(130) from None
+    print_certificate(console, cert)
+    if report is not None:
+        cert.write(report)
+        console.print(f"certificate: {report}")
+    raise typer.Exit(cert.exit_code)
 
 
 @app.command("list")

@@ -121,7 +121,10 @@ async def run_matrix(
     if wants_awaits and not (options and options.await_points):
         options = dataclasses.replace(options or Options(), await_points=True)
     t0 = time.monotonic()
+    wants_net = "net" in kinds if cases is None else any(f.kind == "net" for c in cases for f in c.plan.faults)
     async with open_session(subject, workload, dsn=dsn, options=options) as explorer:
+        if wants_net:  # an unreachable fault proxy is a ServiceError now (exit 2), not one per case
+            await explorer.fault_proxy.client()
         wl = explorer.workload
         wanted = conversations or (tuple(sorted({c.conversation for c in cases})) if cases else wl.conversations)
         goldens = {}
@@ -130,8 +133,11 @@ async def run_matrix(
         if cases is None:
             cases = enumerate_cases(workload, goldens, kinds, sources)
         else:
+            from .netfaults import check_links
+
             for case in cases:
                 validate_case(case, goldens)
+                check_links(case, tuple(wl.providers))
         if shard_spec:
             cases = shard(cases, shard_spec)
         report = MatrixReport(workload, subject, kinds, sources, goldens, jobs=jobs)

@@ -388,15 +388,18 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int]) -> l
 
 
 def in_flight_model_calls(trace: list[TraceEntry]) -> dict[str, int]:
-    """Nodes whose model call had started and whose record was not appended by the time
-    the faulted worker ended (``trace`` is its whole trace: a kill ends it at the fault,
-    a cancel lands at the next await, a term after the drain): each may be billed once
-    more on resume."""
-    started: set[str] = set()
+    """Model calls the faulted worker made whose reply it did not record, per node, by
+    the time it ended (``trace`` is its whole trace: a kill ends it at the fault, a
+    cancel lands at the next await, a term after the drain, a broken link after the
+    runtime's retries): each ``model.call.before`` counts one call, and a node whose
+    record was appended used one of them. Each may be billed once more (on resume, or by
+    a call repeated after a lost answer)."""
+    started: dict[str, int] = {}
     appended: set[str] = set()
     for _, name, task, _ in trace:
         if name == "model.call.before":
-            started.add(task)
+            started[task] = started.get(task, 0) + 1
         elif name == "log.append.after":
             appended.add(task)
-    return {node: 1 for node in started - appended}
+    out = {node: n - (node in appended) for node, n in started.items()}
+    return {node: n for node, n in out.items() if n > 0}

@@ -3,6 +3,7 @@
 :func:`open_session` starts, in order: the watchdog (so a SIGKILLed controller still
 leaves nothing behind), PostgreSQL (the user's DSN, else embedded), the providers of the
 workload, the worker zygote, one HTTP session; then applies the subject's migrations.
+The fault proxy (network faults) starts only when the first ``net`` case needs it.
 Leaving the context stops them in reverse order and removes the working directory;
 whatever the controller cannot clean (it was SIGKILLed) the watchdog does.
 """
@@ -77,6 +78,10 @@ async def open_session(
         cases_dir = workdir / "workers"
         cases_dir.mkdir()
         explorer = Explorer(env, pool, subject, workload, cases_dir, http, options)
+        from .netfaults import FaultProxyService
+
+        explorer.fault_proxy = FaultProxyService(workdir, watchdog)  # started by the first net case
+        stack.callback(explorer.fault_proxy.close)
         if pg.restartable:
             explorer.start_restartable_pg = lambda: start_postgres(workdir / "pg-restart", watchdog=watchdog)
         stack.push_async_callback(explorer.aclose)

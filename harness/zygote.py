@@ -32,13 +32,27 @@ import traceback
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+WORKER_COMM = b"cm-worker"
+"""The worker's process name (``comm``: what ps, top and perf show) after the fork."""
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()  # opened once, in the zygote, before any fork
 
 
 def _set_pdeathsig() -> None:
+    """Die with the zygote (``PR_SET_PDEATHSIG``) and take the name :data:`WORKER_COMM`."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the zygote's EOF handling still reaps
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # type: ignore[union-attr]
+        _LIBC.prctl(PR_SET_NAME, ctypes.c_char_p(WORKER_COMM), 0, 0, 0)  # type: ignore[union-attr]
+    except AttributeError:  # not Linux: the zygote's EOF handling still reaps
         pass
 
 

@@ -25,4 +25,5 @@ MUTANTS: dict[str, str] = {
     "trace-not-stored": "crashmatrix.scenarios.defects.resume_defects:TraceNotStoredAdapter",
     "retention-deletes-paused": "crashmatrix.scenarios.defects.resume_defects:RetentionDeletesPausedAdapter",
     "lagging-durability": "crashmatrix.scenarios.defects.record_defects:LaggingDurabilityAdapter",
+    "lost-ack-reapply": "crashmatrix.scenarios.defects.net_defects:LostAckReapplyAdapter",
 }

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 
+from crashmatrix.harness.plan import Case
 from crashmatrix.harness.selftest import catalogue
 
 CLI = [sys.executable, "-m", "crashmatrix.harness.cli"]
@@ -47,8 +48,9 @@ def test_selftest_fast_catches_every_mutant_and_the_clean_runtime_passes(cli_env
         assert m["caught"] and m["ok"] and m["error"] is None, m
         assert m["check"] in spec.caught_by, m  # caught by a check the mutant names
         assert m["failed_checks"][m["check"]] >= 1
-        assert m["first_case"].split("/")[1] in spec.conversations  # the smallest set, in --fast
-        assert m["first_case"].split("/")[2].split("@")[0] in spec.fault_kinds + ("kill", "term", "cancel")
+        case = Case.parse(m["first_case"])
+        assert case.conversation in spec.conversations  # the smallest set, in --fast
+        assert case.plan.faults[0].kind in spec.fault_kinds + ("kill", "term", "cancel")
         assert 0 < m["seconds_to_detection"] <= m["seconds"]
         assert f"--subject {subject}" in m["replay"]
         # the table has the mutant's row, caught, with its first case and check

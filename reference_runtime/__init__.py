@@ -12,10 +12,12 @@ Modules, one wall each (docs/architecture.md has the structure): :mod:`.executor
 map. The only harness module it imports is :mod:`crashmatrix.harness.crashpoint`.
 """
 
-from .agent import Agent, ModelReply, OutcomeUnknown, ProbeOutcome, Tool, ToolCall, ToolContext, ToolOutcome
+from .agent import (
+    Agent, ModelReply, OutcomeUnknown, ProbeOutcome, Tool, ToolCall, ToolContext, ToolOutcome, TransientFailure,
+)
 from .db import Db, connect
 from .effects import EffectLedger, idempotency_key
-from .executor import NeedsHuman, Runtime
+from .executor import NeedsHuman, RunInterrupted, Runtime
 from .graph import RunGraph
 from .leases import Lease, LeaseLost
 from .logstore import AppendOnlyLog, RunStore
@@ -23,6 +25,6 @@ from .migrations import migrate
 
 __all__ = [
     "Agent", "AppendOnlyLog", "Db", "EffectLedger", "Lease", "LeaseLost", "ModelReply",
-    "NeedsHuman", "OutcomeUnknown", "ProbeOutcome", "RunGraph", "RunStore", "Runtime", "Tool",
-    "ToolCall", "ToolContext", "ToolOutcome", "connect", "idempotency_key", "migrate",
+    "NeedsHuman", "OutcomeUnknown", "ProbeOutcome", "RunGraph", "RunInterrupted", "RunStore", "Runtime", "Tool",
+    "ToolCall", "ToolContext", "ToolOutcome", "TransientFailure", "connect", "idempotency_key", "migrate",
 ]

@@ -17,7 +17,9 @@ trace of the first resume that ran after the first *i* faults (that resume's own
 trace, not the golden run's: a recovery passes other points), as
 :func:`.explorer.double_fault_cases` does for depth 2. ``pause`` and ``db-restart``
 plans hold exactly one fault (the explorer's rule), so after one of them nothing more
-is drawn.
+is drawn; a ``net`` fault (a toxic on one link, healed by the plan: network toxics) is
+drawn only first, at a point where a link is in use, with one of the network section's
+toxics for that point (:func:`net_toxics_of`).
 
 **Shrinking** goes toward fewer faults (the count is drawn first, from ``min_faults``),
 earlier points (a point is an index into its trace, shrinking toward 0: the first point
@@ -58,8 +60,8 @@ from hypothesis import strategies as st
 
 from . import plan as _plan
 from .errors import InvalidArgument
-from .explorer import DEFAULT_KINDS, DEFAULT_SOURCES, CaseResult, TraceEntry
-from .plan import Case, CrashPoint, Fault, FaultPlan
+from .explorer import DEFAULT_KINDS, DEFAULT_SOURCES, CaseResult, GoldenRun, TraceEntry
+from .plan import Case, CrashPoint, Fault, FaultPlan, NetToxic
 
 SIMPLICITY = ("kill", "term", "cancel", "pause", "net", "db-restart")
 """Fault kinds from simplest to most involved: shrinking moves toward the first. A
@@ -69,6 +71,10 @@ db-restart takes the database down. Kinds not listed (added later) come last, in
 order given."""
 FIRST_ONLY = ("pause", "db-restart")
 """Kinds that end a plan: the explorer runs them as the only fault of a case."""
+NOT_LATER = (*FIRST_ONLY, "net")
+"""Kinds drawn only as the first fault: a ``net`` fault's link proxies are set up for
+the case by its first fault (:func:`.netfaults.run_net_case`); later faults may follow
+it."""
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
 # Parent: Hypothesis's own "default" profile, never the "ci" one it loads itself under CI
@@ -107,6 +113,7 @@ def fault_plans(
     min_faults: int = 1,
     max_faults: int = 1,
     resume_trace: Callable[[FaultPlan], Sequence[Sequence[Any]] | None] | None = None,
+    net_toxics: Callable[[CrashPoint], Sequence[NetToxic]] | None = None,
 ) -> st.SearchStrategy[FaultPlan]:
     """A strategy of fault plans of ``min_faults`` to ``max_faults`` faults.
 
@@ -115,8 +122,13 @@ def fault_plans(
       its points of the given ``sources``.
     - ``kinds``: the fault kinds to draw (default: every kind this build injects,
       :data:`.plan.FAULT_KINDS`, read at call time so that kinds added later are drawn
-      too); ordered simplest first (:func:`order_kinds`). ``pause`` and ``db-restart``
-      are drawn only as the first fault and end the plan.
+      too; ``net`` only when ``net_toxics`` is given); ordered simplest first
+      (:func:`order_kinds`). ``pause`` and ``db-restart`` are drawn only as the first
+      fault and end the plan; ``net`` only as the first fault.
+    - ``net_toxics(point)``: the toxics (:class:`~.plan.NetToxic`) that may land at a
+      golden-trace point, none where no link is in use (:func:`net_toxics_of` builds it
+      from a golden run and the matrix's network section); a ``net`` fault is drawn at
+      a point that has one, then one of its toxics (shrinking toward the first).
     - ``resume_trace(plan)``: the trace of the first resume that ran without a fault
       after ``plan`` (:attr:`.explorer.CaseResult.resume_trace`); fault *i + 1* lands at
       one of its points. Returning None or an empty trace (the run failed, or it ended
@@ -130,7 +142,8 @@ def fault_plans(
 
     Raises :class:`~.errors.InvalidArgument` when ``min_faults < 1``, ``max_faults <
     min_faults``, ``max_faults > 1`` without ``resume_trace``, a kind is unknown, no
-    kind is left, or the golden trace has no point of ``sources``.
+    kind is left, ``net`` is asked for without ``net_toxics`` or no point has a toxic,
+    or the golden trace has no point of ``sources``.
     """
     if not isinstance(min_faults, int) or min_faults < 1:
         raise InvalidArgument(f"min_faults={min_faults!r} must be an integer >= 1")
@@ -138,17 +151,24 @@ def fault_plans(
         raise InvalidArgument(f"max_faults={max_faults!r} must be an integer >= min_faults={min_faults}")
     if max_faults > 1 and resume_trace is None:
         raise InvalidArgument(f"max_faults={max_faults} needs resume_trace: later faults land in the resume's own trace")
-    kinds_t = order_kinds(_plan.FAULT_KINDS if kinds is None else kinds)
+    if kinds is None:
+        kinds = [k for k in _plan.FAULT_KINDS if k != "net" or net_toxics is not None]
+    kinds_t = order_kinds(kinds)
     unknown = [k for k in kinds_t if k not in _plan.FAULT_KINDS]
     if unknown or not kinds_t:
         raise InvalidArgument(f"kinds={tuple(kinds or ())!r} must be non-empty, each one of {', '.join(_plan.FAULT_KINDS)}")
-    later_kinds = tuple(k for k in kinds_t if k not in FIRST_ONLY)
+    if "net" in kinds_t and net_toxics is None:
+        raise InvalidArgument("kinds with 'net' need net_toxics= (the toxics that may land at a point)")
+    later_kinds = tuple(k for k in kinds_t if k not in NOT_LATER)
     if min_faults > 1 and not later_kinds:
-        raise InvalidArgument(f"min_faults={min_faults} needs a kind other than {', '.join(FIRST_ONLY)}")
+        raise InvalidArgument(f"min_faults={min_faults} needs a kind other than {', '.join(NOT_LATER)}")
     sources_t = tuple(sources)
     first_points = _points(golden_trace, sources_t)
     if not first_points:
         raise InvalidArgument(f"sources={sources_t!r}: the golden trace has no point of these sources")
+    net_points = [(p, tuple(t)) for p in first_points for t in [net_toxics(p) if net_toxics else ()] if t]
+    if "net" in kinds_t and not net_points:
+        raise InvalidArgument(f"kinds={kinds_t!r}: no point of sources={sources_t!r} has a net toxic")
 
     @st.composite
     def plans(draw: Callable[..., Any]) -> FaultPlan:
@@ -157,8 +177,12 @@ def fault_plans(
         points = first_points
         for i in range(n):
             kind = draw(st.sampled_from(kinds_t if i == 0 else later_kinds), label=f"fault {i + 1} kind")
-            point = points[draw(st.integers(0, len(points) - 1), label=f"fault {i + 1} point")]
-            faults.append(Fault(kind, point))
+            if kind == "net":
+                point, toxics = net_points[draw(st.integers(0, len(net_points) - 1), label="fault 1 point")]
+                faults.append(Fault("net", point, toxics[draw(st.integers(0, len(toxics) - 1), label="fault 1 toxic")]))
+            else:
+                point = points[draw(st.integers(0, len(points) - 1), label=f"fault {i + 1} point")]
+                faults.append(Fault(kind, point))
             if kind in FIRST_ONLY or i == n - 1 or resume_trace is None:
                 break
             points = _points(resume_trace(FaultPlan(tuple(faults))) or [], sources_t)
@@ -167,6 +191,23 @@ def fault_plans(
         return FaultPlan(tuple(faults))
 
     return plans()
+
+
+def net_toxics_of(workload: str, golden: GoldenRun) -> Callable[[CrashPoint], Sequence[NetToxic]]:
+    """``net_toxics`` for :func:`fault_plans`: at each point of ``golden`` where a link
+    is in use, the toxics the matrix's network section puts there
+    (:func:`.netfaults.net_cases`: db blips and outages, provider timeouts, cut and late
+    answers, each with its heal)."""
+    from . import registry
+    from .netfaults import net_cases
+
+    by_point: dict[tuple[str, str, int], list[NetToxic]] = {}
+    providers = tuple(registry.workload(workload).providers)
+    for case in net_cases(workload, {golden.conversation: golden}, providers):
+        fault = case.plan.faults[0]
+        assert fault.net is not None
+        by_point.setdefault(fault.point.key, []).append(fault.net)
+    return lambda point: by_point.get(point.key, [])
 
 
 class FaultPlanFailed(AssertionError):
@@ -251,7 +292,8 @@ def resume_property(
             return r.resume_trace if r.outcome == "pass" else None
 
         strategy = fault_plans(golden.trace, kinds=kinds_t, sources=sources_t, min_faults=min_faults,
-                               max_faults=max_faults, resume_trace=resume_trace)
+                               max_faults=max_faults, resume_trace=resume_trace,
+                               net_toxics=net_toxics_of(workload, golden) if "net" in kinds_t else None)
 
         def body(data: st.DataObject) -> None:
             plan = data.draw(strategy, label="fault plan")

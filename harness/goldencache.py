@@ -10,7 +10,11 @@ on its own and must collect identical ids. So the traces are cached in a directo
 
       {"version": 1, "workload": str, "subject": str, "code_hash": str,
        "conversations": {conv: {"trace": [[source, name, task, occurrence], ...],
-                                "seconds": float}}}
+                                "seconds": float, "net_cases": [case id, ...]}}}
+
+  (``net_cases``: the network section of that conversation,
+  :func:`.netfaults.net_cases`, which needs the golden run's evidence, not only its
+  trace);
 
 - computed once, under a file lock (``filelock``) next to the file: the first process
   that needs a missing conversation runs it while the others wait on the lock and then
@@ -81,13 +85,14 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 
 def load_traces(
     cache_dir: Path, workload: str, subject: str, code_hash: str, conversations: Iterable[str],
-    compute: Callable[[list[str]], dict[str, tuple[list[TraceEntry], float]]],
-) -> tuple[dict[str, list[TraceEntry]], list[str]]:
-    """The golden traces of ``conversations``, from the cache or computed.
+    compute: Callable[[list[str]], dict[str, dict[str, Any]]],
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The cached golden entries of ``conversations``, from the cache or computed.
 
     ``compute(missing)`` runs the golden runs of the missing conversations and returns
-    conversation -> (trace, seconds); it is called at most once, under the file lock,
-    and only for conversations the file does not hold. Returns the traces and the list
+    conversation -> ``{"trace": [...], "seconds": float, "net_cases": [...]}``; it is
+    called at most once, under the file lock, and only for conversations the file does
+    not hold. Returns conversation -> entry (``trace`` as a list of tuples) and the list
     of conversations that were computed (empty on a warm cache). Raises what
     ``compute`` raises (nothing is written then), and :class:`InvalidArgument` when the
     lock cannot be taken within 15 minutes (another process hung while computing).
@@ -97,7 +102,7 @@ def load_traces(
     data = _read(path, code_hash)
     have = data.get("conversations", {})
     if all(c in have for c in wanted):  # warm: no lock needed (files are replaced atomically)
-        return {c: [tuple(e) for e in have[c]["trace"]] for c in wanted}, []  # type: ignore[misc]
+        return {c: _entry(have[c]) for c in wanted}, []
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S)
     try:
@@ -106,15 +111,20 @@ def load_traces(
                                               "code_hash": code_hash, "conversations": {}}
             missing = [c for c in wanted if c not in data["conversations"]]
             if missing:
-                for conv, (trace, seconds) in compute(missing).items():
-                    data["conversations"][conv] = {"trace": [list(e) for e in trace], "seconds": round(seconds, 4),
-                                                   "computed_at": round(time.time(), 3)}
+                for conv, entry in compute(missing).items():
+                    data["conversations"][conv] = {
+                        "trace": [list(e) for e in entry["trace"]], "seconds": round(entry.get("seconds", 0.0), 4),
+                        "net_cases": list(entry.get("net_cases", [])), "computed_at": round(time.time(), 3)}
                 _write(path, data)
     except TimeoutError:
         raise InvalidArgument(f"golden cache lock {path}.lock not acquired in {LOCK_TIMEOUT_S:.0f} s "
                               f"(another process computing golden runs hung?)") from None
     have = data["conversations"]
-    return {c: [tuple(e) for e in have[c]["trace"]] for c in wanted}, missing  # type: ignore[misc]
+    return {c: _entry(have[c]) for c in wanted}, missing
+
+
+def _entry(stored: dict[str, Any]) -> dict[str, Any]:
+    return {**stored, "trace": [tuple(e) for e in stored["trace"]], "net_cases": list(stored.get("net_cases", []))}
 
 
 def trace_mismatch(cached: list[TraceEntry], live: list[TraceEntry]) -> str | None:

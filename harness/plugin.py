@@ -511,22 +511,31 @@ class State:
             self._sources[key] = subject_sources(subject, workload)
         return self._sources[key]
 
-    def golden_traces(self, workload: str, subject: str, conversations: tuple[str, ...]) -> dict[str, list[Any]]:
-        """The golden traces collection needs, from the cache or computed under its
-        lock in this process's own harness (which then runs this process's cases)."""
+    def golden_traces(self, workload: str, subject: str, conversations: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+        """The cached golden entries collection needs (trace, network section), from the
+        cache or computed under its lock in this process's own harness (which then runs
+        this process's cases)."""
         from .goldencache import cache_path, load_traces
 
         code_hash = self.sources(subject, workload).code_hash()
 
-        def compute(missing: list[str]) -> dict[str, tuple[list[Any], float]]:
-            harness = self.services.harness(subject, workload)
-            goldens: dict[str, GoldenRun] = {c: harness.golden(c) for c in missing}
-            return {c: (g.trace, g.seconds) for c, g in goldens.items()}
+        def compute(missing: list[str]) -> dict[str, dict[str, Any]]:
+            from . import registry
+            from .netfaults import net_cases
 
-        traces, _ = load_traces(self.cache_dir, workload, subject, code_hash, conversations, compute)
-        self.expected.setdefault((workload, subject), {}).update(traces)
+            harness = self.services.harness(subject, workload)
+            providers = tuple(registry.workload(workload).providers)
+            out = {}
+            for conv in missing:
+                g = harness.golden(conv)
+                out[conv] = {"trace": g.trace, "seconds": g.seconds,
+                             "net_cases": [c.id for c in net_cases(workload, {conv: g}, providers)]}
+            return out
+
+        entries, _ = load_traces(self.cache_dir, workload, subject, code_hash, conversations, compute)
+        self.expected.setdefault((workload, subject), {}).update({c: e["trace"] for c, e in entries.items()})
         self.cache_files[(workload, subject)] = str(cache_path(self.cache_dir, workload, subject, code_hash))
-        return traces
+        return entries
 
 
 class Prefetcher:
@@ -782,13 +791,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if unknown:
             raise InvalidArgument(f"conversation(s) {', '.join(unknown)} not in {s.workload}: "
                                   f"{', '.join(wl.conversations)}")
-        traces = state.golden_traces(s.workload, s.subject, conversations)
+        entries = state.golden_traces(s.workload, s.subject, conversations)
     except CrashmatrixError as exc:
         raise _collect_error(metafunc, str(exc)) from None
     from .explorer import enumerate_cases, shard
 
-    goldens = {c: _TraceOnly(t) for c, t in traces.items()}
-    cases = enumerate_cases(s.workload, goldens, s.kinds, s.sources)  # type: ignore[arg-type]
+    goldens = {c: _TraceOnly(e["trace"]) for c, e in entries.items()}
+    cases = enumerate_cases(s.workload, goldens, tuple(k for k in s.kinds if k != "net"), s.sources)  # type: ignore[arg-type]
+    if "net" in s.kinds and "label" in s.sources:  # the network section, as enumerate_cases appends it
+        cases += [Case.parse(cid) for c in sorted(entries) for cid in entries[c]["net_cases"]]
     if s.shard:
         cases = shard(cases, s.shard)
     key = MatrixKey(metafunc.definition.nodeid, s.workload, s.subject, s.kinds, s.sources, conversations, s.shard)
@@ -798,7 +809,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @dataclass
 class _TraceOnly:
-    """What enumeration reads of a golden run at collection: its trace."""
+    """What enumeration reads of a golden run at collection: its trace (the network
+    section, which needs the golden evidence, comes from the cache as case ids)."""
 
     trace: list[Any]
 

@@ -140,13 +140,38 @@ def test_first_only_kinds_end_a_plan_and_sources_filter() -> None:
 
 
 def test_kinds_come_from_the_parameter_and_later_kinds_are_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert order_kinds(["db-restart", "cancel", "kill", "term", "kill"]) == ("kill", "term", "cancel", "db-restart")
-    # a kind another helper adds later (e.g. "net") is drawn once plan.FAULT_KINDS has it
-    monkeypatch.setattr(plan, "FAULT_KINDS", (*plan.FAULT_KINDS, "net", "brand-new"))
+    assert order_kinds(["db-restart", "net", "cancel", "kill", "term", "kill"]) == (
+        "kill", "term", "cancel", "net", "db-restart")
+    # a kind added to the build later is drawn once plan.FAULT_KINDS has it
+    monkeypatch.setattr(plan, "FAULT_KINDS", (*plan.FAULT_KINDS, "brand-new"))
     assert order_kinds(["brand-new", "net", "kill"]) == ("kill", "net", "brand-new")
-    plans = fault_plans(TRACE, max_faults=1)  # default: every kind of this build
+    plans = fault_plans(TRACE, max_faults=1)  # default: every kind of this build (net needs its toxics)
     p = find(plans, lambda p: p.faults[0].kind == "brand-new", settings=SETTINGS_FIND)
     assert p.faults[0].kind == "brand-new"
+    with pytest.raises(NoSuchExample):
+        find(plans, lambda p: p.faults[0].kind == "net", settings=SETTINGS_FIND)
+
+
+def test_net_faults_land_where_a_link_is_in_use_first_only() -> None:
+    from crashmatrix.harness.plan import CrashPoint, NetToxic
+
+    heal = CrashPoint("label", "db.reconnect", "db", 1)
+    toxics = {"log.append.before": [NetToxic("db", "reset_peer", (), "downstream", heal),
+                                    NetToxic("db", "reset_peer", (), "downstream", None)]}
+    plans = fault_plans(TRACE, kinds=("net", "kill"), max_faults=2, resume_trace=_resume,
+                        net_toxics=lambda p: toxics.get(p.name, []))
+    p = find(plans, lambda p: p.faults[0].kind == "net", settings=SETTINGS_FIND)
+    assert [f.label() for f in p.faults] == ["net:db.reset_peer@log.append.before[turn-1]#1~db.reconnect[db]#1"]
+    p = find(plans, lambda p: p.faults[0].kind == "net" and p.faults[0].net.heal is None, settings=SETTINGS_FIND)
+    assert p.faults[0].net == toxics["log.append.before"][1]
+    p = find(plans, lambda p: p.faults[0].kind == "net" and len(p.faults) == 2, settings=SETTINGS_FIND)
+    assert p.faults[1].kind == "kill" and p.faults[1].point.task == "turn-2"  # later faults: other kinds
+    with pytest.raises(NoSuchExample):
+        find(plans, lambda p: any(f.kind == "net" for f in p.faults[1:]), settings=SETTINGS_FIND)
+    with pytest.raises(InvalidArgument, match="need net_toxics"):
+        fault_plans(TRACE, kinds=("net",))
+    with pytest.raises(InvalidArgument, match="has a net toxic"):
+        fault_plans(TRACE, kinds=("net",), net_toxics=lambda p: [])
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -170,7 +195,8 @@ def _compute_in_process(cache_dir: str, log: str, out: str) -> None:
         with open(log, "a") as f:
             f.write(",".join(missing) + "\n")
         time.sleep(0.5)  # the others wait on the lock meanwhile
-        return {c: ([["label", "x.before", "turn-1", 1], ["step", "step.after", "turn-1", 1]], 0.1) for c in missing}
+        return {c: {"trace": [["label", "x.before", "turn-1", 1], ["step", "step.after", "turn-1", 1]], "seconds": 0.1}
+                for c in missing}
 
     traces, computed = goldencache.load_traces(Path(cache_dir), "checkout", "reference", "ab" * 32, ["conv1"], compute)
     Path(out).write_text(json.dumps({"traces": traces, "computed": computed}))
@@ -192,10 +218,12 @@ def test_cache_computes_once_under_the_lock_across_processes(tmp_path: Path) -> 
     assert all(o["traces"] == outs[0]["traces"] for o in outs)
     # another code hash is another file; the stale one is removed when it is written
     def compute(missing: list[str]) -> dict[str, Any]:
-        return {c: ([("label", "y", "turn-1", 1)], 0.1) for c in missing}
+        return {c: {"trace": [("label", "y", "turn-1", 1)], "net_cases": ["checkout/conv1/kill@y[turn-1]#1"]}
+                for c in missing}
 
-    traces, computed = goldencache.load_traces(tmp_path / "c", "checkout", "reference", "cd" * 32, ["conv1"], compute)
-    assert computed == ["conv1"] and traces["conv1"] == [("label", "y", "turn-1", 1)]
+    entries, computed = goldencache.load_traces(tmp_path / "c", "checkout", "reference", "cd" * 32, ["conv1"], compute)
+    assert computed == ["conv1"] and entries["conv1"]["trace"] == [("label", "y", "turn-1", 1)]
+    assert entries["conv1"]["net_cases"] == ["checkout/conv1/kill@y[turn-1]#1"]
     assert [p.name for p in (tmp_path / "c" / "goldens").glob("*.json")] == ["checkout--reference--cdcdcdcdcdcdcdcd.json"]
     assert goldencache.trace_mismatch([("label", "y", "turn-1", 1)], [("label", "z", "turn-1", 1)])
     assert goldencache.trace_mismatch([("label", "y", "turn-1", 1)], [("label", "y", "turn-1", 1)]) is None

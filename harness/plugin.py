@@ -87,7 +87,8 @@ HELP_SUBJECT = ("Subject: a registered runtime adapter, a mutant 'defect:NAME', 
                 "(default: reference).")
 HELP_KINDS = (f"Comma-separated fault kinds of the matrix: {', '.join(FAULT_KINDS)} "
               "(kill: SIGKILL; term: SIGTERM and drain; cancel: anyio cancel scope; pause: SIGSTOP, another "
-              "worker takes over, SIGCONT; db-restart: PostgreSQL crashed and restarted). Default: kill,term,cancel.")
+              "worker takes over, SIGCONT; db-restart: PostgreSQL crashed and restarted; net: the network section, "
+              "a toxic on a link in use at labelled points). Default: kill,term,cancel.")
 HELP_SOURCES = ("Comma-separated crash-point sources: step (node boundaries the adapter reports), label "
                 "(crashpoint() calls), await (every suspension in the subject's packages). Default: step,label.")
 HELP_CONVERSATIONS = "Comma-separated conversations of the workload to run (default: all of them)."

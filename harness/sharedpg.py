@@ -81,6 +81,8 @@ class SharedPostgres:
                 return self.service
             self.service = start_postgres(self.base / "pg", watchdog=self.watchdog)
             self.owner = True
+            if self.watchdog is not None:  # a SIGKILLed owner leaves no directory either
+                self.watchdog.watch_path(self.base)
             _write(self.base / "pg.json", {"dsn": self.service.dsn, "owner": me, "users": [me]})
             return self.service
 
@@ -107,4 +109,6 @@ class SharedPostgres:
             self.service.close()
             if not (self.base / "pg.json").exists():
                 shutil.rmtree(self.base, ignore_errors=True)
+                if self.watchdog is not None:
+                    self.watchdog.forget_path(self.base)
         self.service = None

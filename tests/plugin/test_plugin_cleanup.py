@@ -4,7 +4,7 @@ process, no data directory, no shared-PostgreSQL directory (the watchdogs clean 
 
 from __future__ import annotations
 
-import signal
+import importlib.util
 import subprocess
 import sys
 import time
@@ -15,14 +15,23 @@ import psutil
 
 from _plugin_support import inner_env
 
+# the integration tests' scan for tagged processes, reused by path (test folders are
+# not packages)
+_spec = importlib.util.spec_from_file_location(
+    "_crashmatrix_cli_tests", Path(__file__).resolve().parents[1] / "integration" / "test_cli.py")
+assert _spec is not None and _spec.loader is not None
+_cli_tests = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_cli_tests)
+tagged_processes = _cli_tests.tagged_processes
+
 
 def _tagged(tag: str) -> list[str]:
+    """Command lines of the live processes carrying ``CRASHMATRIX_TEST_TAG=tag``."""
     out = []
-    for proc in psutil.process_iter():
+    for proc in tagged_processes(tag):
         try:
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get("CRASHMATRIX_TEST_TAG") == tag:
-                out.append(" ".join(proc.cmdline()[:4]))
-        except psutil.Error:
+            out.append(" ".join(proc.cmdline()[:4]))
+        except psutil.Error:  # it exited meanwhile
             continue
     return out
 

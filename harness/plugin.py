@@ -720,9 +720,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(s.ini, s.help, type="string", default="")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Register the marker, resolve the session's settings (a bad one is a one-line
-    usage error), and the xdist hooks when xdist is installed."""
+    usage error), and the xdist hooks when xdist is installed. First, so that
+    ``--hypothesis-profile=crashmatrix-nightly`` finds the profile registered
+    (:mod:`.fuzz` registers them) when Hypothesis's plugin loads it."""
+    profile = config.getoption("--hypothesis-profile", None) if config.pluginmanager.hasplugin("hypothesispytest") else None
+    if isinstance(profile, str) and profile.startswith("crashmatrix-"):
+        from . import fuzz  # noqa: F401  (registers the crashmatrix-* profiles)
+
     config.addinivalue_line(
         "markers",
         "crashmatrix(workload, subject=, kinds=, sources=, conversations=, shard=, seed=): expand the test into "

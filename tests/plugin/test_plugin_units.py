@@ -311,3 +311,10 @@ def test_ci_templates_run_shards_in_parallel_and_keep_both_reports() -> None:
     script = " ".join(gl["script"])
     assert '--shard "$CI_NODE_INDEX/$CI_NODE_TOTAL"' in script and "--html" in script and "--report" in script
     assert {"crashmatrix-*.json", "crashmatrix-*.html"} <= set(gl["artifacts"]["paths"])
+
+
+def test_crashmatrix_profiles_load_from_the_command_line(fuzz_project: Path) -> None:
+    # Hypothesis's plugin loads --hypothesis-profile at configure; ours registers the
+    # crashmatrix-* profiles first (nothing runs: collection only)
+    run = run_pytest(fuzz_project, "--collect-only", "-q", "--hypothesis-profile=crashmatrix-nightly")
+    assert run.returncode == 0 and "1 test collected" in run.stdout, run.output[-2000:]

@@ -20,6 +20,7 @@ _EXPORTS = {
     "Fault": "crashmatrix.harness.plan",
     "FaultPlan": "crashmatrix.harness.plan",
     "CrashPoint": "crashmatrix.harness.plan",
+    "NetToxic": "crashmatrix.harness.plan",
     "Adapter": "crashmatrix.harness.adapter",
     "registry": "crashmatrix.harness.registry",
 }

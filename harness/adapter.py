@@ -153,6 +153,13 @@ class Adapter(ABC):
     async def observe(self, env: Environment, run_id: str) -> Observation:
         """In the controller: read the run's durable state (never a worker's memory)."""
 
+    async def between_crash_and_resume(self, env: Environment, run_id: str) -> None:
+        """In the controller, each time run ``run_id`` waits for a resume: after a
+        worker ended without a terminal status (its crash state read and checked),
+        before the next resume worker starts. What the subject's own background jobs
+        do to a waiting run goes here (a retention pass, a scheduler's sweep), so the
+        matrix covers it. Raising makes the case a harness error. Default: nothing."""
+
     async def aclose(self) -> None:
         """In the controller, when the session ends: release what :meth:`observe` or
         :meth:`prepare` kept open (connection pools). Default: nothing."""

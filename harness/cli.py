@@ -1,6 +1,7 @@
 """The ``crashmatrix`` command line (typer + rich).
 
-Exit codes (distinct per failure class, as TigerBeetle's simulator does):
+Exit codes (distinct per failure class, as TigerBeetle's simulator does; ``selftest``
+maps "a mutant missed" to 1 as well):
 
 - 0: every case passed;
 - 1: at least one case failed an oracle check;
@@ -65,6 +66,7 @@ def run(
     conversation: Annotated[Optional[list[str]], typer.Option(help="Only this conversation (repeatable). Default: all.")] = None,
     jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once; 0: twice the number of cores.")] = 0,
     report: Annotated[Optional[Path], typer.Option(help="Write the JSON report (every case, verdicts, replay commands) here.")] = None,
+    html: Annotated[Optional[Path], typer.Option(help="Write the HTML report (heatmap of crash points x fault kinds; one file, no network) here.")] = None,
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN to use instead of an embedded server (also: $CRASHMATRIX_PG_DSN).")] = None,
     worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed and the case fails.")] = 60.0,
     term_grace: Annotated[float, typer.Option(help="Seconds a worker may drain after SIGTERM before it is SIGKILLed.")] = 10.0,
@@ -149,6 +151,7 @@ def run(
     if report is not None:
         write_json(result, report)
         console.print(f"report: {report}")
+    _write_html(result, html)
     raise typer.Exit(result.exit_code)
 
 
@@ -158,6 +161,7 @@ def replay(
     subject: Annotated[str, typer.Option(help="Subject the case ran on.")] = "reference",
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN instead of an embedded server.")] = None,
     report: Annotated[Optional[Path], typer.Option(help="Write the JSON report here.")] = None,
+    html: Annotated[Optional[Path], typer.Option(help="Write the HTML report here.")] = None,
 ) -> None:
     """Re-run one case (its golden run first) and print what each check saw."""
     from .matrix import MatrixReport, run_matrix
@@ -176,7 +180,8 @@ def replay(
         console.print(f"[{color}]{r.outcome.upper()}[/{color}] {escape(r.case.id)} (subject {escape(r.subject)}, run {r.run_id}, {r.seconds:.2f} s)", soft_wrap=True)
         for w in r.workers:
             how = f"signal {w['signal']}" if w["signal"] is not None else f"exit {w['returncode']}"
-            console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else ""))
+            console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else "")
+                          + (f"; toxic removed {w['healed']}" if w.get("healed") else ""), markup=False, soft_wrap=True)
         if r.error:
             console.print(f"  harness error: {r.error}", markup=False, soft_wrap=True)
         for v in r.verdicts:
@@ -187,7 +192,86 @@ def replay(
                 console.print(f"        {line}", markup=False, soft_wrap=True)
     if report is not None:
         write_json(result, report)
+    _write_html(result, html)
     raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def selftest(
+    mutant: Annotated[Optional[list[str]], typer.Option(help="Only this mutant of the catalogue, NAME or defect:NAME (repeatable). Default: all; `crashmatrix list` names them.")] = None,
+    fast: Annotated[bool, typer.Option(help="CI profile: each mutant's own smallest conversation set, likely catchers first, stop at its first catch; the baseline runs the catching cases.")] = False,
+    jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once; 0: twice the number of cores.")] = 0,
+    report: Annotated[Optional[Path], typer.Option(help="Write the JSON report (every mutant and baseline, first catch, check, seconds, replay commands) here.")] = None,
+    dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN to use instead of an embedded server (also: $CRASHMATRIX_PG_DSN).")] = None,
+    worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed and the case fails.")] = 60.0,
+) -> None:
+    """Run the mutant catalogue and the clean runtime: say which defects were caught.
+
+    Each mutant (a reference runtime with one known defect planted) runs the matrix with
+    the fault kinds its metadata names; it is caught when a case fails a check it names.
+    The clean runtime it is a variant of must pass the same cases. Exit codes: 0 every
+    mutant caught and the clean runtime clean; 1 a mutant missed or a clean case failed;
+    2 bad input; 3 a harness error left something unjudged; 130 interrupted.
+    """
+    from .selftest import catalogue, run_selftest, selftest_table
+
+    try:
+        specs = catalogue(mutant)
+    except CrashmatrixError as exc:
+        raise typer.Exit(_fail(exc)) from None
+    console.print(f"crashmatrix selftest: {len(specs)} mutant(s){', fast' if fast else ''}; starting services ...")
+    status = console.status("starting services ...")
+    seen: dict[str, list[int]] = {}
+
+    def on_case(subject: str, result: object) -> None:
+        counts = seen.setdefault(subject, [0, 0])
+        counts[0] += 1
+        counts[1] += getattr(result, "outcome") == "fail"
+        status.update(f"{subject}: {counts[0]} case(s), {counts[1]} failed")
+
+    def on_outcome(outcome: object) -> None:
+        from .selftest import SubjectOutcome
+
+        assert isinstance(outcome, SubjectOutcome)
+        if outcome.spec is not None:
+            how = (f"caught by {outcome.catching_check} at {outcome.first_catch.case.id} in {outcome.first_catch_seconds:.2f} s"
+                   if outcome.first_catch and outcome.first_catch_seconds is not None else outcome.error or "MISSED")
+            console.print(f"  {outcome.spec.name}: {how} ({len(outcome.results)} case(s))", markup=False, soft_wrap=True)
+        else:
+            c = outcome.counts
+            console.print(f"  {outcome.subject} (baseline): {c['pass']}/{len(outcome.results)} passed", markup=False)
+
+    try:
+        with status:
+            result = _run_async(run_selftest([s.subject for s in specs], fast=fast, jobs=jobs or None, dsn=dsn,
+                                             options=Options(worker_timeout=worker_timeout), on_outcome=on_outcome,
+                                             on_case=on_case))
+    except CrashmatrixError as exc:
+        raise typer.Exit(_fail(exc)) from None
+    except KeyboardInterrupt:
+        err.print("crashmatrix: interrupted; services stopped")
+        raise typer.Exit(130) from None
+    from .report import print_failures
+    from .selftest import SelftestReport
+
+    assert isinstance(result, SelftestReport)
+    for b in result.baselines:
+        print_failures(console, b.results)
+    console.print(selftest_table(result))
+    if report is not None:
+        result.write_json(report)
+        console.print(f"report: {report}")
+    raise typer.Exit(result.exit_code)
+
+
+def _write_html(result: object, path: Optional[Path]) -> None:
+    """``--html PATH``: the heatmap report (:mod:`.html_report`) of a matrix report."""
+    if path is None:
+        return
+    from .html_report import write_html
+
+    write_html(result.to_dict(), path)  # type: ignore[attr-defined]
+    console.print(f"html report: {path}")
 
 
 @app.command("toxiproxy-server", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -204,6 +288,52 @@ def toxiproxy_server(
     if config is not None:
         argv += ["--config", str(config)]
     raise typer.Exit(proxy_main(argv))
+
+
+@app.command("certify-probe")
+def certify_probe(
+    tool: Annotated[str, typer.Argument(help="The tool with an effect, MODULE:NAME: a Tool, or an async fn(ctx, arguments).")],
+    probe: Annotated[Optional[str], typer.Option(help="The probe, MODULE:NAME: an async probe(ctx). Default: the Tool's own probe.")] = None,
+    truth: Annotated[Optional[str], typer.Option(help="The ground truth, MODULE:NAME: truth(sandbox, key) reading the provider's own ledger.")] = None,
+    sandbox: Annotated[Optional[str], typer.Option(help="Sandbox factory, MODULE:NAME. Default: the one @ground_truth names.")] = None,
+    window: Annotated[Optional[list[str]], typer.Option(help="Run only this window (repeatable). Default: all.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the fault proxy's toxicity rolls and of the keys.")] = 0,
+    deadline_ms: Annotated[int, typer.Option(help="The caller's deadline in the deadline windows, ms.")] = 500,
+    bound_ms: Annotated[int, typer.Option(help="The probe must answer within this, ms.")] = 2000,
+    provider_version: Annotated[Optional[str], typer.Option(help="Provider version to record (default: the sandbox's).")] = None,
+    report: Annotated[Optional[Path], typer.Option(help="Write the certificate (JSON) here.")] = None,
+    toxiproxy_url: Annotated[Optional[str], typer.Option(help="Use this Toxiproxy-compatible server instead of the embedded one.")] = None,
+) -> None:
+    """Certify a tool's probe: drive the call through every ambiguous window on the fault
+    proxy and check the probe against the provider's own ledger (docs/probes.md).
+
+    Exit codes: 0 certified; 1 the probe lied or failed in some window; 2 bad input (one
+    line on stderr); 3 harness errors only (a window not reached, a service down).
+    """
+    from .certify import CertifyError as _CertifyError
+    from .certify import certify_probe_sync, print_certificate
+
+    def progress(result: object) -> None:
+        color = {"pass": "green", "fail": "red"}.get(getattr(result, "verdict"), "yellow")
+        console.print(f"  {escape(getattr(result, 'name'))}: [{color}]{getattr(result, 'verdict')}[/{color}]"
+                      f" ({getattr(result, 'ms'):.0f} ms)")
+
+    try:
+        cert = certify_probe_sync(
+            tool, probe, truth, sandbox=sandbox, windows=window, seed=seed, deadline_ms=deadline_ms,
+            bound_ms=bound_ms, provider_version=provider_version, toxiproxy_url=toxiproxy_url, on_window=progress)
+    except _CertifyError as exc:
+        raise typer.Exit(_fail(exc)) from None
+    except CrashmatrixError as exc:
+        raise typer.Exit(_fail(exc)) from None
+    except KeyboardInterrupt:
+        err.print("crashmatrix: interrupted; services stopped")
+        raise typer.Exit(130) from None
+    print_certificate(console, cert)
+    if report is not None:
+        cert.write(report)
+        console.print(f"certificate: {report}")
+    raise typer.Exit(cert.exit_code)
 
 
 @app.command("list")

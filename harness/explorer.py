@@ -12,14 +12,18 @@ case:
 3. wait until the dead worker's database sessions are gone and no request of its is
    still in flight at a provider (a COMMIT or a charge in flight can still land);
 4. read the crash state and run the crash-state checks;
-5. resume in new workers until the run reaches a terminal status (bounded);
+5. resume in new workers until the run reaches a terminal status (bounded); before
+   each, the adapter's ``between_crash_and_resume`` hook (the subject's background
+   jobs acting on the waiting run);
 6. read the final state (rehydrated) and the providers' ledgers, run the end checks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import copy
 import dataclasses
 import os
 import shlex
@@ -27,6 +31,7 @@ import signal
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +48,9 @@ from .worker import Job, read_events
 
 TraceEntry = tuple[str, str, str, int]
 _CASE_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("crashmatrix_case_env", default=None)
+#: the environment the case's *workers* get when it differs from the one the controller
+#: reads (a network case: links through its proxies; set by :mod:`.netfaults`)
+WORKER_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("crashmatrix_worker_env", default=None)
 TERMINAL = ("completed", "failed", "needs_human", "limit_exceeded")
 DEFAULT_KINDS = ("kill", "term", "cancel")
 DEFAULT_SOURCES = ("step", "label")
@@ -125,7 +133,14 @@ def enumerate_cases(
     sources: tuple[str, ...] = DEFAULT_SOURCES,
 ) -> list[Case]:
     """The matrix: every point of every golden trace (of the given sources) x ``kinds``,
-    in trace order. Deterministic: the same traces give the same list."""
+    in trace order, then (kind ``net``, labels only) the network section
+    (:func:`.netfaults.net_cases`). Deterministic: the same traces give the same list."""
+    if "net" in kinds:
+        from .netfaults import net_cases
+
+        rest = enumerate_cases(workload, goldens, tuple(k for k in kinds if k != "net"), sources)
+        providers = tuple(registry.workload(workload).providers)
+        return rest + (net_cases(workload, goldens, providers) if "label" in sources else [])
     cases = []
     for conv in sorted(goldens):
         for source, name, task, occ in goldens[conv].trace:
@@ -154,7 +169,7 @@ def double_fault_cases(
             if source == "await" and "await" not in {f.point.source for f in r.case.plan.faults}:
                 continue
             for kind in kinds:
-                if kind == "pause":
+                if kind in ("pause", "net"):  # a net fault needs its toxic: not drawn here
                     continue
                 second = Fault(kind, CrashPoint(source, name, task, occ))
                 pool.append(Case(r.case.workload, r.case.conversation, FaultPlan(r.case.plan.faults + (second,))))
@@ -267,6 +282,8 @@ class Explorer:
         self._restart_pg: Any = None
         self._restart_lock = asyncio.Lock()
         self._n = 0
+        #: the session's fault proxy (:class:`.netfaults.FaultProxyService`), for net faults
+        self.fault_proxy: Any = None
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -288,7 +305,8 @@ class Explorer:
         self._n += 1
         worker_id = f"cmw-{self._n}-{uuid.uuid4().hex[:8]}"
         base = self.workdir / worker_id
-        job = Job(role, self.subject, self.workload_name, conversation, run_id, worker_id, self.case_env, plan,
+        env = WORKER_ENV.get() or self.case_env
+        job = Job(role, self.subject, self.workload_name, conversation, run_id, worker_id, env, plan,
                   f"{base}.jsonl", self.options.await_points)
         return job, f"{base}.log"
 
@@ -405,6 +423,7 @@ class Explorer:
                 break
             fault = later_faults[resumes] if resumes < len(later_faults) else None
             resumes += 1
+            await self.adapter.between_crash_and_resume(self.case_env, run_id)
             plan = FaultPlan((fault,)) if fault else FaultPlan()
             rjob, rlog = self._job("resume", case.conversation, run_id, plan)
             rexit, revents = await self._worker(rjob, rlog, term=bool(fault and fault.kind == "term"))
@@ -439,6 +458,10 @@ class Explorer:
 
     async def _run_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult) -> None:
         fault, later = case.plan.faults[0], case.plan.faults[1:]
+        if fault.kind == "net":
+            from .netfaults import run_net_case
+
+            return await run_net_case(self, case, golden, run_id, result)
         if any(f.kind in ("pause", "db-restart") for f in later):
             raise HarnessError("pause and db-restart can only be the first fault of a plan")
         if fault.kind in ("pause", "db-restart"):
@@ -563,6 +586,23 @@ class Explorer:
             status = "interrupted"
         await self._resume_until_terminal(case, run_id, result, status, (), allowance)
         await self._finish(result, golden, run_id, allowance)
+
+    @contextlib.asynccontextmanager
+    async def for_subject(self, subject: str) -> AsyncIterator[Explorer]:
+        """An explorer for ``subject`` on this one's services (PostgreSQL, providers,
+        zygote, HTTP session, workload): its adapter prepared on entry and closed on
+        exit. Workers import ``subject`` after the fork unless the session preloaded it
+        (``open_session(preload=...)``). Raises ``RegistryError`` for an unknown name."""
+        other = copy.copy(self)  # the session's services (db, fault proxy, ...), shared
+        other.subject, other.adapter = subject, registry.subject(subject)
+        other._restart_pg, other._restart_lock, other._n = None, asyncio.Lock(), 0
+        await other.adapter.prepare(self.env)
+        try:
+            yield other
+        finally:
+            await other.aclose()
+            if other.adapter is not self.adapter:
+                await other.adapter.aclose()
 
     async def aclose(self) -> None:
         """Stop the db-restart PostgreSQL, if one was started."""

@@ -121,7 +121,10 @@ async def run_matrix(
     if wants_awaits and not (options and options.await_points):
         options = dataclasses.replace(options or Options(), await_points=True)
     t0 = time.monotonic()
+    wants_net = "net" in kinds if cases is None else any(f.kind == "net" for c in cases for f in c.plan.faults)
     async with open_session(subject, workload, dsn=dsn, options=options) as explorer:
+        if wants_net:  # an unreachable fault proxy is a ServiceError now (exit 2), not one per case
+            await explorer.fault_proxy.client()
         wl = explorer.workload
         wanted = conversations or (tuple(sorted({c.conversation for c in cases})) if cases else wl.conversations)
         goldens = {}
@@ -130,36 +133,45 @@ async def run_matrix(
         if cases is None:
             cases = enumerate_cases(workload, goldens, kinds, sources)
         else:
+            from .netfaults import check_links
+
             for case in cases:
                 validate_case(case, goldens)
+                check_links(case, tuple(wl.providers))
         if shard_spec:
             cases = shard(cases, shard_spec)
         report = MatrixReport(workload, subject, kinds, sources, goldens, jobs=jobs)
         if on_start:
             on_start(len(cases))
         t1 = time.monotonic()
-        report.results = await _run_cases(explorer, cases, goldens, jobs, on_result)
+        report.results = await run_cases(explorer, cases, goldens, jobs, on_result)
         if depth == 2:
             doubles = double_fault_cases(report.results, kinds, sample=sample, seed=seed)
             if on_start:
                 on_start(len(doubles))
-            report.results += await _run_cases(explorer, doubles, goldens, jobs, on_result)
+            report.results += await run_cases(explorer, doubles, goldens, jobs, on_result)
         report.seconds = time.monotonic() - t1
     report.setup_seconds = time.monotonic() - t0 - report.seconds
     return report
 
 
-async def _run_cases(
+async def run_cases(
     explorer: Explorer, cases: list[Case], goldens: dict[str, GoldenRun], jobs: int,
-    on_result: Callable[[CaseResult], None] | None,
+    on_result: Callable[[CaseResult], None] | None = None, *, stop: Callable[[CaseResult], bool] | None = None,
 ) -> list[CaseResult]:
+    """Run ``cases`` on ``explorer``'s session, ``jobs`` at a time, each against the
+    golden run of its conversation; results in case order. ``on_result`` sees each as
+    it finishes; once ``stop(result)`` returns True no further case starts (those in
+    flight finish and are returned)."""
+    stopped = False
     queue: asyncio.Queue[tuple[int, Case]] = asyncio.Queue()
     for item in enumerate(cases):
         queue.put_nowait(item)
     results: list[CaseResult | None] = [None] * len(cases)
 
     async def worker() -> None:
-        while True:
+        nonlocal stopped
+        while not stopped:
             try:
                 i, case = queue.get_nowait()
             except asyncio.QueueEmpty:
@@ -168,6 +180,8 @@ async def _run_cases(
             results[i] = result
             if on_result:
                 on_result(result)
+            if stop is not None and stop(result):
+                stopped = True
 
     await asyncio.gather(*(worker() for _ in range(min(jobs, max(1, len(cases))))))
     return [r for r in results if r is not None]

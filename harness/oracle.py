@@ -11,6 +11,10 @@ Checks at the **crash state** (read after the fault, before any resume):
   was recorded earlier, no node id twice;
 - ``effects.commit_with_record``: an effect is ``succeeded`` or ``failed`` exactly when
   the record of the node that made it exists (they commit in one transaction);
+- ``log.acknowledged_durable``: every node whose append the worker's own trace
+  acknowledged (it passed ``log.append.after`` for that node before it died) has its
+  record in the log: an acknowledged append is durable, never a few turns behind
+  (not applicable when the adapter exposes no log);
 - ``cancel.left_unknown`` (cancel faults): no effect is left ``started``; a cancel that
   landed during a tool request left that node's effect ``unknown``;
 - ``term.drained`` (term faults): no node launched after the signal was recorded, the
@@ -165,6 +169,27 @@ def check_commit_with_record(obs: Observation) -> Verdict:
     return Verdict(name, "crash", True, f"{len(obs.effects)} effect rows agree with the log")
 
 
+def check_acknowledged_durable(ev: CrashEvidence) -> Verdict:
+    """``log.acknowledged_durable``: each node the worker's whole trace shows past
+    ``log.append.after`` (its append returned) has a record in the crash state's log.
+
+    The logical task of the point is the node id (DESIGN.md, "Crash points"); a retried
+    append of a record already there also passes the label and is also durable. Source:
+    a store that acknowledges before the write is durable (records flushed by a
+    background task) loses the acknowledged tail on a kill, which no end check sees
+    when the lost nodes are tool calls a probe resolves again."""
+    name = "log.acknowledged_durable"
+    if ev.observation.log is None:
+        return Verdict(name, "crash", True, "not applicable: the adapter exposes no log")
+    acknowledged = list(dict.fromkeys(task for _, point, task, _ in ev.trace_full if point == "log.append.after"))
+    recorded = {e.node_id for e in ev.observation.log}
+    lost = [task for task in acknowledged if task not in recorded]
+    if lost:
+        return Verdict(name, "crash", False,
+                       f"{len(lost)} of {len(acknowledged)} acknowledged append(s) not in the log: {', '.join(lost[:8])}")
+    return Verdict(name, "crash", True, f"{len(acknowledged)} acknowledged append(s), all in the log")
+
+
 def check_cancel_left_unknown(ev: CrashEvidence) -> Verdict:
     """``cancel.left_unknown``: no effect left ``started``; a cancel during a tool request left it ``unknown``."""
     name = "cancel.left_unknown"
@@ -234,6 +259,7 @@ def crash_checks(ev: CrashEvidence) -> list[Verdict]:
     out = [
         _run("log.clean_prefix", "crash", lambda: check_clean_prefix(ev.observation)),
         _run("effects.commit_with_record", "crash", lambda: check_commit_with_record(ev.observation)),
+        _run("log.acknowledged_durable", "crash", lambda: check_acknowledged_durable(ev)),
     ]
     if ev.fault.kind == "cancel":
         out.append(_run("cancel.left_unknown", "crash", lambda: check_cancel_left_unknown(ev)))
@@ -362,15 +388,18 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int]) -> l
 
 
 def in_flight_model_calls(trace: list[TraceEntry]) -> dict[str, int]:
-    """Nodes whose model call had started and whose record was not appended by the time
-    the faulted worker ended (``trace`` is its whole trace: a kill ends it at the fault,
-    a cancel lands at the next await, a term after the drain): each may be billed once
-    more on resume."""
-    started: set[str] = set()
+    """Model calls the faulted worker made whose reply it did not record, per node, by
+    the time it ended (``trace`` is its whole trace: a kill ends it at the fault, a
+    cancel lands at the next await, a term after the drain, a broken link after the
+    runtime's retries): each ``model.call.before`` counts one call, and a node whose
+    record was appended used one of them. Each may be billed once more (on resume, or by
+    a call repeated after a lost answer)."""
+    started: dict[str, int] = {}
     appended: set[str] = set()
     for _, name, task, _ in trace:
         if name == "model.call.before":
-            started.add(task)
+            started[task] = started.get(task, 0) + 1
         elif name == "log.append.after":
             appended.add(task)
-    return {node: 1 for node in started - appended}
+    out = {node: n - (node in appended) for node, n in started.items()}
+    return {node: n for node, n in out.items() if n > 0}

@@ -17,9 +17,22 @@ process boundaries as JSON (``FaultPlan.to_json`` / ``FaultPlan.from_json``), ne
 pickle. Schema, version 1::
 
     {"version": 1,
-     "faults": [{"kind": "kill" | "term" | "cancel" | "pause" | "db-restart",
+     "faults": [{"kind": "kill" | "term" | "cancel" | "pause" | "db-restart" | "net",
                  "point": {"source": "step" | "label" | "await", "name": str,
-                           "task": str, "occurrence": int >= 1}}]}
+                           "task": str, "occurrence": int >= 1},
+                 "net": {...}}]}          # with kind "net" only, see NetToxic
+
+A ``net`` fault adds a toxic to one link at its point and removes it at its heal
+(:class:`NetToxic`)::
+
+    "net": {"link": "db" | PROVIDER_KIND,            # e.g. "payment", "model"
+            "toxic": "reset_peer" | "timeout" | "limit_data" | "latency" | ...,
+            "attributes": {NAME: int, ...},          # Toxiproxy's units; absent ones are 0
+            "stream": "downstream" | "upstream",     # default downstream (answers)
+            "heal": null | POINT}                    # null: at the end of that worker
+
+(Version 1 still: the ``net`` field is additive, and every version-1 plan written
+before it reads unchanged.)
 
 A **case** is one workload conversation under one plan. Its id is readable, stable and
 parseable (a pytest id, a replay argument)::
@@ -28,7 +41,12 @@ parseable (a pytest id, a replay argument)::
 
 that is ``WORKLOAD/CONVERSATION/KIND@NAME[TASK]#OCCURRENCE``, faults joined with ``+``.
 The source is implied by the name (``step.*`` names are steps, names with ``:`` and
-``@`` are await points, the rest labels).
+``@`` are await points, the rest labels). A ``net`` fault's kind carries its link and
+toxic, the attributes that are not 0 and a non-default stream in parentheses, and a heal
+point after ``~`` (none: the end of the worker)::
+
+    checkout/conv1/net:db.reset_peer@log.append.before[turn-4]#1~db.reconnect[db]#1
+    checkout/conv1/net:payment.timeout(timeout=200)@tool.request.before[turn-4.tool-0]#1
 """
 
 from __future__ import annotations
@@ -41,9 +59,24 @@ from typing import Any
 from .errors import PlanError
 
 PLAN_VERSION = 1
-FAULT_KINDS = ("kill", "term", "cancel", "pause", "db-restart")
+FAULT_KINDS = ("kill", "term", "cancel", "pause", "db-restart", "net")
 """Fault kinds this build injects (DESIGN.md, "Fault kinds, precisely")."""
 POINT_SOURCES = ("step", "label", "await")
+TOXIC_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "latency": ("latency", "jitter"),
+    "bandwidth": ("rate",),
+    "slow_close": ("delay",),
+    "timeout": ("timeout",),
+    "reset_peer": ("timeout",),
+    "slicer": ("average_size", "size_variation", "delay"),
+    "limit_data": ("bytes",),
+    "noop": (),
+}
+"""Toxiproxy's toxic types and their integer attributes, in its order (spec §2.2: ms,
+except ``slicer.delay`` in µs; ``limit_data.bytes``; ``bandwidth.rate`` in KB/s). The
+same table as the fault proxy's registry (a unit test keeps them equal)."""
+NET_STREAMS = ("downstream", "upstream")
+_LINK_RE = re.compile(r"[a-z][a-z0-9_-]*")
 
 
 @dataclass(frozen=True, order=True)
@@ -109,21 +142,111 @@ def source_of(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class NetToxic:
+    """What a ``net`` fault does: Toxiproxy toxic ``toxic`` on ``link`` from the fault's
+    point until ``heal``.
+
+    ``link``: ``"db"`` (the subject's PostgreSQL) or a provider kind of the workload;
+    ``attributes``: ``(name, int)`` pairs, every attribute of the type in
+    :data:`TOXIC_ATTRIBUTES` order (given as a dict, absent ones are 0, Toxiproxy's
+    default); ``stream``: ``"downstream"`` (answers, server to subject) or
+    ``"upstream"`` (requests); ``heal``: the crash point, in the same worker, where the
+    toxic is removed (say the runtime's first retry, ``db.reconnect[db]#1``), or None:
+    at the end of that worker. Raises :class:`PlanError` naming the bad field.
+    """
+
+    link: str
+    toxic: str
+    attributes: tuple[tuple[str, int], ...] = ()
+    stream: str = "downstream"
+    heal: CrashPoint | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.link, str) or not _LINK_RE.fullmatch(self.link):
+            raise PlanError(f"net.link={self.link!r} must be 'db' or a provider kind (lower-case letters, digits, - and _)")
+        if self.toxic not in TOXIC_ATTRIBUTES:
+            raise PlanError(f"net.toxic={self.toxic!r} must be one of {', '.join(TOXIC_ATTRIBUTES)}")
+        if self.stream not in NET_STREAMS:
+            raise PlanError(f"net.stream={self.stream!r} must be one of {', '.join(NET_STREAMS)}")
+        given = dict(self.attributes.items() if isinstance(self.attributes, dict) else self.attributes)
+        names = TOXIC_ATTRIBUTES[self.toxic]
+        for name, value in given.items():
+            if name not in names:
+                raise PlanError(f"net.attributes.{name} is not an attribute of {self.toxic} "
+                                f"(it has {', '.join(names) or 'none'})")
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise PlanError(f"net.attributes.{name}={value!r} must be an integer")
+        object.__setattr__(self, "attributes", tuple((n, given.get(n, 0)) for n in names))
+        if self.heal is not None and not isinstance(self.heal, CrashPoint):
+            raise PlanError(f"net.heal={self.heal!r} must be a crash point or null (the end of the worker)")
+
+    @property
+    def attrs(self) -> dict[str, int]:
+        """The attributes as Toxiproxy's JSON takes them."""
+        return dict(self.attributes)
+
+    def label(self) -> str:
+        """``LINK.TOXIC`` plus ``(name=value,...)`` for non-zero attributes and an upstream stream."""
+        opts = [f"{n}={v}" for n, v in self.attributes if v != 0]
+        if self.stream != "downstream":
+            opts.append(f"stream={self.stream}")
+        return f"{self.link}.{self.toxic}" + (f"({','.join(opts)})" if opts else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"link": self.link, "toxic": self.toxic, "attributes": self.attrs, "stream": self.stream,
+                "heal": self.heal.to_dict() if self.heal else None}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "net") -> NetToxic:
+        if not isinstance(data, dict):
+            raise PlanError(f"{where} must be an object, got {type(data).__name__}")
+        unknown = set(data) - {"link", "toxic", "attributes", "stream", "heal"}
+        if unknown:
+            raise PlanError(f"{where} has unknown field(s) {', '.join(sorted(unknown))}")
+        for f in ("link", "toxic"):
+            if f not in data:
+                raise PlanError(f"{where}.{f} is missing")
+        attributes = data.get("attributes", {})
+        if not isinstance(attributes, dict):
+            raise PlanError(f"{where}.attributes must be an object of integers")
+        heal = data.get("heal")
+        try:
+            return cls(data["link"], data["toxic"], tuple(attributes.items()), data.get("stream", "downstream"),
+                       None if heal is None else CrashPoint.from_dict(heal, f"{where}.heal"))
+        except PlanError as exc:
+            text = str(exc)
+            raise PlanError(text.replace("net.", f"{where}.", 1) if text.startswith("net.") else text) from None
+
+
+@dataclass(frozen=True)
 class Fault:
-    """A fault ``kind`` landing at ``point``."""
+    """A fault ``kind`` landing at ``point``; a ``net`` fault also carries its toxic."""
 
     kind: str
     point: CrashPoint
+    net: NetToxic | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
             raise PlanError(f"fault.kind={self.kind!r} must be one of {', '.join(FAULT_KINDS)}")
+        if (self.kind == "net") != (self.net is not None):
+            raise PlanError("fault.net is required with kind 'net' (its link and toxic: net:LINK.TOXIC@...)"
+                            if self.kind == "net" else f"fault.net is only for kind 'net', not {self.kind!r}")
+        heal = self.net.heal if self.net else None
+        if heal is not None and heal.key[:2] == self.point.key[:2] and heal.occurrence <= self.point.occurrence:
+            raise PlanError(f"fault.net.heal={heal.label()} must come after the fault's point {self.point.label()}")
 
     def label(self) -> str:
+        if self.net is not None:
+            heal = f"~{self.net.heal.label()}" if self.net.heal else ""
+            return f"net:{self.net.label()}@{self.point.label()}{heal}"
         return f"{self.kind}@{self.point.label()}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "point": self.point.to_dict()}
+        out: dict[str, Any] = {"kind": self.kind, "point": self.point.to_dict()}
+        if self.net is not None:
+            out["net"] = self.net.to_dict()
+        return out
 
 
 @dataclass(frozen=True)
@@ -157,14 +280,22 @@ class FaultPlan:
             where = f"plan.faults[{i}]"
             if not isinstance(f, dict):
                 raise PlanError(f"{where} must be an object")
-            unknown = set(f) - {"kind", "point"}
+            unknown = set(f) - {"kind", "point", "net"}
             if unknown:
                 raise PlanError(f"{where} has unknown field(s) {', '.join(sorted(unknown))}")
             if "kind" not in f:
                 raise PlanError(f"{where}.kind is missing")
             if f["kind"] not in FAULT_KINDS:
                 raise PlanError(f"{where}.kind={f['kind']!r} must be one of {', '.join(FAULT_KINDS)}")
-            out.append(Fault(f["kind"], CrashPoint.from_dict(f.get("point"), f"{where}.point")))
+            if (f["kind"] == "net") != (f.get("net") is not None):
+                raise PlanError(f"{where}.net is required with kind 'net'" if f["kind"] == "net"
+                                else f"{where}.net is only for kind 'net', not {f['kind']!r}")
+            point = CrashPoint.from_dict(f.get("point"), f"{where}.point")
+            net = NetToxic.from_dict(f["net"], f"{where}.net") if f.get("net") is not None else None
+            try:
+                out.append(Fault(f["kind"], point, net))
+            except PlanError as exc:
+                raise PlanError(str(exc).replace("fault.", f"{where}.", 1)) from None
         return cls(tuple(out))
 
     @classmethod
@@ -208,6 +339,9 @@ class Case:
             return cls(workload, conversation, FaultPlan())
         out = []
         for text in faults.split("+"):
+            if text.startswith("net:"):
+                out.append(_parse_net_fault(text, case_id))
+                continue
             m = _FAULT_RE.fullmatch(text)
             if m is None:
                 raise PlanError(f"fault {text!r} in case id {case_id!r} must look like KIND@NAME[TASK]#N")
@@ -219,3 +353,31 @@ class Case:
 
 
 _FAULT_RE = re.compile(r"(?P<kind>[a-z-]+)@(?P<name>[^\[\]#/+\s]+)\[(?P<task>[^\[\]#/+\s]+)\]#(?P<occ>[1-9][0-9]*)")
+
+_POINT = r"(?P<{p}name>[^\[\]#/+\s]+)\[(?P<{p}task>[^\[\]#/+\s]+)\]#(?P<{p}occ>[1-9][0-9]*)"
+_NET_FAULT_RE = re.compile(
+    r"net:(?P<link>[a-z][a-z0-9_-]*)\.(?P<toxic>[a-z_]+)(?:\((?P<opts>[a-z_]+=[a-z0-9-]+(?:,[a-z_]+=[a-z0-9-]+)*)\))?"
+    "@" + _POINT.format(p="") + "(?:~" + _POINT.format(p="h") + ")?"
+)
+_INT_RE = re.compile(r"-?[0-9]+")
+
+
+def _parse_net_fault(text: str, case_id: str) -> Fault:
+    """``net:LINK.TOXIC[(k=v,...)]@NAME[TASK]#N[~NAME[TASK]#N]`` (module docstring)."""
+    m = _NET_FAULT_RE.fullmatch(text)
+    if m is None:
+        raise PlanError(f"fault {text!r} in case id {case_id!r} must look like "
+                        f"net:LINK.TOXIC(name=value,...)@NAME[TASK]#N~HEAL_NAME[TASK]#N")
+    attributes: dict[str, int] = {}
+    stream = "downstream"
+    for opt in (m["opts"] or "").split(",") if m["opts"] else ():
+        key, _, value = opt.partition("=")
+        if key == "stream":
+            stream = value
+        elif _INT_RE.fullmatch(value):
+            attributes[key] = int(value)
+        else:
+            raise PlanError(f"fault {text!r} in case id {case_id!r}: {key}={value!r} must be an integer")
+    heal = (CrashPoint(source_of(m["hname"]), m["hname"], m["htask"], int(m["hocc"])) if m["hname"] else None)
+    net = NetToxic(m["link"], m["toxic"], tuple(attributes.items()), stream, heal)
+    return Fault("net", CrashPoint(source_of(m["name"]), m["name"], m["task"], int(m["occ"])), net)

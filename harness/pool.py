@@ -47,9 +47,10 @@ class WorkerExit:
 class WorkerPool:
     """Forks workers through a preloaded zygote. Use as ``async with``."""
 
-    def __init__(self, subject: str, workload: str, *, register_pgid: Any = None) -> None:
+    def __init__(self, subject: str, workload: str, *, register_pgid: Any = None, preload: tuple[str, ...] = ()) -> None:
         self.subject = subject
         self.workload = workload
+        self.preload = preload  # further subjects the zygote imports (one session, several subjects)
         self.register_pgid = register_pgid
         self.proc: asyncio.subprocess.Process | None = None
         self._token = 0
@@ -63,7 +64,7 @@ class WorkerPool:
     async def __aenter__(self) -> WorkerPool:
         env = dict(os.environ, PYTHONHASHSEED="0")
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-P", "-m", "crashmatrix.harness.zygote", self.subject, self.workload,
+            sys.executable, "-P", "-m", "crashmatrix.harness.zygote", self.subject, self.workload, *self.preload,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
             start_new_session=True, limit=1 << 24,
         )

@@ -3,6 +3,7 @@
 :func:`open_session` starts, in order: the watchdog (so a SIGKILLed controller still
 leaves nothing behind), PostgreSQL (the user's DSN, else embedded), the providers of the
 workload, the worker zygote, one HTTP session; then applies the subject's migrations.
+The fault proxy (network faults) starts only when the first ``net`` case needs it.
 Leaving the context stops them in reverse order and removes the working directory;
 whatever the controller cannot clean (it was SIGKILLed) the watchdog does.
 """
@@ -29,18 +30,20 @@ from .pool import WorkerPool
 @contextlib.asynccontextmanager
 async def open_session(
     subject: str = "reference", workload: str = "checkout", *, dsn: str | None = None,
-    options: Options | None = None,
+    options: Options | None = None, preload: tuple[str, ...] = (),
 ) -> AsyncIterator[Explorer]:
     """Yield an :class:`Explorer` on live services. Raises :class:`ServiceError` (one
     line) when PostgreSQL or a provider cannot be started or reached, and
     :class:`~crashmatrix.harness.errors.RegistryError` for an unknown subject or
-    workload, before starting anything."""
+    workload, before starting anything. ``preload``: further subjects the worker zygote
+    imports, for :meth:`Explorer.for_subject` (one session serving several subjects)."""
     from crashmatrix.scenarios.providers.launcher import start_providers
 
     from .services.postgres import start_postgres
     from .services.watchdog import Watchdog
 
-    registry.subject(subject)
+    for name in (subject, *preload):
+        registry.subject(name)
     wl = registry.workload(workload)
     workdir = Path(tempfile.mkdtemp(prefix="crashmatrix-"))
     async with contextlib.AsyncExitStack() as stack:
@@ -67,7 +70,7 @@ async def open_session(
 
         stack.callback(stop_providers)
         env = Environment(pg.dsn, dict(providers.urls), str(workdir))
-        pool = WorkerPool(subject, workload, register_pgid=watchdog.watch_pgid)
+        pool = WorkerPool(subject, workload, register_pgid=watchdog.watch_pgid, preload=preload)
         # registered first, so it runs after the pool has closed (exit stacks unwind LIFO)
         stack.callback(lambda: pool.closed_cleanly and pool.pid is not None and watchdog.forget_pgid(pool.pid))
         await stack.enter_async_context(pool)
@@ -75,6 +78,10 @@ async def open_session(
         cases_dir = workdir / "workers"
         cases_dir.mkdir()
         explorer = Explorer(env, pool, subject, workload, cases_dir, http, options)
+        from .netfaults import FaultProxyService
+
+        explorer.fault_proxy = FaultProxyService(workdir, watchdog)  # started by the first net case
+        stack.callback(explorer.fault_proxy.close)
         if pg.restartable:
             explorer.start_restartable_pg = lambda: start_postgres(workdir / "pg-restart", watchdog=watchdog)
         stack.push_async_callback(explorer.aclose)

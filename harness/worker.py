@@ -19,7 +19,10 @@ worker itself; ``term`` sends SIGTERM and carries on (the subject must drain);
 ``cancel`` cancels the anyio ``CancelScope`` the worker runs the subject in, so
 ``CancelledError`` arrives at the next await and every later one until a shield;
 ``pause`` sends SIGSTOP to the worker itself (the controller lets another worker take
-the run over, then sends SIGCONT: the worker carries on as a zombie).
+the run over, then sends SIGCONT: the worker carries on as a zombie); ``net`` adds the
+plan's toxic to the case's proxy for that link before the subject goes on, and removes
+it at its heal point or when the worker ends, writing ``{"event": "healed"}``
+(:mod:`.netfaults`).
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ class Job:
 class Recorder:
     """Counts crash points per logical task, keeps the trace, fires armed faults."""
 
-    def __init__(self, plan: FaultPlan, result_fd: int) -> None:
+    def __init__(self, plan: FaultPlan, result_fd: int, env: Environment | None = None) -> None:
         # subjects may reach points from several threads (LangGraph saves on background
         # threads): counting, recording and firing are one critical section, and a kill
         # holds the lock until the signal lands, so no other thread acts in between
@@ -92,6 +95,8 @@ class Recorder:
         self.pending: list[Fault] = list(plan.faults)
         self.result_fd = result_fd
         self.scope: anyio.CancelScope | None = None
+        self.env = env
+        self.net: Any = None  # the live toxic of a fired net fault (netfaults.LinkToxic)
 
     def point(self, source: str, name: str, task: str) -> None:
         with self.lock:
@@ -99,6 +104,8 @@ class Recorder:
             n = self.counts.get(key, 0) + 1
             self.counts[key] = n
             self.trace.append((source, name, task, n))
+            if self.net is not None and self.net.due(name, task, n):
+                self.net.heal(self.emit, [source, name, task, n])
             if not (self.pending and self.pending[0].point.key == (name, task, n)):
                 return
             fault = self.pending.pop(0)
@@ -133,13 +140,22 @@ class Recorder:
             # the controller takes it from here: another worker steals the run (pause),
             # or PostgreSQL is crashed and restarted (db-restart); then SIGCONT
             os.kill(os.getpid(), signal.SIGSTOP)
+        elif fault.kind == "net":
+            from .netfaults import LinkToxic
+
+            try:
+                self.net = LinkToxic.from_env(fault, self.env)
+                self.net.add()
+            except Exception as exc:  # the fault did not land: a harness error, never the subject's
+                self.emit({"event": "fault-error", "error": f"{type(exc).__name__}: {exc}"})
+                os._exit(70)
 
 
 def run_job(job: Job) -> int:
     """Run one job in this (forked) process; return the exit code (0: the adapter
     returned, even after a cancellation; 1: the adapter raised)."""
     fd = os.open(job.result_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    recorder = Recorder(job.plan, fd)
+    recorder = Recorder(job.plan, fd, job.env)
     crashpoint_module.arm(recorder.label_hook)
     adapter = registry.subject(job.subject)
     workload = registry.workload(job.workload)
@@ -181,6 +197,8 @@ def run_job(job: Job) -> int:
         return 1
     finally:
         crashpoint_module.disarm()
+        if recorder.net is not None:
+            recorder.net.heal(recorder.emit, "worker-end")
     recorder.emit({"event": "end", "status": status, "trace": recorder.trace})
     return 0
 

@@ -2,8 +2,9 @@
 
 A fresh interpreter costs ~0.3 s of imports; a fork of a preloaded one ~1 ms. The
 controller starts this module once (``python -m crashmatrix.harness.zygote SUBJECT
-WORKLOAD``); it imports the subject, the workload and their dependencies, then serves
-fork requests. It has one thread, no event loop and no open sockets when it forks.
+WORKLOAD [SUBJECT ...]``); it imports the subject (and any further subjects one session
+serves, as ``crashmatrix selftest`` does), the workload and their dependencies, then
+serves fork requests. It has one thread, no event loop and no open sockets when it forks.
 
 Protocol, JSON lines. Controller -> zygote on stdin:
 ``{"op": "fork", "token": int, "job": {...}, "log_path": str}``. Zygote -> controller on
@@ -31,13 +32,27 @@ import traceback
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+WORKER_COMM = b"cm-worker"
+"""The worker's process name (``comm``: what ps, top and perf show) after the fork."""
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()  # opened once, in the zygote, before any fork
 
 
 def _set_pdeathsig() -> None:
+    """Die with the zygote (``PR_SET_PDEATHSIG``) and take the name :data:`WORKER_COMM`."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the zygote's EOF handling still reaps
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # type: ignore[union-attr]
+        _LIBC.prctl(PR_SET_NAME, ctypes.c_char_p(WORKER_COMM), 0, 0, 0)  # type: ignore[union-attr]
+    except AttributeError:  # not Linux: the zygote's EOF handling still reaps
         pass
 
 
@@ -74,7 +89,7 @@ def _child(job: dict[str, Any], log_path: str, parent: int) -> None:
             os._exit(code)
 
 
-def _preload(subject: str, workload: str) -> None:
+def _preload(subject: str, workload: str, more: tuple[str, ...] = ()) -> None:
     """Import the subject, the workload and what a worker touches lazily, then freeze
     the heap for the collector, so a forked worker neither imports nor copies pages
     on its first collection (measured: docs/benchmarks.md)."""
@@ -84,7 +99,8 @@ def _preload(subject: str, workload: str) -> None:
 
     from . import registry, worker  # noqa: F401
 
-    registry.subject(subject)
+    for name in (subject, *more):
+        registry.subject(name)
     registry.workload(workload)
 
     async def warm_up() -> None:  # lazy imports of anyio's backend and aiohttp's client
@@ -105,9 +121,10 @@ def _preload(subject: str, workload: str) -> None:
     gc.freeze()
 
 
-def serve(subject: str, workload: str) -> int:
-    """Preload, then serve fork requests until EOF on stdin."""
-    _preload(subject, workload)
+def serve(subject: str, workload: str, more: tuple[str, ...] = ()) -> int:
+    """Preload (``more``: further subjects to import), then serve fork requests until
+    EOF on stdin."""
+    _preload(subject, workload, more)
     if threading.active_count() != 1:
         print(f"zygote: {threading.active_count()} threads after preload; forking needs one", file=sys.stderr)
         return 2
@@ -178,11 +195,11 @@ def serve(subject: str, workload: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m crashmatrix.harness.zygote SUBJECT WORKLOAD", file=sys.stderr)
+    if len(argv) < 2:
+        print("usage: python -m crashmatrix.harness.zygote SUBJECT WORKLOAD [SUBJECT ...]", file=sys.stderr)
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the controller; EOF ends us
-    return serve(*argv)
+    return serve(argv[0], argv[1], tuple(argv[2:]))
 
 
 if __name__ == "__main__":

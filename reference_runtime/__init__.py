@@ -13,10 +13,12 @@ that runs a sub-graph); docs/runtime.md is the
 map. The only harness module it imports is :mod:`crashmatrix.harness.crashpoint`.
 """
 
-from .agent import Agent, ModelReply, OutcomeUnknown, ProbeOutcome, Tool, ToolCall, ToolContext, ToolOutcome
+from .agent import (
+    Agent, ModelReply, OutcomeUnknown, ProbeOutcome, Tool, ToolCall, ToolContext, ToolOutcome, TransientFailure,
+)
 from .db import Db, connect
 from .effects import EffectLedger, idempotency_key
-from .executor import NeedsHuman, Runtime
+from .executor import NeedsHuman, RunInterrupted, Runtime
 from .graph import RunGraph
 from .leases import Lease, LeaseLost
 from .logstore import AppendOnlyLog, RunStore
@@ -25,6 +27,6 @@ from .subagents import SubAgent
 
 __all__ = [
     "Agent", "AppendOnlyLog", "Db", "EffectLedger", "Lease", "LeaseLost", "ModelReply",
-    "NeedsHuman", "OutcomeUnknown", "ProbeOutcome", "RunGraph", "RunStore", "Runtime", "SubAgent", "Tool",
-    "ToolCall", "ToolContext", "ToolOutcome", "connect", "idempotency_key", "migrate",
+    "NeedsHuman", "OutcomeUnknown", "ProbeOutcome", "RunGraph", "RunInterrupted", "RunStore", "Runtime", "SubAgent",
+    "Tool", "ToolCall", "ToolContext", "ToolOutcome", "TransientFailure", "connect", "idempotency_key", "migrate",
 ]

@@ -52,9 +52,13 @@ class ToolOutcome:
 class ProbeOutcome:
     """A probe's answer: the effect was ``applied`` (``tool_outcome`` then holds what the
     original call would have returned: the result, not just "applied"), was
-    ``not_applied``, or the probe ``cannot_tell``."""
+    ``not_applied``, or the probe ``cannot_tell`` (final: the provider answered and the
+    answer does not decide; the run goes to a human), or ``cannot_tell_yet``
+    (transient: the probe could not reach the provider: a broken link, a timeout, a
+    5xx; the runtime asks again, then leaves the run ``interrupted`` to be resumed,
+    never to a human)."""
 
-    outcome: Literal["applied", "not_applied", "cannot_tell"]
+    outcome: Literal["applied", "not_applied", "cannot_tell", "cannot_tell_yet"]
     tool_outcome: ToolOutcome | None = None
 
 
@@ -62,6 +66,13 @@ class OutcomeUnknown(Exception):
     """Raised by a tool when its call's outcome is ambiguous (connection reset, timeout,
     5xx): the effect may or may not have happened. The runtime records ``unknown`` and
     asks the probe."""
+
+
+class TransientFailure(Exception):
+    """Raised by a model client when the call failed in a way a repeat may fix (the
+    connection broke, the answer timed out or came back cut, a 5xx). A model call
+    changes nothing but the bill, so the runtime calls again (a new call, billed), and
+    leaves the run ``interrupted`` if the model stays unreachable."""
 
 
 @dataclass

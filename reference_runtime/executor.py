@@ -34,11 +34,21 @@ Walls, and the failure each prevents (DESIGN.md, "reference_runtime"):
 - **Sub-agents** (:mod:`.subagents`): a sub-agent's nodes are nodes of this run, scoped
   by the parent node's id; the sub-agent node waits for the child's completion record,
   so a crash inside the child re-runs only the child node that was in flight.
+- **Broken links** (a connection reset, a lost or cut answer, a timeout): the database
+  connection reconnects (:mod:`.db`; a lost COMMIT acknowledgement of the append is
+  resolved by re-reading the log, :mod:`.logstore`); a model call that failed
+  transiently (:class:`~.agent.TransientFailure`) is made again, up to
+  :data:`MODEL_ATTEMPTS`; a charge whose answer was lost goes to the probe, and a probe
+  that cannot reach the provider (``cannot_tell_yet``) is asked again, up to
+  :data:`PROBE_ATTEMPTS`. What stays unreachable stops the run ``interrupted``
+  (:class:`RunInterrupted`): resumable, never charged twice, never handed to a human.
 
 Crash points (labels; :mod:`crashmatrix.harness.crashpoint`): ``node.launch``,
 ``model.call.before/after``, ``effect.started.before/after``, ``tool.request.before/after``,
-``probe.before/after``, ``effect.unknown.before/after``, ``log.append.before/after``, and
-``drain.begin`` when the SIGTERM handler runs. Step boundaries (``before``/``after`` each
+``probe.before/after``, ``effect.unknown.before/after``, ``log.append.before/after``,
+``drain.begin`` when the SIGTERM handler runs, and ``db.reconnect`` (logical task ``db``)
+before each reconnection attempt. A repeated model call or probe reaches its points again
+(occurrence 2, 3...). Step boundaries (``before``/``after`` each
 node) are reported through the ``on_step`` callback for the adapter.
 """
 
@@ -60,9 +70,9 @@ from crashmatrix.harness.crashpoint import crashpoint, reset_logical_task, set_l
 from opentelemetry.trace import SpanKind, TracerProvider
 
 from . import budgets, codec, subagents, tracing
-from .agent import Agent, OutcomeUnknown, ProbeOutcome, ToolContext, ToolOutcome
+from .agent import Agent, OutcomeUnknown, ProbeOutcome, ToolContext, ToolOutcome, TransientFailure
 from .blobs import DEFAULT_THRESHOLD, BlobStore
-from .db import Db
+from .db import DatabaseUnavailable, Db
 from .effects import EffectLedger, idempotency_key
 from .graph import RunGraph
 from .leases import Lease, LeaseLost, acquire, set_status
@@ -75,6 +85,13 @@ SHIELD_SECONDS = 10.0
 """Upper bound of a shielded cleanup write (anyio: ``move_on_after(..., shield=True)``)."""
 
 MAX_PROBE_ROUNDS = 3
+
+MODEL_ATTEMPTS = 3
+"""Calls of one model turn in one attempt of the run before it stops ``interrupted``."""
+PROBE_ATTEMPTS = 3
+"""Probes of one effect answering ``cannot_tell_yet`` before the run stops ``interrupted``."""
+RETRY_BACKOFF_S = 0.1
+"""First pause between two model calls or two probes; doubled after each."""
 
 StepHook = Callable[[str, str], None]
 """``on_step(phase, node_id)`` with phase ``"before"`` or ``"after"``."""
@@ -90,6 +107,12 @@ def _describe(exc: BaseException) -> str:
 class NeedsHuman(Exception):
     """An effect's outcome cannot be decided (the probe cannot tell, or there is no
     probe): the run stops in ``needs_human`` with the effect named."""
+
+
+class RunInterrupted(Exception):
+    """A provider stayed unreachable (the model, or the probe of an unresolved effect):
+    the run stops ``interrupted`` with the reason as its detail, for another worker to
+    resume. Nothing is decided, so nothing is lost or repeated."""
 
 
 class Runtime:
@@ -129,6 +152,10 @@ class Runtime:
         self.tracer = tracing.get_tracer(tracer_provider)
         self.draining = False
         self._changed: anyio.Event | None = None
+
+    #: the class that rehydrates a run from its records (a store strategy with its own
+    #: payload encoding, or a mutant, passes a subclass)
+    graph_class: type[RunGraph] = RunGraph
 
     @property
     def execution_class(self) -> type[Execution]:
@@ -174,7 +201,7 @@ class Runtime:
             return status
 
     async def _run_attempt(self, run_id: str, lease: Lease, run_input: dict[str, Any]) -> str:
-        graph = RunGraph.rehydrate(run_id, run_input, await self.store.read(run_id), blobs=self.blobs)
+        graph = self.graph_class.rehydrate(run_id, run_input, await self.store.read(run_id), blobs=self.blobs)
         execution = self.execution_class(self, graph, lease)
         loop = None
         if self.handle_sigterm and threading.current_thread() is threading.main_thread():
@@ -188,6 +215,11 @@ class Runtime:
             raise
         except LeaseLost:
             raise
+        except RunInterrupted as exc:
+            await set_status(self.db, lease, "interrupted", str(exc))
+            return "interrupted"
+        except DatabaseUnavailable:
+            raise  # no status can be written: the run stays as it was, for a resume
         except BaseException as exc:
             with anyio.move_on_after(SHIELD_SECONDS, shield=True):
                 await set_status(self.db, lease, "failed", _describe(exc))
@@ -331,9 +363,7 @@ class Execution:
         node_id = spec.node_id
         agent = self.agent_for(node_id)
         messages = self.graph.transcript(upto=node_id)
-        crashpoint("model.call.before")
-        reply = await agent.model.complete(self.graph.run_id, node_id, messages)
-        crashpoint("model.call.after")
+        reply = await self.call_model(node_id, messages)
         calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]
         assistant: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if calls:
@@ -374,6 +404,25 @@ class Execution:
             raise RuntimeError(f"{spec.node_id}: sub-agent node launched before its child completed")
         outcome = ToolOutcome("succeeded", {"answer": answer})
         await self.append(spec, self.tool_output(call, outcome), [], Budget(), None)
+
+    async def call_model(self, node_id: str, messages: list[dict[str, Any]]) -> Any:
+        """One model turn's reply; a transient failure is called again (each attempt
+        reaches ``model.call.before``) up to :data:`MODEL_ATTEMPTS`, then
+        :class:`RunInterrupted`."""
+        delay = RETRY_BACKOFF_S
+        for attempt in range(1, MODEL_ATTEMPTS + 1):
+            crashpoint("model.call.before")
+            try:
+                reply = await self.agent_for(node_id).model.complete(self.graph.run_id, node_id, messages)
+            except TransientFailure as exc:
+                if attempt == MODEL_ATTEMPTS:
+                    raise RunInterrupted(f"{node_id}: the model failed {attempt} times, last: {exc}") from exc
+                await anyio.sleep(delay)
+                delay *= 2
+                continue
+            crashpoint("model.call.after")
+            return reply
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def run_tool(self, spec: NodeSpec) -> None:
         call = codec.decode(spec.input)["call"]
@@ -460,9 +509,7 @@ class Execution:
         """Ask the probe about an earlier attempt: its outcome if applied, None if not."""
         if tool.probe is None:
             raise NeedsHuman(f"effect {tool.name} {ctx.idem_key[:12]} of {ctx.node_id}: no probe")
-        crashpoint("probe.before")
-        answer: ProbeOutcome = await tool.probe(ctx)
-        crashpoint("probe.after")
+        answer = await self.probe(tool, ctx)
         if answer.outcome == "applied":
             if answer.tool_outcome is None:
                 raise NeedsHuman(f"probe of {tool.name} said applied without the result")
@@ -470,6 +517,22 @@ class Execution:
         if answer.outcome == "not_applied":
             return None
         raise NeedsHuman(f"effect {tool.name} {ctx.idem_key[:12]} of {ctx.node_id}: probe cannot tell")
+
+    async def probe(self, tool: Any, ctx: ToolContext) -> ProbeOutcome:
+        """The probe's answer; ``cannot_tell_yet`` (the provider could not be reached)
+        is asked again up to :data:`PROBE_ATTEMPTS`, then :class:`RunInterrupted`."""
+        delay = RETRY_BACKOFF_S
+        for attempt in range(1, PROBE_ATTEMPTS + 1):
+            crashpoint("probe.before")
+            answer: ProbeOutcome = await tool.probe(ctx)
+            crashpoint("probe.after")
+            if answer.outcome != "cannot_tell_yet":
+                return answer
+            if attempt < PROBE_ATTEMPTS:
+                await anyio.sleep(delay)
+                delay *= 2
+        raise RunInterrupted(f"effect {tool.name} {ctx.idem_key[:12]} of {ctx.node_id}: the provider could not be "
+                             f"asked ({PROBE_ATTEMPTS} probes could not tell yet); the effect stays unknown")
 
     async def append(
         self, spec: NodeSpec, output: Any, spawned: list[NodeSpec], budget: Budget, effect: EffectOutcome | None,

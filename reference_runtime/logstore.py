@@ -12,6 +12,10 @@ Walls (DESIGN.md, "reference_runtime"):
   when the node's record does.
 - ``ON CONFLICT DO NOTHING RETURNING`` tells a retried append of the same node (same
   bytes: a no-op) from a conflicting one (an error).
+- A lost acknowledgement (the connection broke with the append in flight: its COMMIT
+  may or may not have landed) is resolved by re-reading the log on the new connection
+  (:meth:`AppendOnlyLog.landed`): the record is there (the append counts as written) or
+  it is not (it is sent again, still fenced); never guessed, never re-applied.
 
 :class:`RunStore` is the interface a store strategy implements; :class:`AppendOnlyLog`
 is the default.
@@ -19,11 +23,12 @@ is the default.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from .db import Db
+from .db import ConnectionLost, Db
 from .leases import Lease, LeaseLost
 from .records_pb2 import NodeRecord, Snapshot
 
@@ -106,12 +111,16 @@ SELECT (SELECT count(*) FROM fence) AS fenced_ok,
 """
 
 
+# A batch for the group commit. Every array is text[] (records in base64): asyncpg has
+# built-in codecs for text[] only, and any other array type makes each new connection run
+# a type-introspection query first (see LOG_FRAMES_SQL).
 _APPEND_MANY_SQL = """
 WITH fence AS (
     SELECT 1 FROM cm_runs WHERE run_id = $1 AND lease_epoch = $2 FOR SHARE
 ), batch AS (
-    SELECT * FROM unnest($3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::text[])
-        AS b(seq, node_id, record, idem_key, status, result)
+    SELECT u.seq::bigint AS seq, u.node_id, decode(u.record, 'base64') AS record, u.idem_key, u.status, u.result
+      FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+        AS u(seq, node_id, record, idem_key, status, result)
 ), ins AS (
     INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch)
     SELECT $1, b.seq, b.node_id, b.record, $2 FROM batch b, fence
@@ -130,11 +139,40 @@ SELECT (SELECT count(*) FROM fence) AS fenced_ok,
 """
 
 
-_READ_SQL = """
-SELECT array_agg(seq ORDER BY seq) AS seqs, array_agg(node_id ORDER BY seq) AS nodes,
-       array_agg(record ORDER BY seq) AS records
-  FROM cm_run_log WHERE run_id = $1
-"""
+LOG_FRAMES_SQL = (
+    "string_agg(int8send(seq) || int4send(octet_length(convert_to(node_id, 'UTF8'))) "
+    "|| convert_to(node_id, 'UTF8') || int4send(octet_length(record)) || record, ''::bytea ORDER BY seq)"
+)
+"""An aggregate over ``cm_run_log`` rows: the records in one value, as frames of
+``seq (int8) | len (int4) | node_id (UTF-8) | len (int4) | record``, big-endian
+(:func:`split_frames` reads it). One bytea rather than ``array_agg`` arrays, because
+asyncpg has built-in codecs for ``text[]`` only: ``int8[]`` and ``bytea[]`` make every
+new connection (every worker) run a type-introspection query over the catalogs first."""
+
+_READ_SQL = f"SELECT {LOG_FRAMES_SQL} FROM cm_run_log WHERE run_id = $1"
+
+
+def split_frames(frames: bytes) -> list[tuple[int, str, bytes]]:
+    """Split a :data:`LOG_FRAMES_SQL` value into ``(seq, node_id, record)`` triples; raises
+    :class:`CorruptRecord` if the frames are torn."""
+    out = []
+    view = memoryview(frames)
+    pos, end = 0, len(frames)
+    unpack_q, unpack_i = struct.Struct(">q").unpack_from, struct.Struct(">i").unpack_from
+    try:
+        while pos < end:
+            (seq,) = unpack_q(view, pos)
+            (n,) = unpack_i(view, pos + 8)
+            node_id = bytes(view[pos + 12:pos + 12 + n]).decode()
+            pos += 12 + n
+            (m,) = unpack_i(view, pos)
+            out.append((seq, node_id, bytes(view[pos + 4:pos + 4 + m])))
+            pos += 4 + m
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise CorruptRecord(f"log frames torn at byte {pos} of {end}: {exc}") from None
+    if pos != end:
+        raise CorruptRecord(f"log frames torn: {pos - end} byte(s) past the end")
+    return out
 
 # The run's records as ONE bytea that parses as a ``Snapshot`` (field 3: repeated
 # ``SnapshotEntry``, whose field 2 is the record): each record framed by the server as
@@ -172,8 +210,7 @@ class AppendOnlyLog:
         import json
 
         data = record.SerializeToString(deterministic=True)
-        row = await self.db.fetchrow(
-            _APPEND_SQL,
+        args = (
             lease.run_id,
             seq,
             record.node_id,
@@ -183,6 +220,16 @@ class AppendOnlyLog:
             effect.status if effect else None,
             json.dumps(effect.result, sort_keys=True) if effect else None,
         )
+        while True:
+            try:
+                row = await self.db.fetchrow_once(_APPEND_SQL, *args)
+                break
+            except ConnectionLost:
+                # The COMMIT's acknowledgement was lost: the append may have landed.
+                # Re-read the log on the new connection; send it again only if it did not.
+                landed = await self.landed(lease.run_id, record.node_id, data)
+                if landed is not None:
+                    return landed == seq
         assert row is not None
         if not row["fenced_ok"]:
             raise LeaseLost(f"run {lease.run_id}: append of {record.node_id} refused, lease epoch {lease.epoch} is stale")
@@ -208,19 +255,31 @@ class AppendOnlyLog:
         """Append ``items`` at ``first_seq``, ``first_seq + 1``... in ONE statement (one
         transaction, one fsync: the executor's group commit), each record with its
         effect's final status, the whole batch fenced. Returns written/already-there per
-        record, like :meth:`append`; raises LeaseLost or LogConflict. A subclass that
-        overrides :meth:`append` (a mutant, another strategy) gets one call per record."""
+        record, like :meth:`append`; raises LeaseLost or LogConflict. A lost
+        acknowledgement is resolved as :meth:`append` resolves it (the batch is one
+        transaction: all of it landed or none). A subclass that overrides :meth:`append`
+        (a mutant, another strategy) gets one call per record."""
         if type(self).append is not AppendOnlyLog.append:
             return [await self.append(lease, first_seq + i, rec, eff) for i, (rec, eff) in enumerate(items)]
+        import base64
         import json
 
         datas = [rec.SerializeToString(deterministic=True) for rec, _ in items]
-        row = await self.db.fetchrow(
-            _APPEND_MANY_SQL, lease.run_id, lease.epoch,
-            [first_seq + i for i in range(len(items))], [rec.node_id for rec, _ in items], datas,
+        args = (
+            lease.run_id, lease.epoch,
+            [str(first_seq + i) for i in range(len(items))], [rec.node_id for rec, _ in items],
+            [base64.b64encode(d).decode() for d in datas],
             [eff.idem_key if eff else None for _, eff in items], [eff.status if eff else None for _, eff in items],
             [json.dumps(eff.result, sort_keys=True) if eff else None for _, eff in items],
         )
+        while True:
+            try:
+                row = await self.db.fetchrow_once(_APPEND_MANY_SQL, *args)
+                break
+            except ConnectionLost:
+                landed = await self.landed(lease.run_id, items[0][0].node_id, datas[0])
+                if landed is not None:  # the whole batch committed
+                    return [landed == first_seq] * len(items)
         assert row is not None
         if not row["fenced_ok"]:
             raise LeaseLost(f"run {lease.run_id}: append of {len(items)} records refused, lease epoch {lease.epoch} is stale")
@@ -230,15 +289,25 @@ class AppendOnlyLog:
             if rec.node_id in inserted:
                 written.append(True)
                 continue
-            existing = await self.db.fetchrow(
-                "SELECT seq, record FROM cm_run_log WHERE run_id = $1 AND node_id = $2", lease.run_id, rec.node_id)
-            if existing is not None and bytes(existing["record"]) == data:
-                written.append(False)
+            if await self.landed(lease.run_id, rec.node_id, data) is not None:
+                written.append(False)  # a retried append of this very record
                 continue
-            raise LogConflict(
-                f"run {lease.run_id}: append of node {rec.node_id!r} at seq {first_seq + i} conflicts with an existing "
-                f"record" + (f" (that node is at seq {existing['seq']})" if existing else " (seq taken)"))
+            raise LogConflict(f"run {lease.run_id}: append of node {rec.node_id!r} at seq {first_seq + i} conflicts "
+                              f"with an existing record (seq taken)")
         return written
+
+    async def landed(self, run_id: str, node_id: str, data: bytes) -> int | None:
+        """After a lost acknowledgement: the seq at which ``node_id``'s record (exactly
+        ``data``) is in the log, or None if it is not there. Raises :class:`LogConflict`
+        when a different record for the node is."""
+        existing = await self.db.fetchrow(
+            "SELECT seq, record FROM cm_run_log WHERE run_id = $1 AND node_id = $2", run_id, node_id)
+        if existing is None:
+            return None
+        if bytes(existing["record"]) != data:
+            raise LogConflict(f"run {run_id}: node {node_id!r} is at seq {existing['seq']} with a different record "
+                              f"(found after a lost acknowledgement)")
+        return int(existing["seq"])
 
     async def read(self, run_id: str) -> list[StoredRecord]:
         """Every record in seq order, in one round trip returning one value: the records
@@ -269,12 +338,12 @@ class AppendOnlyLog:
         return out
 
     async def read_rows(self, run_id: str) -> list[StoredRecord]:
-        """Every record in seq order, decoded one by one (three arrays in one round trip):
-        the checks of :func:`decode_row` per row, naming the row that fails."""
-        row = await self.db.fetchrow(_READ_SQL, run_id)
-        if row is None or row["seqs"] is None:
+        """Every record in seq order, decoded one by one (:data:`LOG_FRAMES_SQL`, one
+        round trip): the checks of :func:`decode_row` per row, naming the row that fails."""
+        frames = await self.db.fetchval(_READ_SQL, run_id)
+        if frames is None:
             return []
-        return [decode_row(run_id, seq, node_id, data) for seq, node_id, data in zip(row["seqs"], row["nodes"], row["records"])]
+        return [decode_row(run_id, seq, node_id, data) for seq, node_id, data in split_frames(frames)]
 
 
 def decode_row(run_id: str, seq: int, node_id: str, data: bytes) -> StoredRecord:

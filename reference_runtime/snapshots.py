@@ -30,23 +30,22 @@ from __future__ import annotations
 
 from .db import Db
 from .leases import Lease, LeaseLost
-from .logstore import RECORD_FORMAT_VERSION, AppendOnlyLog, CorruptRecord, EffectOutcome, StoredRecord, decode_row
+from .logstore import (
+    LOG_FRAMES_SQL, RECORD_FORMAT_VERSION, AppendOnlyLog, CorruptRecord, EffectOutcome, StoredRecord, decode_row,
+    split_frames,
+)
 from .records_pb2 import NodeRecord, Snapshot, SnapshotEntry
 
 SNAPSHOT_FORMAT_VERSION = 1
 
-_READ_SQL = """
+_READ_SQL = f"""
 WITH snap AS (
     SELECT upto_seq, snapshot FROM cm_run_snapshots WHERE run_id = $1 ORDER BY upto_seq DESC LIMIT 1
 )
 SELECT (SELECT upto_seq FROM snap) AS upto_seq,
        (SELECT snapshot FROM snap) AS snapshot,
-       (SELECT array_agg(seq ORDER BY seq) FROM cm_run_log
-         WHERE run_id = $1 AND seq > coalesce((SELECT upto_seq FROM snap), 0)) AS seqs,
-       (SELECT array_agg(node_id ORDER BY seq) FROM cm_run_log
-         WHERE run_id = $1 AND seq > coalesce((SELECT upto_seq FROM snap), 0)) AS nodes,
-       (SELECT array_agg(record ORDER BY seq) FROM cm_run_log
-         WHERE run_id = $1 AND seq > coalesce((SELECT upto_seq FROM snap), 0)) AS records
+       (SELECT {LOG_FRAMES_SQL} FROM cm_run_log
+         WHERE run_id = $1 AND seq > coalesce((SELECT upto_seq FROM snap), 0)) AS frames
 """
 
 _SNAPSHOT_SQL = """
@@ -117,8 +116,8 @@ class DeltaSnapshotStore:
         if row is not None and row["snapshot"] is not None:
             base = self.snapshot_records(run_id, row["upto_seq"], bytes(row["snapshot"]))
         deltas = []
-        if row is not None and row["seqs"] is not None:
-            deltas = [decode_row(run_id, s, n, d) for s, n, d in zip(row["seqs"], row["nodes"], row["records"])]
+        if row is not None and row["frames"] is not None:
+            deltas = [decode_row(run_id, s, n, d) for s, n, d in split_frames(row["frames"])]
         records = self.assemble(base, deltas)
         check_contiguous(run_id, records)
         self._known[run_id] = list(records)

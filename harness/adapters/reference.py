@@ -41,6 +41,8 @@ class ReferenceAdapter(Adapter):
 
     name = "reference"
     subject_packages = ("crashmatrix.reference_runtime",)
+    #: rehydrates the oracle's view of a run (the runtime's ``Runtime.graph_class``)
+    graph_class: type[RunGraph] = RunGraph
     _pools: dict[str, asyncpg.Pool] | None = None  # per instance, per event loop
     _pools_loop: int | None = None
 
@@ -56,10 +58,14 @@ class ReferenceAdapter(Adapter):
             await db.close()
 
     async def _run(self, ctx: RunContext) -> str:
-        db = await connect(ctx.env.dsn, application_name=ctx.worker_id)
+        reconnect_ms = ctx.env.options.get("db_reconnect_deadline_ms")  # set by the network section
+        db = await connect(ctx.env.dsn, application_name=ctx.worker_id,
+                           **({"reconnect_deadline_s": reconnect_ms / 1000} if reconnect_ms else {}))
         try:
             async with aiohttp.ClientSession() as session:
-                resources = Resources(session, ctx.env.providers, ctx.worker_id, ctx.conversation)
+                deadline_ms = ctx.env.options.get("provider_deadline_ms")  # set by the network section
+                resources = Resources(session, ctx.env.providers, ctx.worker_id, ctx.conversation,
+                                      deadline_s=deadline_ms / 1000 if deadline_ms else None)
                 agent = ctx.workload.build_agent(ctx.conversation, resources)
                 runtime = self.make_runtime(db, agent, ctx)
                 if runtime.blobs is None:  # a mutant's make_runtime: large outputs still go to blobs
@@ -148,7 +154,7 @@ class ReferenceAdapter(Adapter):
         state = None
         if state_error is None:
             try:
-                graph = RunGraph.rehydrate(run_id, json.loads(run["input"]), stored, blobs=blob_store(env))
+                graph = self.graph_class.rehydrate(run_id, json.loads(run["input"]), stored, blobs=blob_store(env))
                 state = {
                     "transcript": graph.transcript(),
                     "answer": graph.final_answer(),

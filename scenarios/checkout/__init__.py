@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crashmatrix.reference_runtime.agent import Agent, ModelReply, ToolCall
+from crashmatrix.reference_runtime.agent import Agent, ModelReply, ToolCall, TransientFailure
 
 from .tools import TOOLS, Resources
 
@@ -27,7 +27,8 @@ _REQUESTS = {
 class ScriptedModel:
     """The model client: calls the model provider, which bills every call and answers
     with ``script`` (``"package.module:function"``, run inside the provider; other
-    workloads pass their own)."""
+    workloads pass their own). A broken, timed-out or 5xx call raises
+    :class:`TransientFailure` (the runtime calls again)."""
 
     def __init__(self, resources: Resources, script: str = SCRIPT) -> None:
         self.r = resources
@@ -36,10 +37,14 @@ class ScriptedModel:
     async def complete(self, run_id: str, node_id: str, messages: list[dict[str, Any]]) -> ModelReply:
         from crashmatrix.scenarios.providers import clients
 
-        body = await clients.complete(
-            self.r.session, self.r.urls["model"], script=self.script, conversation=self.r.conversation,
-            node_id=node_id, messages=messages, run_id=run_id, worker_id=self.r.worker_id,
-        )
+        try:
+            body = await clients.complete(
+                self.r.session, self.r.urls["model"], script=self.script, conversation=self.r.conversation,
+                node_id=node_id, messages=messages, run_id=run_id, worker_id=self.r.worker_id,
+                timeout=self.r.deadline_s,
+            )
+        except (clients.AmbiguousProviderError, clients.ProviderUnreachableError) as exc:
+            raise TransientFailure(str(exc)) from exc  # a model call changes nothing: call again
         calls = [ToolCall(c["id"], c["name"], c["arguments"]) for c in body["tool_calls"]]
         return ModelReply(body["content"], calls, int(body["usage"]["tokens"]))
 

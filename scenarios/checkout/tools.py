@@ -24,16 +24,25 @@ CATALOGUE = {
     "dock-pro": {"sku": "dock-pro", "name": "USB-C dock pro", "price": 24900},
 }
 LARGE_DOC_BYTES = 200_000
+PROBE_TIMEOUT_S = 10.0
+"""A probe's own bound (seconds): past it the probe answers ``cannot_tell`` instead of
+waiting on a dead link for the session's default 300 s (docs/probes.md)."""
 
 
 @dataclass
 class Resources:
-    """Per-worker clients: one HTTP session, the provider URLs, the worker id header."""
+    """Per-worker clients: one HTTP session, the provider URLs, the worker id header,
+    the probes' bound in seconds (the probe certifier's sandbox sets a short one), and
+    ``deadline_s``: how long one provider call (model, effect or probe) may take before
+    it counts as ambiguous (None: the session's own timeout; the network section sets
+    one, which then bounds the probes too)."""
 
     session: aiohttp.ClientSession
     urls: dict[str, str]
     worker_id: str
     conversation: str
+    probe_timeout_s: float = PROBE_TIMEOUT_S
+    deadline_s: float | None = None
 
 
 def _res(ctx: ToolContext) -> Resources:
@@ -73,7 +82,7 @@ async def charge(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     try:
         body = await clients.charge(
             r.session, r.urls["payment"], key=ctx.idem_key, amount=args["amount"], currency=args["currency"],
-            card=args["card"], run_id=ctx.run_id, worker_id=r.worker_id,
+            card=args["card"], run_id=ctx.run_id, worker_id=r.worker_id, timeout=r.deadline_s,
         )
     except clients.AmbiguousProviderError as exc:
         raise OutcomeUnknown(str(exc)) from exc
@@ -81,13 +90,17 @@ async def charge(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
 
 
 async def _probe(ctx: ToolContext, ask: Any, url_kind: str, outcome: Any) -> ProbeOutcome:
-    """Ask the provider about ``ctx.idem_key``; the clients' probes never raise (a
-    provider that cannot be asked answers ``unknown``, mapped to ``cannot_tell``)."""
+    """Ask the provider about ``ctx.idem_key``; the clients' probes never raise. A
+    provider that could not be asked (broken link, timeout, 5xx) is ``cannot_tell_yet``;
+    one whose answer does not decide is ``cannot_tell``."""
     r = _res(ctx)
-    answer = await ask(r.session, r.urls[url_kind], ctx.idem_key)
+    timeout = r.probe_timeout_s if r.deadline_s is None else min(r.deadline_s, r.probe_timeout_s)
+    answer = await ask(r.session, r.urls[url_kind], ctx.idem_key, timeout=timeout)
     if answer.outcome == "applied":
         return ProbeOutcome("applied", outcome(answer.result))
-    return ProbeOutcome("not_applied" if answer.outcome == "not_applied" else "cannot_tell")
+    if answer.outcome == "not_applied":
+        return ProbeOutcome("not_applied")
+    return ProbeOutcome("cannot_tell_yet" if answer.transient else "cannot_tell")
 
 
 def _succeeded(body: dict[str, Any]) -> ToolOutcome:
@@ -103,7 +116,7 @@ async def refund(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     try:
         body = await clients.refund(
             r.session, r.urls["payment"], key=ctx.idem_key, charge_id=args["charge_id"], amount=args["amount"],
-            run_id=ctx.run_id, worker_id=r.worker_id,
+            run_id=ctx.run_id, worker_id=r.worker_id, timeout=r.deadline_s,
         )
     except clients.AmbiguousProviderError as exc:
         raise OutcomeUnknown(str(exc)) from exc
@@ -119,7 +132,7 @@ async def send_receipt(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     try:
         body = await clients.send_mail(
             r.session, r.urls["mail"], key=ctx.idem_key, to=args["to"], subject=args["subject"], body=args["body"],
-            run_id=ctx.run_id, worker_id=r.worker_id,
+            run_id=ctx.run_id, worker_id=r.worker_id, timeout=r.deadline_s,
         )
     except clients.AmbiguousProviderError as exc:
         raise OutcomeUnknown(str(exc)) from exc

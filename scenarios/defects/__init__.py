@@ -4,7 +4,10 @@ Each mutant plants exactly one known defect by subclassing a runtime component (
 product code carries no defect flags), is registered here by name (the harness registry
 exposes it as subject ``defect:<name>``), and says in its docstring what it breaks,
 where the defect class comes from, and which oracle check should catch it.
-``tests/test_mutants.py`` proves each is caught.
+Each class also carries the metadata ``crashmatrix selftest`` reads (``defect``,
+``source``, ``caught_by``, ``fault_kinds``, ``point_sources``, ``conversations``,
+``workload``, ``baseline``: :mod:`._base`); ``tests/integration/test_selftest.py`` proves
+each is caught by a check it names, and that its baseline passes the same cases.
 """
 
 MUTANTS: dict[str, str] = {
@@ -12,4 +15,15 @@ MUTANTS: dict[str, str] = {
     "unshielded-unknown": "crashmatrix.scenarios.defects.runtime_defects:UnshieldedUnknownAdapter",
     "drain-keeps-launching": "crashmatrix.scenarios.defects.runtime_defects:DrainKeepsLaunchingAdapter",
     "unfenced-lease": "crashmatrix.scenarios.defects.runtime_defects:UnfencedLeaseAdapter",
+    "delta-drops-field": "crashmatrix.scenarios.defects.record_defects:DeltaDropsSpawnedAdapter",
+    "replays-model-call": "crashmatrix.scenarios.defects.resume_defects:ReplaysModelCallAdapter",
+    "outcome-outside-record": "crashmatrix.scenarios.defects.record_defects:OutcomeOutsideRecordAdapter",
+    "duplicate-tool-result": "crashmatrix.scenarios.defects.resume_defects:DuplicatesRecoveredResultAdapter",
+    "no-unknown-state": "crashmatrix.scenarios.defects.resume_defects:NoUnknownAdapter",
+    "pickle-codec": "crashmatrix.scenarios.defects.pickle_codec:PickleCodecAdapter",
+    "checkpoint-before-node": "crashmatrix.scenarios.defects.record_defects:CheckpointFirstAdapter",
+    "trace-not-stored": "crashmatrix.scenarios.defects.resume_defects:TraceNotStoredAdapter",
+    "retention-deletes-paused": "crashmatrix.scenarios.defects.resume_defects:RetentionDeletesPausedAdapter",
+    "lagging-durability": "crashmatrix.scenarios.defects.record_defects:LaggingDurabilityAdapter",
+    "lost-ack-reapply": "crashmatrix.scenarios.defects.net_defects:LostAckReapplyAdapter",
 }

@@ -5,14 +5,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from crashmatrix.harness.adapter import RunContext
-from crashmatrix.harness.adapters.reference import ReferenceAdapter
 from crashmatrix.harness.crashpoint import crashpoint
 from crashmatrix.reference_runtime import Runtime
-from crashmatrix.reference_runtime.db import Db
 from crashmatrix.reference_runtime.effects import idempotency_key
 from crashmatrix.reference_runtime.executor import Execution
 from crashmatrix.reference_runtime.leases import Lease
+
+from ._base import MutantAdapter
 
 
 class UnkeyedRetryExecution(Execution):
@@ -21,8 +20,9 @@ class UnkeyedRetryExecution(Execution):
 
     Class: seed 000's "retry without a stable key" (DESIGN.md, effects ledger; mutant
     14 of the catalogue issue). Caught at the end by ``provider.payment.ledger_equal``
-    (the charge applied twice) and ``effects.ledger_equal`` for any fault between the
-    provider's answer and the commit of the node's record.
+    (the charge applied twice), ``provider.mail.ledger_equal`` (the receipt sent twice)
+    and ``effects.ledger_equal`` for any fault between the provider's answer and the
+    commit of the node's record.
     """
 
     def effect_key(self, call: dict[str, Any]) -> str:
@@ -81,49 +81,48 @@ class UnfencedLeaseRuntime(Runtime):
         return Lease(run_id, self.worker_id, epoch)
 
 
-def _runtime_with(execution: type[Execution]) -> type[Runtime]:
-    class MutantRuntime(Runtime):
-        @property
-        def execution_class(self) -> type[Execution]:
-            return execution
-
-    MutantRuntime.__name__ = f"{execution.__name__}Runtime"
-    return MutantRuntime
+_MutantAdapter = MutantAdapter  # the name mutants elsewhere in the catalogue may import
 
 
-class _MutantAdapter(ReferenceAdapter):
-    execution: type[Execution] = Execution
-
-    def make_runtime(self, db: Db, agent: Any, ctx: RunContext) -> Runtime:
-        return _runtime_with(self.execution)(db, agent, worker_id=ctx.worker_id, on_step=ctx.on_step)
-
-
-class UnfencedLeaseAdapter(ReferenceAdapter):
+class UnfencedLeaseAdapter(MutantAdapter):
     """Mutant: leases without a fencing epoch (UnfencedLeaseRuntime)."""
 
     name = "defect:unfenced-lease"
-    execution = Execution
+    runtime_class = UnfencedLeaseRuntime
+    defect = "taking a run over keeps the lease epoch: a woken zombie still writes"
+    source = "DESIGN.md, run ownership: the zombie worker of a GC pause or SIGSTOP (catalogue item 11)"
+    caught_by = ("pause.zombie_fenced",)
+    fault_kinds = ("pause",)
 
-    def make_runtime(self, db: Db, agent: Any, ctx: RunContext) -> Runtime:
-        return UnfencedLeaseRuntime(db, agent, worker_id=ctx.worker_id, on_step=ctx.on_step)
 
-
-class UnkeyedRetryAdapter(_MutantAdapter):
+class UnkeyedRetryAdapter(MutantAdapter):
     """Mutant: idempotency key changes per attempt (UnkeyedRetryExecution)."""
 
     name = "defect:unkeyed-retry"
     execution = UnkeyedRetryExecution
+    defect = "the idempotency key changes per attempt, so a resumed call is a new effect"
+    source = "seed 000: a retry without a stable key (DESIGN.md, effects ledger; catalogue item 14)"
+    caught_by = ("provider.payment.ledger_equal", "provider.mail.ledger_equal", "effects.ledger_equal")
+    fault_kinds = ("kill",)
 
 
-class UnshieldedUnknownAdapter(_MutantAdapter):
+class UnshieldedUnknownAdapter(MutantAdapter):
     """Mutant: cancellation's unknown write not shielded (UnshieldedUnknownExecution)."""
 
     name = "defect:unshielded-unknown"
     execution = UnshieldedUnknownExecution
+    defect = "the unknown row is written unshielded, so the cancellation cancels it"
+    source = "seed 000: the cancellation wall (DESIGN.md, fault kinds: an unshielded recovery write is lost; catalogue item 5)"
+    caught_by = ("cancel.left_unknown",)
+    fault_kinds = ("cancel",)
 
 
-class DrainKeepsLaunchingAdapter(_MutantAdapter):
+class DrainKeepsLaunchingAdapter(MutantAdapter):
     """Mutant: keeps launching nodes during a SIGTERM drain (DrainKeepsLaunchingExecution)."""
 
     name = "defect:drain-keeps-launching"
     execution = DrainKeepsLaunchingExecution
+    defect = "the scheduler keeps launching nodes after SIGTERM"
+    source = "seed 000: the drain wall (DESIGN.md, fault kinds: term; catalogue item 9)"
+    caught_by = ("term.drained",)
+    fault_kinds = ("term",)

@@ -1,4 +1,5 @@
-"""The external systems a workload's tools call: payment, mail and a scripted model.
+"""The external systems a workload's tools call: payment, mail, a scripted model and a
+document store.
 
 Each provider runs in its own process (:mod:`.server`) with its own durable SQLite
 ledger (:mod:`.ledger`); tools talk to them through :mod:`.clients`; the harness starts
@@ -28,12 +29,16 @@ _EXPORTS = {
     "get_charge_status": "clients",
     "get_refund_status": "clients",
     "get_mail_status": "clients",
+    "create_document": "clients",
+    "get_document_status": "clients",
+    "set_delay": "clients",
     "read_ledger": "clients",
     "inflight": "clients",
     "health": "clients",
     "wait_inflight_zero": "clients",
     # launcher
     "KINDS": "launcher",
+    "DEFAULT_KINDS": "launcher",
     "Providers": "launcher",
     "ProviderStartError": "launcher",
     "start_providers": "launcher",

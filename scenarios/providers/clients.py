@@ -47,6 +47,9 @@ __all__ = [
     "get_charge_status",
     "get_refund_status",
     "get_mail_status",
+    "create_document",
+    "get_document_status",
+    "set_delay",
     "read_ledger",
     "inflight",
     "health",
@@ -54,6 +57,7 @@ __all__ = [
 ]
 
 WORKER_HEADER = "X-Crashmatrix-Worker"
+_RETRIED_BY_AIOHTTP = frozenset({"PUT", "DELETE"})  # the effect methods in aiohttp's IDEMPOTENT_METHODS
 
 Outcome = Literal["applied", "not_applied", "unknown"]
 
@@ -67,11 +71,15 @@ class ProbeResult:
     ``result["status"] == "declined"``), ``"not_applied"`` (the provider says it has no
     such key; ``result`` is None) or ``"unknown"`` (the provider could not be asked or
     answered something else; ``error`` says what, and is ignored by ``==``).
+    ``transient`` (with ``"unknown"``): the provider could not be asked at all (no
+    connection, a broken or timed-out request, a 5xx), so asking again may decide;
+    False when it answered and the answer does not decide.
     """
 
     outcome: Outcome
     result: dict[str, Any] | None = None
     error: str | None = field(default=None, compare=False)
+    transient: bool = field(default=False, compare=False)
 
 
 class ProviderError(Exception):
@@ -164,6 +172,14 @@ async def _call(
             except ValueError:
                 body = None
     except aiohttp.ClientConnectorError as exc:
+        if method in _RETRIED_BY_AIOHTTP:
+            # aiohttp sends an idempotent request a second time when the connection of
+            # the first attempt breaks (RFC 9112 9.3.1.1): a connect error may then
+            # follow an attempt that reached the provider. Found by the probe
+            # certifier (docs/probes.md, window provider.restart.after_apply).
+            raise AmbiguousProviderError(
+                f"{method} {url}: cannot connect ({exc}) after a possible first attempt;"
+                " the effect may have been applied", url=url) from exc
         raise ProviderUnreachableError(f"{method} {url}: cannot connect ({exc})", url=url) from exc
     except (aiohttp.ClientError, TimeoutError) as exc:
         detail = type(exc).__name__ + (f": {exc}" if str(exc) else "")
@@ -346,15 +362,23 @@ async def _probe(
     timeout: float | None,
 ) -> ProbeResult:
     url = f"{_base(base_url)}/{collection}/by-key/{quote(key, safe='')}"
+    return await _probe_url(session, url, worker_id, timeout)
+
+
+async def _probe_url(
+    session: aiohttp.ClientSession, url: str, worker_id: str | None, timeout: float | None
+) -> ProbeResult:
+    """GET ``url``: 200 with a body is applied, 404 ``not_found`` is not applied, any
+    other answer or no answer is unknown."""
     try:
         status, body = await _call(session, "GET", url, worker_id=worker_id, timeout=timeout)
     except ProviderError as exc:
-        return ProbeResult("unknown", None, str(exc))
+        return ProbeResult("unknown", None, str(exc), transient=True)
     if status == 200 and body is not None:
         return ProbeResult("applied", body)
     if status == 404 and body is not None and body.get("error") == "not_found":
         return ProbeResult("not_applied", None)
-    return ProbeResult("unknown", None, f"GET {url}: unexpected answer {status} {body!r}")
+    return ProbeResult("unknown", None, f"GET {url}: unexpected answer {status} {body!r}", transient=status >= 500)
 
 
 async def get_charge_status(
@@ -392,6 +416,69 @@ async def get_mail_status(
 ) -> ProbeResult:
     """Was the mail with idempotency key ``key`` sent? (see :func:`get_charge_status`)"""
     return await _probe(session, base_url, "messages", key, worker_id, timeout)
+
+
+# -- docstore ----------------------------------------------------------------------------
+
+
+def _doc_url(base_url: str, collection: str, doc_id: str) -> str:
+    return f"{_base(base_url)}/collections/{quote(collection, safe='')}/docs/{quote(doc_id, safe='')}"
+
+
+async def create_document(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    *,
+    collection: str,
+    doc_id: str,
+    document: dict[str, Any],
+    run_id: str,
+    worker_id: str | None = None,
+    delay_ms: int | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """Create the row ``collection/doc_id`` of the document store, once: the client
+    names the row, so the id is the idempotency key (ids: 1-128 of ``[A-Za-z0-9_.-]``).
+
+    Returns ``{"collection", "doc_id", "document", "rev": "1-<16 hex>"}``; a repeat
+    with the same document returns the same answer; the id taken by another document
+    raises :class:`DefiniteProviderError` (409)."""
+    url = _doc_url(base_url, collection, doc_id)
+    body = {"document": document, "metadata": _metadata(run_id, delay_ms)}
+    status, answer = await _call(session, "PUT", url, json_body=body, worker_id=worker_id, timeout=timeout)
+    if status == 200 and answer is not None:
+        return answer
+    error = (answer or {}).get("error", "no JSON body")
+    if 400 <= status < 500 and answer is not None:
+        raise DefiniteProviderError(f"PUT {url}: {status} {error}", url=url, status=status, body=answer)
+    raise AmbiguousProviderError(
+        f"PUT {url}: {status} {error}; the row may have been created", url=url, status=status, body=answer
+    )
+
+
+async def get_document_status(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    collection: str,
+    doc_id: str,
+    *,
+    worker_id: str | None = None,
+    timeout: float | None = None,
+) -> ProbeResult:
+    """Read the row ``collection/doc_id`` back: applied with the create's answer, not
+    applied (404), or unknown. Never raises a ProviderError."""
+    return await _probe_url(session, _doc_url(base_url, collection, doc_id), worker_id, timeout)
+
+
+async def set_delay(
+    session: aiohttp.ClientSession, base_url: str, delay_ms: int, *, timeout: float | None = 5.0
+) -> None:
+    """Set the provider's default delay before applying (``POST /admin/delay``): the
+    certifier's "provider slow" knob. Raises ProviderError."""
+    url = _base(base_url) + "/admin/delay"
+    status, body = await _call(session, "POST", url, json_body={"delay_ms": delay_ms}, timeout=timeout)
+    if status != 200:
+        raise DefiniteProviderError(f"POST {url}: {status} {body!r}", url=url, status=status, body=body)
 
 
 # -- harness-side reads -------------------------------------------------------------------

@@ -26,9 +26,12 @@ from types import TracebackType
 
 from crashmatrix.harness.errors import ServiceError
 
-__all__ = ["Providers", "ProviderStartError", "start_providers", "KINDS"]
+__all__ = ["Providers", "ProviderStartError", "start_providers", "KINDS", "DEFAULT_KINDS"]
 
-KINDS = ("payment", "mail", "model")
+KINDS = ("payment", "mail", "model", "docstore")
+DEFAULT_KINDS = ("payment", "mail", "model")
+"""What :func:`start_providers` starts when ``kinds`` is not given (the checkout
+workload's three; ``docstore`` serves the probe certifier's examples)."""
 _SERVER_MODULE = "crashmatrix.scenarios.providers.server"
 _STDERR_TAIL = 2000
 
@@ -162,23 +165,27 @@ def _wait_ready(
 def start_providers(
     workdir: Path,
     *,
-    kinds: Iterable[str] = KINDS,
+    kinds: Iterable[str] = DEFAULT_KINDS,
     register_pgid: Callable[[int], None] | None = None,
     delay_ms: int = 0,
     env: Mapping[str, str] | None = None,
     python: str | None = None,
     ready_timeout_s: float = 10.0,
     synchronous: str = "NORMAL",
+    ports: Mapping[str, int] | None = None,
 ) -> Providers:
-    """Start one server per kind in ``kinds`` (``payment``, ``mail``, ``model``), in
-    parallel, each in a new session (its own process group, pgid == pid).
+    """Start one server per kind in ``kinds`` (``payment``, ``mail``, ``model``,
+    ``docstore``; default :data:`DEFAULT_KINDS`), in parallel, each in a new session
+    (its own process group, pgid == pid).
 
     ``register_pgid(pid)`` is called for each as soon as it is spawned, so a watchdog
     can kill it if the controller dies. ``delay_ms``: every server's default delay
     before applying a request. ``env``: extra environment variables for the servers
     (e.g. ``PYTHONPATH`` so the model server can import a workload's scripts).
     ``python``: interpreter (default: this one). Ledgers are
-    ``workdir/<kind>.sqlite3``; they are reused if present.
+    ``workdir/<kind>.sqlite3``; they are reused if present. ``ports``: kind -> port to
+    listen on (default 0, a free one), e.g. to restart a killed provider where its
+    clients and proxies already point.
 
     Raises :class:`ProviderStartError` (a RuntimeError) naming the kind and its stderr
     tail if a server is not ready within ``ready_timeout_s`` or exits first; the servers
@@ -207,7 +214,7 @@ def start_providers(
                 "--kind", kind,
                 "--ledger", str(ledgers[kind]),
                 "--host", "127.0.0.1",
-                "--port", "0",
+                "--port", str((ports or {}).get(kind, 0)),
                 "--delay-ms", str(delay_ms),
                 "--synchronous", synchronous,
             ]

@@ -17,12 +17,13 @@ Row shape (what ``GET /ledger`` returns, in insertion order)::
 
     {
       "seq": 7,                 # global insertion order in this ledger (created order)
-      "op": "charge",           # charge | refund | message | completion
-      "key": "9f2c...",         # idempotency key (None for completions: never deduped)
+      "op": "charge",           # charge | refund | message | completion | document
+      "key": "9f2c...",         # idempotency key (None for completions: never deduped;
+                                #   "collection/doc_id" for documents)
       "run_id": "run-42",       # metadata.run_id of the request
       "ref": "ch_1a2b...",      # the provider-side object id (charge_id, refund_id, ...)
       "request": {...},         # the validated request fields (no metadata)
-      "status": "succeeded",    # succeeded | declined | sent | billed
+      "status": "succeeded",    # succeeded | declined | sent | billed | created
       "http_status": 200,       # the status the original request was answered with
       "result": {...},          # the body the original request was answered with
       "attempts": 1,            # requests that arrived with this key (1 for completions)

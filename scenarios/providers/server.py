@@ -1,8 +1,8 @@
-"""Provider servers: payment, mail and a scripted, billed model, each in its own process.
+"""Provider servers: payment, mail, a scripted, billed model and a document store, each in its own process.
 
 Run one with::
 
-    python -m crashmatrix.scenarios.providers.server --kind payment|mail|model \\
+    python -m crashmatrix.scenarios.providers.server --kind payment|mail|model|docstore \\
         --ledger PATH [--host 127.0.0.1] [--port 0] [--delay-ms N] [--synchronous NORMAL]
 
 It prints exactly one line ``READY <port>`` on stdout once it listens (stdout is then
@@ -23,7 +23,14 @@ Endpoints common to every kind:
 
 Payment: ``POST /charges``, ``POST /refunds``, ``GET /charges/by-key/{key}``,
 ``GET /refunds/by-key/{key}``. Mail: ``POST /messages``, ``GET /messages/by-key/{key}``.
-Model: ``POST /v1/complete``. Bodies and answers are documented on the handlers.
+Model: ``POST /v1/complete``. Docstore (a document store whose rows the client
+names, for the probe certifier's read-back example): ``PUT
+/collections/{collection}/docs/{doc_id}``, ``GET /collections/{collection}/docs/{doc_id}``.
+Bodies and answers are documented on the handlers.
+
+``POST /admin/delay`` ``{"delay_ms": int}`` -> ``{"delay_ms": int}`` sets the default
+delay (``--delay-ms``) of later requests, so a certifier can make a running provider
+slow and fast again without restarting it.
 
 Every POST body carries ``"metadata": {"run_id": str, "delay_ms": int (optional)}``.
 The delay (default ``--delay-ms``) is slept *before* the request is applied, so a test
@@ -63,7 +70,7 @@ from .ledger import Decision, Ledger, NotRecorded
 
 __all__ = ["KINDS", "WORKER_HEADER", "build_app", "serve", "main", "derive_id"]
 
-KINDS = ("payment", "mail", "model")
+KINDS = ("payment", "mail", "model", "docstore")
 WORKER_HEADER = "X-Crashmatrix-Worker"
 MAX_KEY_LEN = 255
 MAX_AMOUNT = 10**12  # minor units; far above any realistic charge, far below int64
@@ -74,6 +81,7 @@ CLIENT_MAX_SIZE = 32 * 1024 * 1024  # model requests carry the whole transcript
 log = logging.getLogger("crashmatrix.providers")
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # docstore collection and document ids
 _SCRIPT_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
@@ -126,11 +134,16 @@ def _str(body: dict[str, Any], field: str, *, max_len: int | None = None) -> str
 
 def _text(body: dict[str, Any], field: str) -> str:
     """A string that may be empty (a mail body)."""
+    return _typed(body, field, str, "a string")
+
+
+def _typed(body: dict[str, Any], field: str, kind: type, label: str) -> Any:
+    """``body[field]``, which must be an instance of ``kind`` (``label`` names it)."""
     if field not in body:
         raise BadRequest(field, "missing")
     value = body[field]
-    if not isinstance(value, str):
-        raise BadRequest(field, f"must be a string, got {_short(value)}")
+    if not isinstance(value, kind):
+        raise BadRequest(field, f"must be {label}, got {_short(value)}")
     return value
 
 
@@ -247,6 +260,16 @@ class _Provider:
             }
         )
 
+    async def post_admin_delay(self, request: web.Request) -> web.Response:
+        """``{"delay_ms": int in 0..MAX_DELAY_MS}`` -> ``{"delay_ms": int}``: the default
+        delay of requests parsed from now on (a request already sleeping keeps its own)."""
+        body = await _read_object(request)
+        delay = body.get("delay_ms")
+        if type(delay) is not int or not 0 <= delay <= MAX_DELAY_MS:
+            raise BadRequest("delay_ms", f"must be an integer in 0..{MAX_DELAY_MS}, got {_short(delay)}")
+        self.default_delay_ms = delay
+        return _json({"delay_ms": delay})
+
     async def get_ledger(self, request: web.Request) -> web.Response:
         run_id = request.query.get("run_id")
         return _json({"rows": self.ledger.rows(run_id)})
@@ -359,6 +382,43 @@ class _Provider:
 
         return _answer(self.ledger.apply_once("message", key, run_id, fields, decide))
 
+    # docstore --------------------------------------------------------------------
+
+    async def put_document(self, request: web.Request) -> web.Response:
+        """``PUT /collections/{collection}/docs/{doc_id}`` ``{"document": {...},
+        "metadata"}`` -> 200 ``{"collection", "doc_id", "document", "rev": "1-<16 hex>"}``.
+
+        Create-only: the client names the row, so ``collection/doc_id`` is the
+        idempotency key (as a CouchDB ``PUT`` or a Firestore ``create``). A repeat with
+        the same document answers the stored row (``Idempotent-Replayed: true``); the
+        same id with another document (or from another run) answers 409 and changes
+        nothing. ``rev`` is derived from the document, so the answer is deterministic."""
+        collection = _path_name(request.match_info["collection"], "collection")
+        doc_id = _path_name(request.match_info["doc_id"], "doc_id")
+        body = await _read_object(request)
+        document = _typed(body, "document", dict, "a JSON object")
+        run_id, delay_ms = _metadata(body, self.default_delay_ms)
+        await _delay(delay_ms)
+        canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+        fields = {"collection": collection, "doc_id": doc_id, "document": document}
+
+        def decide() -> Decision:
+            rev = "1-" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+            result = {"collection": collection, "doc_id": doc_id, "document": document, "rev": rev}
+            return Decision("created", 200, result, ref=doc_id)
+
+        return _answer(self.ledger.apply_once("document", f"{collection}/{doc_id}", run_id, fields, decide))
+
+    async def get_document(self, request: web.Request) -> web.Response:
+        """``GET /collections/{collection}/docs/{doc_id}`` -> 200 the row as the create
+        answered it, or 404 ``{"error": "not_found"}``: the read-back a probe uses."""
+        collection = _path_name(request.match_info["collection"], "collection")
+        doc_id = _path_name(request.match_info["doc_id"], "doc_id")
+        row = self.ledger.get("document", f"{collection}/{doc_id}")
+        if row is None:
+            return _json({"error": "not_found", "collection": collection, "doc_id": doc_id}, status=404)
+        return _json(row["result"])
+
     # model -----------------------------------------------------------------------
 
     def load_script(self, name: str) -> Callable[..., Any]:
@@ -395,11 +455,7 @@ class _Provider:
         script = _str(body, "script", max_len=300)
         conversation = _str(body, "conversation")
         node_id = _str(body, "node_id")
-        if "messages" not in body:
-            raise BadRequest("messages", "missing")
-        messages = body["messages"]
-        if not isinstance(messages, list):
-            raise BadRequest("messages", f"must be a list, got {_short(messages)}")
+        messages = _typed(body, "messages", list, "a list")
         run_id, delay_ms = _metadata(body, self.default_delay_ms)
         fn = self.load_script(script)
         await _delay(delay_ms)
@@ -437,6 +493,12 @@ class _Provider:
         return _json(result)
 
 
+def _path_name(value: str, field: str) -> str:
+    if not _NAME_RE.fullmatch(value):
+        raise BadRequest(field, f"must be 1-128 characters of [A-Za-z0-9_.-], got {_short(value)}")
+    return value
+
+
 def _check_script_output(out: Any) -> tuple[str, list[dict[str, Any]]]:
     if not isinstance(out, dict):
         raise TypeError(f"must return a dict, got {type(out).__name__}")
@@ -471,6 +533,7 @@ def build_app(kind: str, ledger: Ledger, *, delay_ms: int = 0) -> web.Applicatio
     r.add_get("/health", p.health)
     r.add_get("/inflight", p.get_inflight)
     r.add_get("/ledger", p.get_ledger)
+    r.add_post("/admin/delay", p.post_admin_delay)
     if kind == "payment":
         r.add_post("/charges", p.post_charge)
         r.add_post("/refunds", p.post_refund)
@@ -479,6 +542,9 @@ def build_app(kind: str, ledger: Ledger, *, delay_ms: int = 0) -> web.Applicatio
     elif kind == "mail":
         r.add_post("/messages", p.post_message)
         r.add_get("/messages/by-key/{key:.+}", p.probe("message"))
+    elif kind == "docstore":
+        r.add_put("/collections/{collection}/docs/{doc_id}", p.put_document)
+        r.add_get("/collections/{collection}/docs/{doc_id}", p.get_document)
     else:
         r.add_post("/v1/complete", p.post_complete)
     return app
@@ -552,7 +618,7 @@ def _announce(port: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m crashmatrix.scenarios.providers.server",
-        description="Run one crashmatrix provider (payment, mail or model).",
+        description="Run one crashmatrix provider (payment, mail, model or docstore).",
     )
     parser.add_argument("--kind", choices=KINDS, required=True)
     parser.add_argument("--ledger", type=Path, required=True, help="SQLite ledger file")

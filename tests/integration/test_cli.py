@@ -151,3 +151,13 @@ def test_controller_killed_or_interrupted_leaves_nothing(cli_env, test_tag, tmp_
         assert proc.returncode == 130, out_path.read_text()[-2000:]
     procs, dirs = _leftovers(test_tag, tmp_path, timeout=40)
     assert procs == [] and dirs == [], (procs, dirs)
+
+
+def test_unreachable_fault_proxy_is_one_line_and_exit_2(cli_env, test_tag, tmp_path) -> None:
+    env = dict(cli_env, TOXIPROXY_URL="http://127.0.0.1:1")
+    proc = subprocess.run([*CLI, "run", "--kinds", "net", "--conversation", "conv1"], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = [l for l in proc.stderr.strip().splitlines() if l.startswith("crashmatrix: error")]
+    assert len(err) == 1 and "fault proxy" in err[0] and "127.0.0.1:1" in err[0], proc.stderr
+    assert _leftovers(test_tag, tmp_path) == ([], [])

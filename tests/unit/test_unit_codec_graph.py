@@ -203,3 +203,30 @@ def test_final_answer_none_while_running() -> None:
     g = RunGraph.rehydrate("r", {}, stored(record("turn-1", [], {"messages": []}, [spec("turn-1.tool-0", ["turn-1"])])))
     assert g.final_answer() is None
     assert RunGraph.rehydrate("r", {}, []).final_answer() is None
+
+
+# -- log frames (logstore.split_frames) ----------------------------------------------------
+
+
+def _frame(seq: int, node_id: str, record: bytes) -> bytes:
+    import struct
+
+    node = node_id.encode()
+    return struct.pack(">qi", seq, len(node)) + node + struct.pack(">i", len(record)) + record
+
+
+def test_split_frames_round_trip() -> None:
+    from crashmatrix.reference_runtime.logstore import split_frames
+
+    rows = [(1, "turn-1", b"\x08\x02"), (2, "turn-1.tool-0", b""), (3, "d\u00e9j\u00e0", b"x" * 70_000)]
+    assert split_frames(b"".join(_frame(*r) for r in rows)) == rows
+    assert split_frames(b"") == []
+
+
+@pytest.mark.parametrize("cut", [1, 5, 13])
+def test_split_frames_refuses_torn_frames(cut: int) -> None:
+    from crashmatrix.reference_runtime.logstore import CorruptRecord, split_frames
+
+    data = _frame(1, "turn-1", b"record") + _frame(2, "turn-2", b"record")
+    with pytest.raises(CorruptRecord, match="torn"):
+        split_frames(data[:-cut])

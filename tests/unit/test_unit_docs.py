@@ -9,7 +9,8 @@ import inspect
 
 # -- documentation (in the style of Hypothesis's own "every public name documented") ---
 
-DOCUMENTED_HARNESS_MODULES = ("plan", "oracle", "adapter", "explorer", "matrix", "errors", "crashpoint")
+DOCUMENTED_HARNESS_MODULES = ("plan", "oracle", "adapter", "explorer", "matrix", "errors", "crashpoint", "selftest",
+                              "plugin", "fuzz", "html_report", "goldencache", "sources", "live", "report", "sharedpg")
 
 
 def _undocumented(obj: object) -> bool:

@@ -147,6 +147,34 @@ def test_cancel_elsewhere_succeeded_is_fine() -> None:
     assert oracle.check_cancel_left_unknown(ev).valid is True
 
 
+# -- log.acknowledged_durable ------------------------------------------------------------
+
+ACKED = [
+    ("step", "step.before", "turn-1", 1),
+    ("label", "log.append.after", "turn-1", 1),
+    ("label", "log.append.after", "turn-1.tool-0", 1),
+    ("label", "log.append.after", "turn-1.tool-0", 2),  # a retried append: one node
+]
+
+
+def test_acknowledged_durable_valid() -> None:
+    v = oracle.check_acknowledged_durable(crash_ev("kill", "model.call.before", "turn-2", trace=ACKED, log_=GOOD_LOG))
+    assert v.valid is True and "2 acknowledged append(s)" in v.details
+
+
+def test_acknowledged_append_missing_from_the_log_is_invalid() -> None:
+    v = oracle.check_acknowledged_durable(crash_ev("kill", "model.call.before", "turn-2", trace=ACKED, log_=GOOD_LOG[:1]))
+    assert v.valid is False and v.check == "log.acknowledged_durable"
+    assert "1 of 2 acknowledged append(s) not in the log: turn-1.tool-0" in v.details
+
+
+def test_acknowledged_durable_not_applicable_without_log() -> None:
+    ev = crash_ev("kill", "model.call.before", "turn-2", trace=ACKED)
+    ev.observation.log = None
+    v = oracle.check_acknowledged_durable(ev)
+    assert v.valid is True and "not applicable" in v.details
+
+
 # -- term.drained ------------------------------------------------------------------------
 
 DRAIN_TRACE = [
@@ -201,9 +229,10 @@ def test_term_bad_status(status: str) -> None:
 
 def test_crash_checks_select_by_kind() -> None:
     names = lambda kind: [v.check for v in oracle.crash_checks(crash_ev(kind, "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0))]
-    assert names("kill") == ["log.clean_prefix", "effects.commit_with_record"]
-    assert names("cancel") == ["log.clean_prefix", "effects.commit_with_record", "cancel.left_unknown"]
-    assert names("term") == ["log.clean_prefix", "effects.commit_with_record", "term.drained"]
+    always = ["log.clean_prefix", "effects.commit_with_record", "log.acknowledged_durable"]
+    assert names("kill") == always
+    assert names("cancel") == always + ["cancel.left_unknown"]
+    assert names("term") == always + ["term.drained"]
 
 
 # -- unknown: a check that raises --------------------------------------------------------

@@ -16,8 +16,11 @@ from crashmatrix.harness.plan import (
     CrashPoint,
     Fault,
     FaultPlan,
+    NetToxic,
     source_of,
 )
+
+SIMPLE_KINDS = tuple(k for k in FAULT_KINDS if k != "net")  # net needs its toxic: tests/unit/test_unit_netfaults.py
 
 STEP = CrashPoint("step", "step.before", "turn-1", 1)
 LABEL = CrashPoint("label", "effect.started.after", "turn-4.tool-0", 2)
@@ -57,7 +60,7 @@ def test_occurrence_defaults_to_one_when_absent() -> None:
 
 
 @pytest.mark.parametrize("point", [STEP, LABEL, AWAIT], ids=["step", "label", "await"])
-@pytest.mark.parametrize("kind", FAULT_KINDS)
+@pytest.mark.parametrize("kind", SIMPLE_KINDS)
 def test_case_id_round_trip_each_source(point: CrashPoint, kind: str) -> None:
     case = Case("checkout", "conv3", FaultPlan((Fault(kind, point),)))
     assert case.id == f"checkout/conv3/{kind}@{point.name}[{point.task}]#{point.occurrence}"
@@ -107,9 +110,19 @@ _points = st.one_of(
     st.builds(CrashPoint, st.just("label"), _label_names, _tasks, st.integers(1, 10_000)),
     st.builds(CrashPoint, st.just("await"), _await_names, _tasks, st.integers(1, 10_000)),
 )
-_plans = st.lists(st.builds(Fault, st.sampled_from(FAULT_KINDS), _points), max_size=4).map(
-    lambda fs: FaultPlan(tuple(fs))
+_toxics = st.sampled_from(sorted(__import__("crashmatrix.harness.plan", fromlist=["x"]).TOXIC_ATTRIBUTES.items()))
+_nets = st.builds(
+    lambda toxic, values, link, stream, heal: NetToxic(
+        link, toxic[0], tuple(zip(toxic[1], values)), stream, heal),
+    _toxics, st.lists(st.integers(-5, 10**9), min_size=3, max_size=3),
+    st.sampled_from(["db", "payment", "model", "mail-2"]), st.sampled_from(["downstream", "upstream"]),
+    st.one_of(st.none(), st.builds(CrashPoint, st.just("label"), st.just("db.reconnect"), st.just("db"), st.integers(1, 9))),
 )
+_faults = st.one_of(
+    st.builds(Fault, st.sampled_from(SIMPLE_KINDS), _points),
+    st.builds(lambda p, n: Fault("net", p, n), _points, _nets),
+)
+_plans = st.lists(_faults, max_size=4).map(lambda fs: FaultPlan(tuple(fs)))
 _ident = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=10).filter(
     lambda s: s != "golden"
 )
@@ -243,8 +256,10 @@ def test_bad_source() -> None:
 
 
 def test_fault_constructor_refuses_unknown_kind() -> None:
-    with pytest.raises(PlanError, match="fault.kind='net'"):
-        Fault("net", LABEL)
+    with pytest.raises(PlanError, match="fault.kind='flood'"):
+        Fault("flood", LABEL)
+    with pytest.raises(PlanError, match="fault.net is required with kind 'net'"):
+        Fault("net", LABEL)  # a net fault names its link and toxic
 
 
 @pytest.mark.parametrize(
@@ -263,7 +278,13 @@ def test_fault_constructor_refuses_unknown_kind() -> None:
         ("checkout/conv1/kill@a b[t]#1", "fault 'kill@a b[t]#1'"),
         ("checkout/conv1/kill@a[t]#1+", "fault ''"),
         ("checkout/conv1/boom@a[t]#1", "fault kind 'boom'"),
-        ("checkout/conv1/net@a[t]#1", "fault kind 'net'"),
+        ("checkout/conv1/net@a[t]#1", "fault.net is required"),
+        ("checkout/conv1/net:db@a[t]#1", "must look like net:LINK.TOXIC"),
+        ("checkout/conv1/net:db.reset_peer(timeout=x)@a[t]#1", "timeout='x' must be an integer"),
+        ("checkout/conv1/net:db.flood@a[t]#1", "net.toxic='flood'"),
+        ("checkout/conv1/net:db.latency(bytes=3)@a[t]#1", "net.attributes.bytes is not an attribute of latency"),
+        ("checkout/conv1/net:db.latency(stream=sideways)@a[t]#1", "net.stream='sideways'"),
+        ("checkout/conv1/net:db.latency@a[t]#2~a[t]#2", "must come after the fault's point"),
     ],
 )
 def test_case_parse_malformed(case_id: str, needle: str) -> None:

@@ -1,0 +1,114 @@
+"""Where a case's CPU goes: per-process CPU per case for a matrix slice.
+
+    python benchmarks/bench_case_cpu.py [--conversations conv1] [--kinds kill,term,cancel]
+                                        [--jobs 4] [--subject reference]
+
+Starts one session (as ``crashmatrix run`` does), runs the golden runs, then the step +
+labelled-point matrix of the given conversations and kinds; reads CPU times (user +
+system, from ``/proc`` through psutil) of every process of the session before and after
+the cases, and prints CPU milliseconds per case by process kind: workers (the zygote's
+reaped children), the zygote itself, each provider, PostgreSQL (the postmaster and its
+reaped backends), the controller (this process). The sum over kinds is the CPU a case
+costs; on N cores the matrix can run at most ``N * 1000 / sum`` cases per second. Wall
+figures depend on the machine's load (printed); the CPU split does much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+
+import psutil
+
+from crashmatrix.harness.explorer import enumerate_cases
+from crashmatrix.harness.matrix import _run_cases
+from crashmatrix.harness.session import open_session
+
+
+def _cpu(p: psutil.Process, children: bool) -> float:
+    t = p.cpu_times()
+    total = t.user + t.system
+    if children:
+        total += t.children_user + t.children_system
+    return total * 1000
+
+
+def _processes(workdir: str) -> dict[str, psutil.Process]:
+    """The session's processes by kind, found by their command lines."""
+    me = psutil.Process()
+    out: dict[str, psutil.Process] = {"controller": me}
+    for child in me.children(recursive=False):
+        cmd = " ".join(child.cmdline())
+        if "harness.zygote" in cmd:
+            out["zygote"] = child
+        elif "providers.server" in cmd:
+            kind = cmd.split("--kind", 1)[1].split()[0]
+            out[f"provider:{kind}"] = child
+        elif "watchdog" in cmd:
+            out["watchdog"] = child
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if cmd.startswith(("postgres", "/")) and "-D" in cmd and workdir in cmd and "postgres" in cmd:
+            out["postgres"] = p
+    return out
+
+
+def _snapshot(procs: dict[str, psutil.Process]) -> dict[str, float]:
+    snap = {}
+    for kind, p in procs.items():
+        if kind == "zygote":
+            t = p.cpu_times()
+            snap["zygote"] = (t.user + t.system) * 1000
+            snap["workers"] = (t.children_user + t.children_system) * 1000
+        elif kind == "controller":
+            snap[kind] = _cpu(p, children=False)
+        else:
+            snap[kind] = _cpu(p, children=True)
+    return snap
+
+
+async def _db_stats(explorer) -> dict[str, int]:
+    row = await explorer.db.fetchrow(
+        "SELECT sessions, xact_commit, xact_rollback, tup_returned, tup_inserted, tup_updated"
+        " FROM pg_stat_database WHERE datname = current_database()")
+    return dict(row)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--conversations", default="conv1")
+    ap.add_argument("--kinds", default="kill,term,cancel")
+    ap.add_argument("--sources", default="step,label")
+    ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--subject", default="reference")
+    args = ap.parse_args()
+    convs = args.conversations.split(",")
+    async with open_session(args.subject, "checkout") as explorer:
+        goldens = {c: await explorer.golden(c) for c in convs}
+        cases = enumerate_cases("checkout", goldens, tuple(args.kinds.split(",")), tuple(args.sources.split(",")))
+        procs = _processes(str(explorer.workdir.parent))
+        db0 = await _db_stats(explorer)
+        before = _snapshot(procs)
+        t0 = time.monotonic()
+        results = await _run_cases(explorer, cases, goldens, args.jobs, None)
+        seconds = time.monotonic() - t0
+        after = _snapshot(procs)
+        await asyncio.sleep(1.0)  # backends flush their statistics at exit, at most 1 s late
+        db1 = await _db_stats(explorer)
+    n = len(results)
+    bad = sum(r.outcome != "pass" for r in results)
+    print(f"{n} cases ({bad} not passed) in {seconds:.1f} s = {n / seconds:.1f} cases/s, jobs={args.jobs}, "
+          f"load {os.getloadavg()[0]:.1f}, cores {os.cpu_count()}")
+    total = 0.0
+    for kind in sorted(after, key=lambda k: -(after[k] - before.get(k, 0))):
+        per_case = (after[kind] - before.get(kind, 0)) / n
+        total += per_case
+        print(f"  {kind:18s} {per_case:7.1f} ms CPU per case")
+    print("  PostgreSQL per case: " + ", ".join(f"{k} {(db1[k] - db0[k]) / n:.1f}" for k in db0))
+    print(f"  {'sum':18s} {total:7.1f} ms CPU per case -> ceiling {os.cpu_count() * 1000 / total:.1f} cases/s")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,196 @@
+"""Benchmarks of the pytest plugin (figures in docs/benchmarks.md).
+
+1. ``collect``: collection time of the whole checkout matrix (4 conversations x
+   kill,term,cancel x step,label: 1,089 items) from a user's test file, cold (the
+   golden runs computed under the lock, services started) and warm (read from the
+   golden-trace cache), against pytest collecting a plain one-test file (pytest's own
+   start-up). Wall and CPU seconds (user + system of the pytest process).
+2. ``services``: the xdist question, two workers each running a slice of cases: one
+   set of services per worker (each its own embedded PostgreSQL: what the plugin does)
+   against one PostgreSQL shared by both (started once, as the first worker would
+   start it under a lock while the other waits; each worker still has its own
+   providers and zygote). Setup seconds (until both are ready), wall seconds for
+   setup + cases, CPU seconds of the two processes and their children.
+
+3. ``jobs``: a serial pytest run of a matrix slice (conv1 x kill x step,label, 81
+   items) with ``--crashmatrix-jobs 1`` (one case at a time, as pytest runs items)
+   against the default (the coming items' cases run ahead, twice the cores at once),
+   and ``-n 2`` for comparison; the cache is warm for all three.
+
+    python benchmarks/bench_plugin.py collect [--warm 3]
+    python benchmarks/bench_plugin.py services [--cases 20] [--rounds 2]
+    python benchmarks/bench_plugin.py jobs [--rounds 1]
+
+Print the machine's load (``uptime``) with the figures: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+MATRIX_TEST = textwrap.dedent("""
+    import pytest
+
+    @pytest.mark.crashmatrix("checkout", subject="reference")
+    def test_checkout(crashmatrix_case):
+        crashmatrix_case.check()
+""")
+PLAIN_TEST = "def test_plain():\n    pass\n"
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
+    cpu0, t0 = _children_cpu(), time.monotonic()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    wall, cpu = time.monotonic() - t0, _children_cpu() - cpu0
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return wall, cpu, proc.stdout
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRASHMATRIX_", "PYTEST_"))}
+    env["TMPDIR"] = str(tmp)
+    return env
+
+
+def bench_collect(warm: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-plugin-"))
+    try:
+        (tmp / "proj").mkdir()
+        (tmp / "plain").mkdir()
+        (tmp / "proj" / "test_matrix.py").write_text(MATRIX_TEST)
+        (tmp / "plain" / "test_plain.py").write_text(PLAIN_TEST)
+        env = _env(tmp)
+        base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q"]
+        rows = []
+        wall, cpu, out = _timed(base, tmp / "plain", env)
+        rows.append(("plain one-test file", wall, cpu, out.strip().splitlines()[-1]))
+        wall, cpu, out = _timed(base, tmp / "proj", env)
+        rows.append(("matrix, cold cache", wall, cpu, out.strip().splitlines()[-1]))
+        for i in range(warm):
+            wall, cpu, out = _timed(base, tmp / "proj", env)
+            rows.append((f"matrix, warm cache #{i + 1}", wall, cpu, out.strip().splitlines()[-1]))
+        print(f"{'run':24} {'wall s':>7} {'cpu s':>7}  pytest says")
+        for name, wall, cpu, last in rows:
+            print(f"{name:24} {wall:7.2f} {cpu:7.2f}  {last}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+_WORKER = textwrap.dedent("""
+    import json, os, sys, time, resource
+    from crashmatrix.harness.live import LiveHarness
+    from crashmatrix.harness.explorer import enumerate_cases
+    dsn, k, n, ready_file = sys.argv[1] or None, int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    t0 = time.monotonic()
+    with LiveHarness("reference", "checkout", dsn=dsn) as h:
+        golden = h.golden("conv1")
+        t_ready = time.monotonic()
+        cases = enumerate_cases("checkout", {"conv1": golden}, ("kill",), ("step", "label"))[k::2][:n]
+        outcomes = [h.run_case(c).outcome for c in cases]
+        t_cases = time.monotonic()
+    print(json.dumps({"ready": t_ready - t0, "cases": t_cases - t_ready, "n": len(outcomes),
+                      "passed": outcomes.count("pass"), "total": time.monotonic() - t0}))
+""")
+
+
+def _pair(dsn: str | None, n: int, tmp: Path) -> dict[str, float]:
+    env = _env(tmp)
+    cpu0, t0 = _children_cpu(), time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, dsn or "", str(k), str(n), ""], env=env,
+                              stdout=subprocess.PIPE, text=True) for k in (0, 1)]
+    outs = [json.loads(p.communicate()[0]) for p in procs]
+    wall = time.monotonic() - t0
+    return {"ready": max(o["ready"] for o in outs), "wall": wall, "cpu": _children_cpu() - cpu0,
+            "cases": sum(o["n"] for o in outs), "passed": sum(o["passed"] for o in outs),
+            "case_seconds": max(o["cases"] for o in outs)}
+
+
+def bench_services(n: int, rounds: int) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from crashmatrix.harness.services.postgres import start_postgres
+    from crashmatrix.harness.services.watchdog import Watchdog
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-services-"))
+    rows = []
+    try:
+        for r in range(rounds):
+            rows.append(("one set per worker", _pair(None, n, tmp)))
+            cpu0, t0 = _children_cpu(), time.monotonic()
+            with Watchdog.start() as wd:
+                pg = start_postgres(tmp / f"shared-{r}", watchdog=wd)
+                pg_start, pg_cpu = time.monotonic() - t0, _children_cpu() - cpu0
+                try:
+                    shared = _pair(pg.dsn, n, tmp)
+                finally:
+                    pg.close()
+            shared["ready"] += pg_start
+            shared["wall"] += pg_start
+            shared["cpu"] += pg_cpu
+            rows.append(("shared PostgreSQL", shared))
+        print(f"{'services':20} {'setup s':>8} {'wall s':>7} {'cpu s':>7} {'cases':>6} {'cases/s':>8}")
+        for name, d in rows:
+            rate = d["cases"] / d["case_seconds"] if d["case_seconds"] else 0
+            print(f"{name:20} {d['ready']:8.2f} {d['wall']:7.2f} {d['cpu']:7.2f} {d['passed']:>3}/{d['cases']:<3}"
+                  f" {rate:8.1f}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def bench_jobs(rounds: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-jobs-"))
+    try:
+        (tmp / "proj").mkdir()
+        (tmp / "proj" / "test_matrix.py").write_text(MATRIX_TEST.replace(
+            'subject="reference")', 'subject="reference", conversations=["conv1"], kinds=["kill"])'))
+        env = _env(tmp)
+        base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+        _timed([*base, "--collect-only"], tmp / "proj", env)  # warm the golden-trace cache
+        print(f"{'run':28} {'wall s':>7} {'cpu s':>7}  pytest says")
+        for _ in range(rounds):
+            for name, extra in (("--crashmatrix-jobs 1", ["--crashmatrix-jobs", "1"]),
+                                ("default (jobs = 2 x cores)", []), ("-n 2", ["-n", "2"])):
+                wall, cpu, out = _timed([*base, *extra], tmp / "proj", env)
+                print(f"{name:28} {wall:7.2f} {cpu:7.2f}  {out.strip().splitlines()[-1]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("--warm", type=int, default=3)
+    s = sub.add_parser("services")
+    s.add_argument("--cases", type=int, default=20, help="cases per worker")
+    s.add_argument("--rounds", type=int, default=2)
+    j = sub.add_parser("jobs")
+    j.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args()
+    print("load:", os.getloadavg())
+    if args.what == "collect":
+        bench_collect(args.warm)
+    elif args.what == "jobs":
+        bench_jobs(args.rounds)
+    else:
+        bench_services(args.cases, args.rounds)
+    print("load:", os.getloadavg())
+
+
+if __name__ == "__main__":
+    main()

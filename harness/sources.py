@@ -1,0 +1,207 @@
+"""The source files of a subject and a workload: their hash, and where crash points are.
+
+Two things need the code a matrix runs rather than its names:
+
+- the golden-trace cache (:mod:`.goldencache`) is keyed by a **code hash**, so an edit
+  to the runtime, the adapter or the workload (new labels, a new step) makes collection
+  run the golden runs again instead of producing stale test ids;
+- a failing case's message names the **source location** of its crash point.
+
+Which files: start from the modules that define the adapter class and its bases and the
+module the workload is registered from; add every package those modules import at top
+level (their globals' ``__module__``). Each is taken as a whole package (a top-level
+package, or for the ``crashmatrix`` namespace one of ``crashmatrix.harness``,
+``crashmatrix.reference_runtime``, ``crashmatrix.scenarios``). Packages that live under
+the standard library or ``site-packages`` and are not one of the starting packages'
+own distribution contribute their name and installed version instead of their files
+(their code does not name our crash points, and hashing all of asyncpg on every
+collection would cost more than it tells). Files hashed: ``*.py`` and ``*.sql``, by
+path relative to their package and content.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import importlib.metadata
+import inspect
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+from . import registry
+
+_SUFFIXES = (".py", ".sql")
+
+
+def _root_name(module_name: str) -> str:
+    """The package a module is taken with: its top-level package, or the first two
+    levels under a namespace package (``crashmatrix.harness``)."""
+    parts = module_name.split(".")
+    top = sys.modules.get(parts[0])
+    if top is not None and getattr(top, "__file__", None) is None and len(parts) > 1:
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def _installed_dirs() -> tuple[Path, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths)
+
+
+def _files_of(module: ModuleType) -> list[Path]:
+    roots = [Path(p) for p in getattr(module, "__path__", [])] or (
+        [Path(module.__file__)] if getattr(module, "__file__", None) else [])
+    out: list[Path] = []
+    for root in roots:
+        if root.is_file():
+            out.append(root)
+        elif root.is_dir():
+            out += [p for p in root.rglob("*") if p.suffix in _SUFFIXES and "__pycache__" not in p.parts]
+    return sorted(out)
+
+
+@dataclass
+class SourceSet:
+    """The packages behind a subject and a workload (module docstring).
+
+    ``files``: package name -> its source files; ``versions``: package name -> installed
+    version, for the packages counted by version instead of files."""
+
+    files: dict[str, list[Path]] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def code_hash(self) -> str:
+        """sha256 (hex) over every file's package, relative path and bytes, and every
+        version-counted package's name and version, in sorted order."""
+        h = hashlib.sha256()
+        for pkg in sorted(self.files):
+            base = self.files[pkg][0].parent if self.files[pkg] else Path(".")
+            for path in self.files[pkg]:
+                try:
+                    rel = path.relative_to(base)
+                except ValueError:
+                    rel = Path(path.name)
+                h.update(f"{pkg}:{rel.as_posix()}\0".encode())
+                h.update(path.read_bytes())
+                h.update(b"\0")
+        for pkg in sorted(self.versions):
+            h.update(f"{pkg}=={self.versions[pkg]}\0".encode())
+        return h.hexdigest()
+
+    def label_locations(self) -> dict[str, list[str]]:
+        """Label name -> ``path:line`` of every ``crashpoint("label")`` call with a
+        literal name in these files (paths relative to the current directory when
+        below it)."""
+        out: dict[str, list[str]] = {}
+        for paths in self.files.values():
+            for path in paths:
+                if path.suffix != ".py":
+                    continue
+                for name, line in _crashpoint_calls(path):
+                    out.setdefault(name, []).append(f"{_shown(path)}:{line}")
+        return out
+
+
+def _shown(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+@cache
+def _crashpoint_calls_cached(path: str, mtime_ns: int) -> tuple[tuple[str, int], ...]:
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"), path)
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return ()
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)):
+            continue
+        fn = node.func
+        name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+        if name == "crashpoint":
+            found.append((node.args[0].value, node.lineno))
+    return tuple(sorted(found, key=lambda x: x[1]))
+
+
+def _crashpoint_calls(path: Path) -> tuple[tuple[str, int], ...]:
+    return _crashpoint_calls_cached(str(path), path.stat().st_mtime_ns)
+
+
+def _workload_module(workload: str) -> str:
+    target = registry.WORKLOADS.get(workload, workload)
+    return target.partition(":")[0]
+
+
+def subject_sources(subject: str, workload: str) -> SourceSet:
+    """The :class:`SourceSet` of ``subject`` and ``workload`` (registered names or
+    ``package.module:Attr``). Raises :class:`~.errors.RegistryError` for unknown names."""
+    adapter = registry.subject(subject)
+    registry.workload(workload)
+    seeds = [c.__module__ for c in type(adapter).__mro__ if c.__module__ not in ("builtins", "abc")]
+    seeds.append(_workload_module(workload))
+    seed_roots = {_root_name(m) for m in seeds}
+    seed_tops = {r.split(".")[0] for r in seed_roots}
+    roots = set(seed_roots)
+    for name in seeds:
+        mod = sys.modules.get(name) or importlib.import_module(name)
+        for value in vars(mod).values():
+            owner = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
+            if isinstance(owner, str) and owner and owner.split(".")[0] not in sys.stdlib_module_names:
+                roots.add(_root_name(owner))
+    installed = _installed_dirs()
+    out = SourceSet()
+    for root in sorted(roots):
+        if root.split(".")[0] in ("builtins", "__main__"):
+            continue
+        try:
+            mod = importlib.import_module(root)
+        except ImportError:
+            continue
+        files = _files_of(mod)
+        own = root.split(".")[0] in seed_tops
+        if not own and files and any(installed_dir in files[0].resolve().parents for installed_dir in installed):
+            try:
+                out.versions[root] = importlib.metadata.version(root.split(".")[0])
+            except importlib.metadata.PackageNotFoundError:
+                out.versions[root] = str(getattr(mod, "__version__", "?"))
+            continue
+        out.files[root] = files
+    return out
+
+
+def point_location(name: str, source: str, sources: SourceSet | None) -> str | None:
+    """Where a crash point is in the source, or None when not known:
+
+    - a label: every ``crashpoint("name")`` call site (``path:line``, joined with
+      ``", "``), from :meth:`SourceSet.label_locations`;
+    - an await point ``module:Qualname@N``: the function's file and first line;
+    - a step: the node boundary the adapter reports (no single source line).
+    """
+    if source == "label" and sources is not None:
+        sites = sources.label_locations().get(name)
+        return ", ".join(sites) if sites else None
+    if source == "await":
+        module_name, _, rest = name.partition(":")
+        qualname, _, ordinal = rest.rpartition("@")
+        try:
+            obj: object = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+            code = inspect.unwrap(obj)  # type: ignore[arg-type]
+            path = inspect.getsourcefile(code)  # type: ignore[arg-type]
+            line = inspect.getsourcelines(code)[1]  # type: ignore[arg-type]
+        except (ImportError, AttributeError, TypeError, OSError):
+            return None
+        return f"{_shown(Path(path))}:{line} ({qualname}, suspension #{ordinal})" if path else None
+    if source == "step":
+        return "a node boundary reported by the adapter (on_step)"
+    return None

@@ -1,0 +1,22 @@
+"""Build 2 of the pickle-codec mutant: the message class of :mod:`.pickle_build1`, moved
+here by a refactor (and made a dataclass on the way). See :mod:`.pickle_codec`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass
+class Message:
+    """A transcript message as an object (role, content, tool call fields)."""
+
+    role: str
+    content: Any = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    status: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None or k in ("role", "content")}

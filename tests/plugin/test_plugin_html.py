@@ -1,0 +1,64 @@
+"""The HTML report of a real matrix with one failing case, opened in a real headless
+Chromium (Debian's, driven by Playwright): the page loads from the file alone, the
+heatmap has one cell per case, and clicking the failing cell opens its details and
+replay command."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from _plugin_support import CHROMIUM_ARGS, crashmatrix_cli
+
+
+def test_html_report_in_headless_chromium(tmp_path: Path, chromium: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    work = tmp_path / "run"
+    work.mkdir()
+    # kill x conv1 on the unkeyed-retry mutant, shard 3/10: 8 cases today, one of which
+    # (a kill right after the charge's effect row was started) charges twice
+    run = crashmatrix_cli(work, "run", "checkout", "--subject", "defect:unkeyed-retry", "--conversation", "conv1",
+                          "--kinds", "kill", "--shard", "3/10", "--report", "r.json", "--html", "r.html")
+    assert run.returncode == 1, run.output[-3000:]
+    report = json.loads((work / "r.json").read_text())
+    cases = report["cases"]
+    failing = [c for c in cases if c["outcome"] == "fail"]
+    assert len(cases) >= 5 and len(failing) >= 1, [(c["id"], c["outcome"]) for c in cases]
+    assert len(failing) < len(cases)
+    bad = failing[0]
+
+    requests: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("request", lambda r: requests.append(r.url))
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto((work / "r.html").as_uri())
+            assert page.title() == "crashmatrix: checkout on defect:unkeyed-retry"
+            assert page.locator("table.heatmap thead th").all_inner_texts() == ["crash point", "kill"]
+            assert page.locator("td.cell[data-case]").count() == len(cases)
+            red = page.locator("td.cell.fail")
+            assert red.count() == len(failing)
+            assert page.locator("td.cell.pass").count() == len(cases) - len(failing)
+            assert "Click a cell" in page.locator("#details").inner_text()
+            red.first.click()
+            details = page.locator("#details")
+            assert details.locator(".case-id").inner_text() == bad["id"]
+            text = details.inner_text()
+            assert f"outcome: fail ({bad['failed_check']})" in text
+            for v in bad["verdicts"]:
+                if v["verdict"] == "invalid":
+                    assert f"{v['phase']} check {v['check']}: invalid" in text
+            assert re.search(r"crash point at \S*reference_runtime/executor.py:\d+", text), text
+            assert details.locator("code.replay").inner_text() == bad["replay"]
+            assert json.loads(details.locator("pre.plan").inner_text()) == bad["plan"]
+            page.screenshot(path=str(work / "report.png"))
+            assert not errors, errors
+        finally:
+            browser.close()
+    # the page needed nothing but itself: no font, script or image from anywhere
+    assert requests == [(work / "r.html").as_uri()], requests

@@ -1,0 +1,57 @@
+"""A user's matrix test file (tests/plugin/user_project: a few lines and a pytest.ini
+slice) expands into the checkout matrix and passes under ``-n 2`` and serially, with
+identical ids and verdicts. The xdist run starts cold: its two workers collect at once,
+one computes the golden trace under the cache's lock while the other waits and reads
+it; the serial run collects from the warm cache."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from _plugin_support import run_pytest
+
+
+def _verdicts(path: Path) -> dict[str, str]:
+    data = json.loads(path.read_text())
+    return {c["id"]: c["outcome"] for m in data["matrices"] for c in m["cases"]}
+
+
+def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
+    xdist = run_pytest(matrix_project, "-q", "-n", "2", "--crashmatrix-report=xdist.json")
+    # xdist fails the run when its workers collect different ids
+    assert xdist.returncode == 0, xdist.output[-3000:]
+    cache_files = list((matrix_project / ".crashmatrix_cache" / "goldens").glob("checkout--reference--*.json"))
+    assert len(cache_files) == 1, cache_files
+    cached = json.loads(cache_files[0].read_text())
+    assert list(cached["conversations"]) == ["conv1"]
+    computed_at = cached["conversations"]["conv1"]["computed_at"]
+    verdicts = _verdicts(matrix_project / "xdist.json")
+    # kill,term x every step and label point of conv1 (81 today: 162 cases); shard 1/15
+    # keeps every 15th case from the first (11 today)
+    points = [e for e in cached["conversations"]["conv1"]["trace"] if e[0] in ("step", "label")]
+    expected = len(range(0, 2 * len(points), 15))
+    assert len(verdicts) == expected >= 5, sorted(verdicts)
+    assert set(verdicts.values()) == {"pass"}
+    assert {cid.split("/")[2].split("@")[0] for cid in verdicts} == {"kill", "term"}
+    assert f"{expected} passed" in xdist.stdout
+
+    serial = run_pytest(matrix_project, "-rA", "--crashmatrix-report=serial.json", "--junitxml=serial.xml")
+    assert serial.returncode == 0, serial.output[-3000:]
+    assert _verdicts(matrix_project / "serial.json") == verdicts
+    assert "crashmatrix: seed=" in serial.stdout and f"{expected} passed" in serial.stdout
+    # warm cache: the serial run did not recompute the golden trace
+    again = json.loads(cache_files[0].read_text())
+    assert again["conversations"]["conv1"]["computed_at"] == computed_at
+
+    # JUnit: the case id is the test id; properties carry the replay command
+    suite = ET.parse(matrix_project / "serial.xml").getroot()
+    cases = suite.findall(".//testcase")
+    assert sorted(c.get("name") for c in cases) == sorted(f"test_checkout[{cid.split('/', 1)[1]}]" for cid in verdicts)
+    props = {p.get("name"): p.get("value") for p in cases[0].findall("./properties/property")}
+    assert props["crashmatrix_outcome"] == "pass"
+    assert props["crashmatrix_replay"].startswith("crashmatrix replay 'checkout/conv1/")
+    # nothing left behind: no shared-PostgreSQL directory, no data directory, no session
+    # directory in the runs' temporary directory
+    assert sorted(p.name for p in (matrix_project.parent / "tmp").iterdir() if p.name.startswith("crashmatrix")) == []

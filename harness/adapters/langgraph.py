@@ -75,7 +75,11 @@ except ImportError as exc:  # pragma: no cover - exercised when the extra is mis
 DURABILITIES = ("sync", "async", "exit")
 BACKENDS = ("sqlite", "postgres")
 APIS = ("graph", "functional")
-TASK_ID_KEY = "__pregel_task_id"  # langgraph._internal._constants.CONFIG_KEY_TASK_ID
+TASK_ID_KEY = "__pregel_task_id"
+LANGGRAPH_CORE_PACKAGES = (
+    "langgraph.pregel", "langgraph._internal", "langgraph.graph", "langgraph.func", "langgraph.channels",
+    "langgraph.checkpoint.base", "langgraph.checkpoint.serde", "langgraph.checkpoint.memory",
+)  # langgraph._internal._constants.CONFIG_KEY_TASK_ID
 
 _POINT_LOCK = threading.Lock()
 
@@ -223,8 +227,23 @@ class CrashpointSaver(BaseCheckpointSaver):
 class AsyncCrashpointSaver(CrashpointSaver):
     """Wraps an async checkpointer (``AsyncSqliteSaver``, ``AsyncPostgresSaver``) for
     ``ainvoke``: the same points as :class:`CrashpointSaver` around ``aput`` and
-    ``aput_writes`` (LangGraph runs them as background asyncio tasks on the graph's own
-    loop, so they are await points too: their tasks are the saver's logical tasks)."""
+    ``aput_writes``, which LangGraph runs as background asyncio tasks on the graph's loop
+    (so the savers' own awaits are await points, named in the saver's logical task).
+
+    The two calls are serialised by a lock of this wrapper. Both savers already serialise
+    them (one connection behind the saver's own ``asyncio.Lock``), so nothing runs in
+    another order; but a *contended* lock suspends and an uncontended one does not, so
+    waiting on the saver's lock made the await trace depend on timing (measured: 5-10 of
+    17-26 logical tasks differed between three golden runs on PostgreSQL and in the
+    functional API). Waiting here, in a frame outside ``subject_packages``, is not an
+    await point."""
+
+    _serial: asyncio.Lock | None = None
+
+    def _lock(self) -> asyncio.Lock:
+        if self._serial is None:
+            self._serial = asyncio.Lock()
+        return self._serial
 
     async def aget_tuple(self, config: Any) -> Any:
         return await self.inner.aget_tuple(config)
@@ -242,9 +261,10 @@ class AsyncCrashpointSaver(CrashpointSaver):
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         token = set_logical_task(f"checkpoint-s{metadata.get('step')}")
         try:
-            point("checkpoint.put.before")
-            out = await self.inner.aput(config, checkpoint, metadata, new_versions)
-            point("checkpoint.put.after")
+            async with self._lock():
+                point("checkpoint.put.before")
+                out = await self.inner.aput(config, checkpoint, metadata, new_versions)
+                point("checkpoint.put.after")
             return out
         finally:
             reset_logical_task(token)
@@ -252,9 +272,10 @@ class AsyncCrashpointSaver(CrashpointSaver):
     async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
         token = set_logical_task(self.hooks.task_names.get(task_id) or _path_name(task_path))
         try:
-            point("log.append.before")
-            await self.inner.aput_writes(config, writes, task_id, task_path)
-            point("log.append.after")
+            async with self._lock():
+                point("log.append.before")
+                await self.inner.aput_writes(config, writes, task_id, task_path)
+                point("log.append.after")
         finally:
             reset_logical_task(token)
 
@@ -353,7 +374,6 @@ class LangGraphAdapter(Adapter):
     """LangGraph StateGraph, SqliteSaver, ``sync`` durability."""
 
     name = "langgraph"
-    subject_packages = ("langgraph",)
     api = "graph"
     backend = "sqlite"
     durability = "sync"
@@ -370,6 +390,18 @@ class LangGraphAdapter(Adapter):
         for attr, allowed in (("api", APIS), ("backend", BACKENDS), ("durability", DURABILITIES)):
             if getattr(self, attr) not in allowed:
                 raise ValueError(f"{type(self).__name__}.{attr}={getattr(self, attr)!r} must be one of {allowed}")
+
+    @property
+    def subject_packages(self) -> tuple[str, ...]:  # type: ignore[override]
+        """LangGraph's own modules, whose frames name await points: the Pregel loop and
+        runner, the node wrappers, and on SQLite the ``AsyncSqliteSaver``. Not the
+        ``AsyncPostgresSaver``: it writes in psycopg's pipeline mode, where whether an
+        ``execute`` suspends depends on the socket (measured: 6-9 of 26 logical tasks
+        differed between golden runs), and an await point must be reproducible; its
+        saves are still crash points, by label (``checkpoint.put.*``, ``log.append.*``)
+        and as the loop's await on them."""
+        core = LANGGRAPH_CORE_PACKAGES
+        return core + ("langgraph.checkpoint.sqlite",) if self.backend == "sqlite" else core
 
     # -- storage ------------------------------------------------------------------
 

@@ -52,6 +52,11 @@ APP = textwrap.dedent('''
 
     DBOS(config={"name": "facts", "system_database_url": url, "executor_id": executor,
                  "application_version": version, "log_level": "ERROR"})
+    if mode == "reenqueue":
+        # this process must not serve the queue itself before it leaves (its poller's
+        # first look comes ~1 s after launch; on a loaded machine that raced the exit)
+        from dbos._dbos import _get_or_create_dbos_registry
+        _get_or_create_dbos_registry().get_internal_queue()._polling_interval_sec = 600
     DBOS.launch()
     if mode == "start":
         with SetWorkflowID(wid):

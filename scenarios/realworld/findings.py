@@ -247,7 +247,7 @@ def load(out: Path) -> list[dict[str, Any]]:
     """Every row record in ``out``, in table order."""
     order = {row.key: i for i, row in enumerate(rows())}
     recs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
-    return sorted(recs, key=lambda rec: order.get(rec["key"], len(order)))
+    return sorted(recs, key=lambda rec: (order.get(rec["key"], len(order)), -len(rec["conversations"])))
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -257,12 +257,15 @@ async def main_async(args: argparse.Namespace) -> None:
         tuple(args.only) if args.only else RUNTIMES, tuple(args.backend) if args.backend else ("sqlite", "postgres"),
         tuple(args.durability) if args.durability else ("sync", "async", "exit"),
         tuple(args.flavour) if args.flavour else ("naive", "keyed"), tuple(args.suite) if args.suite else tuple(SUITES))
+    conversations = tuple(args.conversation or CONVERSATIONS)
     for row in selected:
-        path = out / f"{row.key}.json"
+        # a row run on fewer conversations is another record (rows.key + the conversations)
+        tag = "" if conversations == CONVERSATIONS else "." + "+".join(conversations)
+        path = out / f"{row.key}{tag}.json"
         if path.exists():
             continue
         repeat = args.repeat if args.repeat is not None else (3 if row.racy else 1)
-        rec = await run_row(row, tuple(args.conversation or CONVERSATIONS), args.jobs, repeat,
+        rec = await run_row(row, conversations, args.jobs, repeat,
                             tuple(args.repeat_conversation or ("conv1",)))
         path.write_text(json.dumps(rec, indent=1))
         print(f"{row.key}: {rec['cases']} cases x{repeat} {rec['outcomes']} fails {rec['fail_counts']} "

@@ -34,6 +34,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import statistics
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -209,7 +211,18 @@ async def run_row(row: Row, conversations: tuple[str, ...], jobs: int, repeat: i
         "flips": {cid: per_case[cid] for cid in unstable},
         "seconds": round(seconds, 1), "setup_seconds": round(setup, 1),
         "cases_per_second": round(ran / seconds, 2) if seconds else 0.0,
+        "worker_cpu_ms": _cpu_medians([r for r, _ in first]),
+        "load_average": [round(x, 1) for x in os.getloadavg()],
     }
+
+
+def _cpu_medians(results: list[CaseResult]) -> dict[str, float | None]:
+    """Median CPU ms of the cases' start and resume workers (from their rusage)."""
+    out: dict[str, float | None] = {}
+    for role in ("start", "resume"):
+        ms = [w["cpu_ms"] for r in results for w in r.workers if w.get("role") == role and w.get("cpu_ms") is not None]
+        out[role] = round(statistics.median(ms), 1) if ms else None
+    return out
 
 
 def _short_check(name: str) -> str:

@@ -313,6 +313,23 @@ def judge(snapshot: Any, answer_of: Any) -> Judgement:
     return Judgement("failed", "no task left but the output is not a final answer", True)
 
 
+def _decide(role: str, before: Judgement | None, run_input: dict[str, Any],
+            call: str) -> tuple[str, Any, tuple[str, str] | None]:
+    """The resume protocol's choice: ``(action, what to invoke with, None)``, or
+    ``(.., .., (status, reason))`` when there is nothing to run."""
+    if role == "start" or before is None:
+        return f"{call}(input)", run_input, None
+    if before.status == "absent":
+        return f"{call}(input): no checkpoint", run_input, None
+    if before.status in ("needs_human", "completed", "failed"):
+        return "", None, (before.status, f"nothing to do: {before.reason}")
+    return f"{call}(None)", None, None
+
+
+def _invoke_kwargs(durability: str, control: Any) -> dict[str, Any]:
+    return {"durability": durability, **({"control": control} if control is not None else {})}
+
+
 def drive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], durability: str, role: str,
           answer_of: Any, control: Any = None) -> tuple[str, str]:
     """Start (``role="start"``) or resume a thread; return ``(status, action)``.
@@ -320,25 +337,15 @@ def drive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], durabil
     drained run ends ``GraphDrained``, and its status is judged like any other."""
     from langgraph.errors import GraphDrained
 
-    kwargs: dict[str, Any] = {"durability": durability}
-    if control is not None:
-        kwargs["control"] = control
-    if role == "start":
-        action, run_with = "invoke(input)", run_input
-    else:
-        before = judge(graph.get_state(config), answer_of)
-        if before.status == "absent":
-            action, run_with = "invoke(input): no checkpoint", run_input
-        elif before.status in ("needs_human", "completed", "failed"):
-            return before.status, f"nothing to do: {before.reason}"
-        else:
-            action, run_with = "invoke(None)", None
+    before = None if role == "start" else judge(graph.get_state(config), answer_of)
+    action, run_with, done = _decide(role, before, run_input, "invoke")
+    if done:
+        return done
     try:
-        graph.invoke(run_with, config, **kwargs)
+        graph.invoke(run_with, config, **_invoke_kwargs(durability, control))
     except GraphDrained as exc:
         action += f"; drained ({exc.reason})"
-    after = judge(graph.get_state(config), answer_of)
-    return after.status, action
+    return judge(graph.get_state(config), answer_of).status, action
 
 
 async def adrive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], durability: str, role: str,
@@ -346,25 +353,15 @@ async def adrive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], 
     """:func:`drive` with LangGraph's async API (``aget_state``, ``ainvoke``)."""
     from langgraph.errors import GraphDrained
 
-    kwargs: dict[str, Any] = {"durability": durability}
-    if control is not None:
-        kwargs["control"] = control
-    if role == "start":
-        action, run_with = "ainvoke(input)", run_input
-    else:
-        before = judge(await graph.aget_state(config), answer_of)
-        if before.status == "absent":
-            action, run_with = "ainvoke(input): no checkpoint", run_input
-        elif before.status in ("needs_human", "completed", "failed"):
-            return before.status, f"nothing to do: {before.reason}"
-        else:
-            action, run_with = "ainvoke(None)", None
+    before = None if role == "start" else judge(await graph.aget_state(config), answer_of)
+    action, run_with, done = _decide(role, before, run_input, "ainvoke")
+    if done:
+        return done
     try:
-        await graph.ainvoke(run_with, config, **kwargs)
+        await graph.ainvoke(run_with, config, **_invoke_kwargs(durability, control))
     except GraphDrained as exc:
         action += f"; drained ({exc.reason})"
-    after = judge(await graph.aget_state(config), answer_of)
-    return after.status, action
+    return judge(await graph.aget_state(config), answer_of).status, action
 
 
 # -- the adapter --------------------------------------------------------------------------

@@ -256,6 +256,32 @@ def markdown(records: list[dict[str, Any]]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def summary(records: list[dict[str, Any]]) -> str:
+    """One table that shows the differences: a line per runtime x backend x durability,
+    a column per suite x flavour, cells ``failed/cases`` (``*``: some cases flipped
+    between repeats; the conversations a cell covers are the row records')."""
+    cols: list[tuple[str, str]] = [(suite, fl) for suite in SUITES for fl in ("naive", "keyed")]
+    cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
+    present: set[tuple[str, str]] = set()
+    for rec in records:
+        r = rec["row"]
+        line = (r["runtime"], r["backend"], r["durability"])
+        col = (r["suite"], r["flavour"])
+        if col in cells.get(line, {}):
+            continue  # the record with more conversations came first (load order)
+        mark = "*" if rec.get("unstable") else ""
+        herr = rec["outcomes"].get("harness-error", 0)
+        cells.setdefault(line, {})[col] = (f"{rec['outcomes'].get('fail', 0)}/{rec['cases']}{mark}"
+                                           + (f" +{herr}e" if herr else ""))
+        present.add(col)
+    cols = [c for c in cols if c in present]
+    head = "| runtime | backend | durability | " + " | ".join(f"{s} {f}" for s, f in cols) + " |\n"
+    head += "|---|---|---|" + "---:|" * len(cols) + "\n"
+    body = "".join(f"| {' | '.join(line)} | " + " | ".join(cells[line].get(c, "") for c in cols) + " |\n"
+                   for line in cells)
+    return head + body
+
+
 def load(out: Path) -> list[dict[str, Any]]:
     """Every row record in ``out``, in table order."""
     order = {row.key: i for i, row in enumerate(rows())}
@@ -303,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     args = p.parse_args(argv)
     if args.table:
-        print(markdown(load(Path(args.table))))
+        records = load(Path(args.table))
+        print(summary(records))
+        print(markdown(records))
         return 0
     t0 = time.monotonic()
     asyncio.run(main_async(args))

@@ -5,12 +5,24 @@ Needs the optional extra ``crashmatrix[langgraph]`` (langgraph, langgraph-checkp
 langgraph-checkpoint-postgres, psycopg). The workload is
 :mod:`crashmatrix.scenarios.realworld.langgraph_checkout` (``NAIVE`` or ``KEYED``).
 
-How a run is driven (in a forked worker). LangGraph's sync savers have no async API, so
-the graph runs with ``graph.invoke`` in a thread (``anyio.to_thread``); its nodes reach
-the worker's event loop (where the HTTP session lives) with
-``asyncio.run_coroutine_threadsafe``. A ``cancel`` fault therefore cannot reach a node:
-this adapter is meant for ``kill`` (and ``term``, which LangGraph does not handle: the
-process dies as from a kill, and ``term.drained`` fails).
+How a run is driven (in a forked worker), two ways:
+
+- ``invoke`` (the default variants): LangGraph's sync savers (``SqliteSaver``,
+  ``PostgresSaver``) have no async API, so the graph runs with ``graph.invoke`` in a
+  thread (``anyio.to_thread``); its nodes reach the worker's event loop (where the HTTP
+  session lives) with ``asyncio.run_coroutine_threadsafe``. A ``cancel`` fault cannot
+  reach that thread and there are no await points: use ``kill`` and ``term``.
+- ``ainvoke`` (the ``-aio`` variants, ``aio = True``): async nodes, ``AsyncSqliteSaver``
+  / ``AsyncPostgresSaver``, all on the worker's loop. Await points are LangGraph's own
+  suspensions (:attr:`LangGraphAdapter.subject_packages`); a ``cancel`` cancels
+  ``ainvoke``, and LangGraph cancels the node tasks in flight and waits for the saves
+  already handed to the saver.
+
+SIGTERM: LangGraph installs no handler; the worker dies of the signal (``term.drained``
+fails: the finding). The ``-drain`` variants (``drain = True``) wire SIGTERM to
+LangGraph's own cooperative drain, ``RunControl.request_drain()`` (checked at the next
+superstep boundary; the run raises ``GraphDrained`` and is ``paused``), and label
+``drain.begin`` and ``node.launch`` for ``term.drained``.
 
 Crash points:
 
@@ -18,13 +30,19 @@ Crash points:
   (functional), logical task ``agent-<superstep>`` / ``tools-<superstep>`` (graph),
   ``model-<turn>`` / ``tool-<turn>.<i>`` (functional);
 - the workload's labels ``model.call.before/after`` and ``tool.request.before/after``;
-- the checkpointer's own calls, through :class:`CrashpointSaver` which wraps the saver:
+- the checkpointer's own calls, through :class:`CrashpointSaver` (or
+  :class:`AsyncCrashpointSaver`) which wraps the saver:
   ``log.append.before/after`` around ``put_writes`` (a finished task's writes: the
   node's output is durable after it; the oracle's model-billing allowance reads this
   name), logical task = the node's; ``checkpoint.put.before/after`` around ``put``,
   logical task ``checkpoint-s<step>``.
 
-LangGraph calls ``put`` and ``put_writes`` on background threads (also under ``sync``,
+- await points (``-aio`` variants, ``--sources await``): ``module:Qualname@N`` of the
+  innermost LangGraph frame, e.g. ``langgraph._internal._runnable:RunnableCallable.ainvoke@6``
+  (a node's body is awaiting the provider) or
+  ``langgraph.checkpoint.sqlite.aio:AsyncSqliteSaver.aput_writes@3`` (a save in flight).
+
+LangGraph calls ``put`` and ``put_writes`` on background threads or tasks (also under ``sync``,
 which only waits for ``put`` before the next superstep), so a point in the saver races
 the node that runs next: its *name and count* are deterministic per logical task (the
 trace check passes), but what the other thread had done when the kill landed is not.

@@ -18,10 +18,11 @@ and label), ``cancel`` (the run's anyio scope cancelled at every step and label)
 Not every row makes sense (:func:`applicable`): the thread-driven LangGraph adapters
 have no await points and cannot be cancelled, DBOS has no durability modes and no drain.
 
-For each row: one golden run per conversation, then every case once; in *racy* rows
-(:attr:`Row.racy`: LangGraph's background saves race the nodes) the cases of the
-``--repeat-conversation`` conversations (default ``conv1``) run ``--repeat`` times in all
-(default 3), and the cases whose outcome changed between runs are *unstable*. Per row it
+For each row: one golden run per conversation, then every case once; then the *racy*
+cases (:func:`racy_case`: in LangGraph rows every case at a checkpointer point, and in
+:attr:`Row.racy` rows every case of the ``--repeat-conversation`` conversations, default
+``conv1``) run again, ``--repeat`` times in all (default 3 for LangGraph, 1 for DBOS),
+and the cases whose outcome changed between runs are *unstable*. Per row it
 records the matrix size, outcomes, failed cases by check, the first failing case's
 replay command, cases per second, and (read from the providers' ledgers after each case)
 how many model calls, charges and mails were billed or applied beyond the golden run.
@@ -160,10 +161,27 @@ async def _run_all(explorer: Explorer, cases: list[Any], goldens: dict[str, Gold
     return out
 
 
+SAVER_LABELS = ("checkpoint.put.before", "checkpoint.put.after", "log.append.before", "log.append.after")
+
+
+def racy_case(row: Row, case: Any, repeat_conversations: tuple[str, ...]) -> bool:
+    """The cases a row repeats: in LangGraph rows every case at a point of the
+    checkpointer (its labels, its await points, a ``checkpoint-s<step>`` task: these race
+    the next node even under ``sync`` durability), and in :attr:`Row.racy` rows every case
+    of ``repeat_conversations``."""
+    point = case.plan.faults[0].point
+    if row.runtime != "dbos" and (point.name in SAVER_LABELS or point.task.startswith("checkpoint-s")
+                                  or ".checkpoint." in point.name):
+        return True
+    return row.racy and case.conversation in repeat_conversations
+
+
 async def run_row(row: Row, conversations: tuple[str, ...], jobs: int, repeat: int,
-                  repeat_conversations: tuple[str, ...] = ("conv1",)) -> dict[str, Any]:
-    """Run one row: every case once, and the cases of ``repeat_conversations``
-    ``repeat - 1`` more times (where flips are counted); returns its JSON record."""
+                  repeat_conversations: tuple[str, ...] = ("conv1",),
+                  previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run one row: every case once, then its racy cases (:func:`racy_case`) ``repeat - 1``
+    more times, where flips are counted; returns its JSON record. With ``previous`` (a
+    record of the same row run once), only the repeats run, and the record is extended."""
     kinds, sources = SUITES[row.suite]
     t0 = time.monotonic()
     options = Options(await_points="await" in sources)
@@ -172,27 +190,58 @@ async def run_row(row: Row, conversations: tuple[str, ...], jobs: int, repeat: i
         cases = enumerate_cases(row.workload, goldens, kinds, sources)
         setup = time.monotonic() - t0
         t1 = time.monotonic()
-        first = await _run_all(explorer, cases, goldens, jobs)
-        again = [i for i, c in enumerate(cases) if c.conversation in repeat_conversations] if repeat > 1 else []
+        first = None if previous else await _run_all(explorer, cases, goldens, jobs)
+        again = [i for i, c in enumerate(cases) if racy_case(row, c, repeat_conversations)] if repeat > 1 else []
         attempts_again = [await _run_all(explorer, [cases[i] for i in again], goldens, jobs) for _ in range(repeat - 1)]
         seconds = time.monotonic() - t1
-    ran = len(cases) + len(again) * (repeat - 1)
+    if previous is None:
+        assert first is not None
+        rec = _record(row, kinds, sources, conversations, goldens, cases, first)
+        first_outcome = {r.case.id: r.outcome for r, _ in first}
+        ran = len(cases)
+    else:
+        rec = dict(previous)
+        failing = set(previous["failing"])
+        errors = {e.split(": ", 1)[0] for e in previous["harness_errors"]}
+        first_outcome = {c.id: "fail" if c.id in failing else "harness-error" if c.id in errors else "pass"
+                         for c in cases}
+        ran = 0
+        rec["rechecked_seconds"] = round(seconds, 1)
+    per_case = {cases[i].id: [first_outcome[cases[i].id]] + [a[j][0].outcome for a in attempts_again]
+                for j, i in enumerate(again)}
+    unstable = [cid for cid, o in per_case.items() if len(set(o)) > 1]
+    runs = [[o[k] for o in per_case.values()] for k in range(repeat)] if again else []
+    rec.update({
+        "repeats": repeat if again else 1,
+        "repeated_conversations": sorted({cases[i].conversation for i in again}),
+        "repeated_cases": len(again),
+        # among the repeated cases, run by run
+        "fail_counts": [run.count("fail") for run in runs],
+        "harness_error_counts": [run.count("harness-error") for run in runs],
+        "unstable": unstable,
+        "flips": {cid: per_case[cid] for cid in unstable},
+    })
+    ran += len(again) * (repeat - 1)
+    if previous is None:
+        rec.update({"seconds": round(seconds, 1), "setup_seconds": round(setup, 1),
+                    "cases_per_second": round(ran / seconds, 2) if seconds else 0.0})
+    return rec
+
+
+def _record(row: Row, kinds: tuple[str, ...], sources: tuple[str, ...], conversations: tuple[str, ...],
+            goldens: dict[str, GoldenRun], cases: list[Any],
+            first: list[tuple[CaseResult, dict[str, int]]]) -> dict[str, Any]:
+    """The row's record from its first run of every case."""
     by_check: Counter[str] = Counter()
     for r, _ in first:
         for check in sorted({v.check for v in r.failed}):
             by_check[check] += 1
-    outcomes = Counter(r.outcome for r, _ in first)
     failing = [r for r, _ in first if r.outcome == "fail"]
-    per_case = {cases[i].id: [first[i][0].outcome] + [a[j][0].outcome for a in attempts_again]
-                for j, i in enumerate(again)}
-    unstable = [cid for cid, o in per_case.items() if len(set(o)) > 1]
-    repeated = [first[i] for i in again]
-    attempts = [repeated] + attempts_again
     return {
         "row": asdict(row), "key": row.key, "subject": row.subject, "workload": row.workload,
         "kinds": list(kinds), "sources": list(sources), "conversations": list(conversations),
         "golden_points": {c: len(g.trace) for c, g in goldens.items()},
-        "cases": len(cases), "outcomes": dict(outcomes), "by_check": dict(by_check),
+        "cases": len(cases), "outcomes": dict(Counter(r.outcome for r, _ in first)), "by_check": dict(by_check),
         "first_failing": failing[0].case.id if failing else None,
         "first_failing_replay": failing[0].replay if failing else None,
         "failing": [r.case.id for r in failing],
@@ -200,17 +249,7 @@ async def run_row(row: Row, conversations: tuple[str, ...], jobs: int, repeat: i
                                                   for v in r.failed]} for r in failing[:40]],
         "extra": {k: sum(e[k] for _, e in first) for k in ("model", "payment", "mail")},
         "cases_with_extra": {k: sum(1 for _, e in first if e[k] > 0) for k in ("model", "payment", "mail")},
-        "harness_errors": [f"{r.case.id}: {r.error}" for r, _ in first if r.outcome == "harness-error"][:10],
-        "repeats": repeat if again else 1,
-        "repeated_conversations": sorted({cases[i].conversation for i in again}),
-        "repeated_cases": len(again),
-        # fails among the repeated cases, run by run
-        "fail_counts": [sum(1 for r, _ in a if r.outcome == "fail") for a in attempts] if again else [],
-        "harness_error_counts": [sum(1 for r, _ in a if r.outcome == "harness-error") for a in attempts] if again else [],
-        "unstable": unstable,
-        "flips": {cid: per_case[cid] for cid in unstable},
-        "seconds": round(seconds, 1), "setup_seconds": round(setup, 1),
-        "cases_per_second": round(ran / seconds, 2) if seconds else 0.0,
+        "harness_errors": [f"{r.case.id}: {r.error}" for r, _ in first if r.outcome == "harness-error"],
         "worker_cpu_ms": _cpu_medians([r for r, _ in first]),
         "load_average": [round(x, 1) for x in os.getloadavg()],
     }
@@ -232,7 +271,7 @@ def _short_check(name: str) -> str:
 def markdown(records: list[dict[str, Any]]) -> str:
     """The findings table: one line per row record."""
     head = ("| runtime | backend | durability | flavour | suite | convs | cases | fail | failed by check | "
-            "extra charges / mails / model calls | repeats: fails per run (unstable cases) | first failing case |\n"
+            "extra charges / mails / model calls | racy cases: fails per run (unstable of repeated) | first failing case |\n"
             "|---|---|---|---|---|---|---:|---:|---|---|---|---|\n")
     lines = []
     for rec in records:
@@ -242,8 +281,8 @@ def markdown(records: list[dict[str, Any]]) -> str:
         herr = f" (+{o['harness-error']} harness errors)" if o.get("harness-error") else ""
         e = rec["extra"]
         if rec["repeats"] > 1:
-            rep = (f"{','.join(c[4:] for c in rec['repeated_conversations'])} x{rec['repeats']}: "
-                   f"{'/'.join(map(str, rec['fail_counts']))} ({len(rec['unstable'])} of {rec['repeated_cases']})")
+            rep = (f"x{rec['repeats']}: {'/'.join(map(str, rec['fail_counts']))} "
+                   f"({len(rec['unstable'])} of {rec['repeated_cases']})")
         else:
             rep = "-"
         convs = ",".join(c[4:] for c in rec["conversations"])
@@ -301,11 +340,12 @@ async def main_async(args: argparse.Namespace) -> None:
         # a row run on fewer conversations is another record (rows.key + the conversations)
         tag = "" if conversations == CONVERSATIONS else "." + "+".join(conversations)
         path = out / f"{row.key}{tag}.json"
-        if path.exists():
+        repeat = args.repeat if args.repeat is not None else (1 if row.runtime == "dbos" else 3)
+        previous = json.loads(path.read_text()) if path.exists() else None
+        if previous is not None and not (args.recheck and previous["repeats"] == 1 and repeat > 1):
             continue
-        repeat = args.repeat if args.repeat is not None else (3 if row.racy else 1)
         rec = await run_row(row, conversations, args.jobs, repeat,
-                            tuple(args.repeat_conversation or ("conv1",)))
+                            tuple(args.repeat_conversation or ("conv1",)), previous)
         path.write_text(json.dumps(rec, indent=1))
         print(f"{row.key}: {rec['cases']} cases x{repeat} {rec['outcomes']} fails {rec['fail_counts']} "
               f"unstable {len(rec['unstable'])} {rec['by_check']} extra={rec['extra']} "
@@ -323,9 +363,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suite", action="append", choices=tuple(SUITES))
     p.add_argument("--conversation", action="append", choices=CONVERSATIONS)
     p.add_argument("--repeat", type=int, default=None,
-                   help="runs of the repeated conversations' cases (default: 3 for racy rows, else 1)")
+                   help="runs of the racy cases in all (default: 3 for LangGraph rows, 1 for DBOS)")
     p.add_argument("--repeat-conversation", action="append", choices=CONVERSATIONS,
-                   help="conversations whose cases are repeated (default: conv1)")
+                   help="in racy rows, conversations whose every case is repeated (default: conv1)")
+    p.add_argument("--recheck", action="store_true",
+                   help="for saved rows run only once: run their racy cases again and add the flips")
     p.add_argument("--jobs", type=int, default=2)
     args = p.parse_args(argv)
     if args.table:

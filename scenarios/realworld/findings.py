@@ -321,6 +321,11 @@ def summary(records: list[dict[str, Any]]) -> str:
     return head + body
 
 
+def replays(records: list[dict[str, Any]]) -> str:
+    """The replay command of each row's first failing case, one per line."""
+    return "\n".join(f"{rec['first_failing_replay']}" for rec in records if rec.get("first_failing_replay")) + "\n"
+
+
 def load(out: Path) -> list[dict[str, Any]]:
     """Every row record in ``out``, in table order."""
     order = {row.key: i for i, row in enumerate(rows())}
@@ -374,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         records = load(Path(args.table))
         print(summary(records))
         print(markdown(records))
+        print("```sh\n" + replays(records) + "```")
         return 0
     t0 = time.monotonic()
     asyncio.run(main_async(args))

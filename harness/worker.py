@@ -24,6 +24,7 @@ the run over, then sends SIGCONT: the worker carries on as a zombie).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -92,6 +93,9 @@ class Recorder:
         self.pending: list[Fault] = list(plan.faults)
         self.result_fd = result_fd
         self.scope: anyio.CancelScope | None = None
+        #: the event loop the scope lives on: a cancel fired on another thread (a
+        #: subject's background thread) is handed to it, CancelScope is not thread-safe
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def point(self, source: str, name: str, task: str) -> None:
         with self.lock:
@@ -128,11 +132,21 @@ class Recorder:
             os.kill(os.getpid(), signal.SIGTERM)
         elif fault.kind == "cancel":
             assert self.scope is not None, "cancel fault fired outside the run's scope"
-            self.scope.cancel()
+            if self.loop is not None and not _on_loop_thread(self.loop):
+                self.loop.call_soon_threadsafe(self.scope.cancel)
+            else:
+                self.scope.cancel()
         elif fault.kind in ("pause", "db-restart"):
             # the controller takes it from here: another worker steals the run (pause),
             # or PostgreSQL is crashed and restarted (db-restart); then SIGCONT
             os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:  # no loop running in this thread
+        return False
 
 
 def run_job(job: Job) -> int:
@@ -149,7 +163,7 @@ def run_job(job: Job) -> int:
         run = adapter.start if job.role == "start" else adapter.resume
         status = "interrupted"
         with anyio.CancelScope() as scope:
-            recorder.scope = scope
+            recorder.scope, recorder.loop = scope, asyncio.get_running_loop()
             if not job.await_points:
                 return await run(ctx)
             from .awaitpoints import install

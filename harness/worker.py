@@ -27,6 +27,7 @@ it at its heal point or when the worker ends, writing ``{"event": "healed"}``
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -97,6 +98,9 @@ class Recorder:
         self.scope: anyio.CancelScope | None = None
         self.env = env
         self.net: Any = None  # the live toxic of a fired net fault (netfaults.LinkToxic)
+        #: the event loop the scope lives on: a cancel fired on another thread (a
+        #: subject's background thread) is handed to it, CancelScope is not thread-safe
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def point(self, source: str, name: str, task: str) -> None:
         with self.lock:
@@ -135,7 +139,10 @@ class Recorder:
             os.kill(os.getpid(), signal.SIGTERM)
         elif fault.kind == "cancel":
             assert self.scope is not None, "cancel fault fired outside the run's scope"
-            self.scope.cancel()
+            if self.loop is not None and not _on_loop_thread(self.loop):
+                self.loop.call_soon_threadsafe(self.scope.cancel)
+            else:
+                self.scope.cancel()
         elif fault.kind in ("pause", "db-restart"):
             # the controller takes it from here: another worker steals the run (pause),
             # or PostgreSQL is crashed and restarted (db-restart); then SIGCONT
@@ -149,6 +156,13 @@ class Recorder:
             except Exception as exc:  # the fault did not land: a harness error, never the subject's
                 self.emit({"event": "fault-error", "error": f"{type(exc).__name__}: {exc}"})
                 os._exit(70)
+
+
+def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:  # no loop running in this thread
+        return False
 
 
 def run_job(job: Job) -> int:
@@ -165,7 +179,7 @@ def run_job(job: Job) -> int:
         run = adapter.start if job.role == "start" else adapter.resume
         status = "interrupted"
         with anyio.CancelScope() as scope:
-            recorder.scope = scope
+            recorder.scope, recorder.loop = scope, asyncio.get_running_loop()
             if not job.await_points:
                 return await run(ctx)
             from .awaitpoints import install

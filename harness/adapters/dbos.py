@@ -64,6 +64,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from crashmatrix.harness.crashpoint import crashpoint, set_logical_task
 
 from ..adapter import Adapter, Environment, LogEntry, Observation, RunContext
@@ -92,6 +94,31 @@ STATUS_MAP = {
 POLL_SECONDS = 0.02
 """How often a handle polls the system database for a recovered workflow's outcome
 (DBOS's default is 1 s)."""
+
+CANCELLED_WAIT_SECONDS = 30.0
+"""After a ``cancel`` fault, how long the worker stays up for the shielded workflow to
+end by itself before it leaves (and the loop's shutdown cancels the workflow task)."""
+
+QUEUE_POLL_SECONDS = 0.05
+"""How often a worker polls DBOS's internal queue, where launch-time recovery puts the
+workflow (DBOS's default is 1 s, most of a resume worker's time). Set through a private
+attribute (``Queue._polling_interval_sec`` of the registry's internal queue); if DBOS
+renames it, resumes only get slower (:func:`_fast_internal_queue`)."""
+
+
+def _fast_internal_queue() -> bool:
+    """Make this process poll DBOS's internal queue every :data:`QUEUE_POLL_SECONDS`;
+    False when DBOS's private names changed (then the default 1 s applies)."""
+    try:
+        from dbos._dbos import _get_or_create_dbos_registry
+
+        queue = _get_or_create_dbos_registry().get_internal_queue()
+        if not hasattr(queue, "_polling_interval_sec"):
+            return False
+        queue._polling_interval_sec = QUEUE_POLL_SECONDS
+        return True
+    except (ImportError, AttributeError):
+        return False
 
 _POINT_LOCK = threading.Lock()
 
@@ -189,6 +216,7 @@ class DBOSAdapter(Adapter):
         DebugTriggers.set_debug_trigger(
             DebugTriggers.DEBUG_TRIGGER_STEP_COMMIT, DebugAction(callback=lambda: point("log.append.after")))
         DBOS(config=self.config(ctx.env, ctx.run_id, ctx.worker_id))  # type: ignore[arg-type]
+        _fast_internal_queue()
         DBOS.launch()
 
     async def start(self, ctx: RunContext) -> str:
@@ -215,11 +243,23 @@ class DBOSAdapter(Adapter):
                 handle = await DBOS.retrieve_workflow_async(ctx.run_id)
             else:
                 return STATUS_MAP.get(status, status.lower())
-            await handle.get_result(polling_interval_sec=POLL_SECONDS)
+            try:
+                await handle.get_result(polling_interval_sec=POLL_SECONDS)
+            except anyio.get_cancelled_exc_class():
+                # a cancel fault: DBOS shields the workflow task from its caller
+                # (asyncio.shield in start_workflow_async), so only this wait ends. The
+                # worker stays up, as a server does when one request is cancelled, until
+                # the workflow ends on its own (bounded); then the cancellation goes on
+                with anyio.move_on_after(CANCELLED_WAIT_SECONDS, shield=True):
+                    with contextlib.suppress(Exception):
+                        await handle.get_result(polling_interval_sec=POLL_SECONDS)
+                raise
             final = await handle.get_status()
             return STATUS_MAP.get(final.status, final.status.lower())
         finally:
-            await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
+            # shielded: a cancelled worker still shuts DBOS down (pools, threads)
+            with anyio.CancelScope(shield=True):
+                await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
 
     # -- controller side ----------------------------------------------------------
 

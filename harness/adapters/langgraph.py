@@ -5,12 +5,24 @@ Needs the optional extra ``crashmatrix[langgraph]`` (langgraph, langgraph-checkp
 langgraph-checkpoint-postgres, psycopg). The workload is
 :mod:`crashmatrix.scenarios.realworld.langgraph_checkout` (``NAIVE`` or ``KEYED``).
 
-How a run is driven (in a forked worker). LangGraph's sync savers have no async API, so
-the graph runs with ``graph.invoke`` in a thread (``anyio.to_thread``); its nodes reach
-the worker's event loop (where the HTTP session lives) with
-``asyncio.run_coroutine_threadsafe``. A ``cancel`` fault therefore cannot reach a node:
-this adapter is meant for ``kill`` (and ``term``, which LangGraph does not handle: the
-process dies as from a kill, and ``term.drained`` fails).
+How a run is driven (in a forked worker), two ways:
+
+- ``invoke`` (the default variants): LangGraph's sync savers (``SqliteSaver``,
+  ``PostgresSaver``) have no async API, so the graph runs with ``graph.invoke`` in a
+  thread (``anyio.to_thread``); its nodes reach the worker's event loop (where the HTTP
+  session lives) with ``asyncio.run_coroutine_threadsafe``. A ``cancel`` fault cannot
+  reach that thread and there are no await points: use ``kill`` and ``term``.
+- ``ainvoke`` (the ``-aio`` variants, ``aio = True``): async nodes, ``AsyncSqliteSaver``
+  / ``AsyncPostgresSaver``, all on the worker's loop. Await points are LangGraph's own
+  suspensions (:attr:`LangGraphAdapter.subject_packages`); a ``cancel`` cancels
+  ``ainvoke``, and LangGraph cancels the node tasks in flight and waits for the saves
+  already handed to the saver.
+
+SIGTERM: LangGraph installs no handler; the worker dies of the signal (``term.drained``
+fails: the finding). The ``-drain`` variants (``drain = True``) wire SIGTERM to
+LangGraph's own cooperative drain, ``RunControl.request_drain()`` (checked at the next
+superstep boundary; the run raises ``GraphDrained`` and is ``paused``), and label
+``drain.begin`` and ``node.launch`` for ``term.drained``.
 
 Crash points:
 
@@ -18,13 +30,19 @@ Crash points:
   (functional), logical task ``agent-<superstep>`` / ``tools-<superstep>`` (graph),
   ``model-<turn>`` / ``tool-<turn>.<i>`` (functional);
 - the workload's labels ``model.call.before/after`` and ``tool.request.before/after``;
-- the checkpointer's own calls, through :class:`CrashpointSaver` which wraps the saver:
+- the checkpointer's own calls, through :class:`CrashpointSaver` (or
+  :class:`AsyncCrashpointSaver`) which wraps the saver:
   ``log.append.before/after`` around ``put_writes`` (a finished task's writes: the
   node's output is durable after it; the oracle's model-billing allowance reads this
   name), logical task = the node's; ``checkpoint.put.before/after`` around ``put``,
   logical task ``checkpoint-s<step>``.
 
-LangGraph calls ``put`` and ``put_writes`` on background threads (also under ``sync``,
+- await points (``-aio`` variants, ``--sources await``): ``module:Qualname@N`` of the
+  innermost LangGraph frame, e.g. ``langgraph._internal._runnable:RunnableCallable.ainvoke@6``
+  (a node's body is awaiting the provider) or
+  ``langgraph.checkpoint.sqlite.aio:AsyncSqliteSaver.aput_writes@3`` (a save in flight).
+
+LangGraph calls ``put`` and ``put_writes`` on background threads or tasks (also under ``sync``,
 which only waits for ``put`` before the next superstep), so a point in the saver races
 the node that runs next: its *name and count* are deterministic per logical task (the
 trace check passes), but what the other thread had done when the kill landed is not.
@@ -48,9 +66,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import sqlite3
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,7 +93,11 @@ except ImportError as exc:  # pragma: no cover - exercised when the extra is mis
 DURABILITIES = ("sync", "async", "exit")
 BACKENDS = ("sqlite", "postgres")
 APIS = ("graph", "functional")
-TASK_ID_KEY = "__pregel_task_id"  # langgraph._internal._constants.CONFIG_KEY_TASK_ID
+TASK_ID_KEY = "__pregel_task_id"
+LANGGRAPH_CORE_PACKAGES = (
+    "langgraph.pregel", "langgraph._internal", "langgraph.graph", "langgraph.func", "langgraph.channels",
+    "langgraph.checkpoint.base", "langgraph.checkpoint.serde", "langgraph.checkpoint.memory",
+)  # langgraph._internal._constants.CONFIG_KEY_TASK_ID
 
 _POINT_LOCK = threading.Lock()
 
@@ -100,10 +123,13 @@ class NodeHooks:
     """What the workload's nodes get from the adapter in a worker: the providers'
     clients, a way to run a coroutine on the worker's loop, and step boundaries."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None, clients: Any, on_step: Any) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None, clients: Any, on_step: Any,
+                 launch_label: bool = False) -> None:
         self.loop = loop
         self.clients = clients
         self.on_step = on_step
+        #: label ``node.launch`` before each node (``term.drained`` reads it)
+        self.launch_label = launch_label
         #: LangGraph task id -> logical task, so the saver names ``put_writes`` points
         self.task_names: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -128,6 +154,8 @@ class NodeHooks:
     def _boundaries(self, logical: str) -> Iterator[str]:
         token = set_logical_task(logical)
         try:
+            if self.launch_label:
+                point("node.launch")
             if self.on_step is not None:
                 with _POINT_LOCK:
                     self.on_step("before", logical)
@@ -214,6 +242,62 @@ class CrashpointSaver(BaseCheckpointSaver):
             reset_logical_task(token)
 
 
+class AsyncCrashpointSaver(CrashpointSaver):
+    """Wraps an async checkpointer (``AsyncSqliteSaver``, ``AsyncPostgresSaver``) for
+    ``ainvoke``: the same points as :class:`CrashpointSaver` around ``aput`` and
+    ``aput_writes``, which LangGraph runs as background asyncio tasks on the graph's loop
+    (so the savers' own awaits are await points, named in the saver's logical task).
+
+    The two calls are serialised by a lock of this wrapper. Both savers already serialise
+    them (one connection behind the saver's own ``asyncio.Lock``), so nothing runs in
+    another order; but a *contended* lock suspends and an uncontended one does not, so
+    waiting on the saver's lock made the await trace depend on timing (measured: 5-10 of
+    17-26 logical tasks differed between three golden runs on PostgreSQL and in the
+    functional API). Waiting here, in a frame outside ``subject_packages``, is not an
+    await point."""
+
+    _serial: asyncio.Lock | None = None
+
+    def _lock(self) -> asyncio.Lock:
+        if self._serial is None:
+            self._serial = asyncio.Lock()
+        return self._serial
+
+    async def aget_tuple(self, config: Any) -> Any:
+        return await self.inner.aget_tuple(config)
+
+    async def alist(self, config: Any, **kwargs: Any) -> Any:
+        async for item in self.inner.alist(config, **kwargs):
+            yield item
+
+    async def aget_delta_channel_history(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.inner.aget_delta_channel_history(*args, **kwargs)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.inner.adelete_thread(thread_id)
+
+    async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        token = set_logical_task(f"checkpoint-s{metadata.get('step')}")
+        try:
+            async with self._lock():
+                point("checkpoint.put.before")
+                out = await self.inner.aput(config, checkpoint, metadata, new_versions)
+                point("checkpoint.put.after")
+            return out
+        finally:
+            reset_logical_task(token)
+
+    async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        token = set_logical_task(self.hooks.task_names.get(task_id) or _path_name(task_path))
+        try:
+            async with self._lock():
+                point("log.append.before")
+                await self.inner.aput_writes(config, writes, task_id, task_path)
+                point("log.append.after")
+        finally:
+            reset_logical_task(token)
+
+
 # -- the resume protocol ------------------------------------------------------------------
 
 
@@ -247,24 +331,55 @@ def judge(snapshot: Any, answer_of: Any) -> Judgement:
     return Judgement("failed", "no task left but the output is not a final answer", True)
 
 
+def _decide(role: str, before: Judgement | None, run_input: dict[str, Any],
+            call: str) -> tuple[str, Any, tuple[str, str] | None]:
+    """The resume protocol's choice: ``(action, what to invoke with, None)``, or
+    ``(.., .., (status, reason))`` when there is nothing to run."""
+    if role == "start" or before is None:
+        return f"{call}(input)", run_input, None
+    if before.status == "absent":
+        return f"{call}(input): no checkpoint", run_input, None
+    if before.status in ("needs_human", "completed", "failed"):
+        return "", None, (before.status, f"nothing to do: {before.reason}")
+    return f"{call}(None)", None, None
+
+
+def _invoke_kwargs(durability: str, control: Any) -> dict[str, Any]:
+    return {"durability": durability, **({"control": control} if control is not None else {})}
+
+
 def drive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], durability: str, role: str,
-          answer_of: Any) -> tuple[str, str]:
-    """Start (``role="start"``) or resume a thread; return ``(status, action)``."""
-    if role == "start":
-        action = "invoke(input)"
-        graph.invoke(run_input, config, durability=durability)
-    else:
-        before = judge(graph.get_state(config), answer_of)
-        if before.status == "absent":
-            action = "invoke(input): no checkpoint"
-            graph.invoke(run_input, config, durability=durability)
-        elif before.status in ("needs_human", "completed", "failed"):
-            return before.status, f"nothing to do: {before.reason}"
-        else:
-            action = "invoke(None)"
-            graph.invoke(None, config, durability=durability)
-    after = judge(graph.get_state(config), answer_of)
-    return after.status, action
+          answer_of: Any, control: Any = None) -> tuple[str, str]:
+    """Start (``role="start"``) or resume a thread; return ``(status, action)``.
+    ``control``: a ``langgraph.runtime.RunControl`` the caller may drain (SIGTERM); a
+    drained run ends ``GraphDrained``, and its status is judged like any other."""
+    from langgraph.errors import GraphDrained
+
+    before = None if role == "start" else judge(graph.get_state(config), answer_of)
+    action, run_with, done = _decide(role, before, run_input, "invoke")
+    if done:
+        return done
+    try:
+        graph.invoke(run_with, config, **_invoke_kwargs(durability, control))
+    except GraphDrained as exc:
+        action += f"; drained ({exc.reason})"
+    return judge(graph.get_state(config), answer_of).status, action
+
+
+async def adrive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], durability: str, role: str,
+                 answer_of: Any, control: Any = None) -> tuple[str, str]:
+    """:func:`drive` with LangGraph's async API (``aget_state``, ``ainvoke``)."""
+    from langgraph.errors import GraphDrained
+
+    before = None if role == "start" else judge(await graph.aget_state(config), answer_of)
+    action, run_with, done = _decide(role, before, run_input, "ainvoke")
+    if done:
+        return done
+    try:
+        await graph.ainvoke(run_with, config, **_invoke_kwargs(durability, control))
+    except GraphDrained as exc:
+        action += f"; drained ({exc.reason})"
+    return judge(await graph.aget_state(config), answer_of).status, action
 
 
 # -- the adapter --------------------------------------------------------------------------
@@ -274,15 +389,34 @@ class LangGraphAdapter(Adapter):
     """LangGraph StateGraph, SqliteSaver, ``sync`` durability."""
 
     name = "langgraph"
-    subject_packages = ("langgraph",)
     api = "graph"
     backend = "sqlite"
     durability = "sync"
+    #: run with LangGraph's async API (``ainvoke``, ``AsyncSqliteSaver`` /
+    #: ``AsyncPostgresSaver``, async nodes) instead of ``invoke`` in a thread
+    aio = False
+    #: on SIGTERM, ask LangGraph to drain (``RunControl.request_drain()``: the run stops
+    #: at the next superstep boundary and raises ``GraphDrained``); labels ``drain.begin``
+    #: when the signal is handled and ``node.launch`` before each node. Without it
+    #: LangGraph installs no handler and SIGTERM's default action ends the worker.
+    drain = False
 
     def __init__(self) -> None:
         for attr, allowed in (("api", APIS), ("backend", BACKENDS), ("durability", DURABILITIES)):
             if getattr(self, attr) not in allowed:
                 raise ValueError(f"{type(self).__name__}.{attr}={getattr(self, attr)!r} must be one of {allowed}")
+
+    @property
+    def subject_packages(self) -> tuple[str, ...]:  # type: ignore[override]
+        """LangGraph's own modules, whose frames name await points: the Pregel loop and
+        runner, the node wrappers, and on SQLite the ``AsyncSqliteSaver``. Not the
+        ``AsyncPostgresSaver``: it writes in psycopg's pipeline mode, where whether an
+        ``execute`` suspends depends on the socket (measured: 6-9 of 26 logical tasks
+        differed between golden runs), and an await point must be reproducible; its
+        saves are still crash points, by label (``checkpoint.put.*``, ``log.append.*``)
+        and as the loop's await on them."""
+        core = LANGGRAPH_CORE_PACKAGES
+        return core + ("langgraph.checkpoint.sqlite",) if self.backend == "sqlite" else core
 
     # -- storage ------------------------------------------------------------------
 
@@ -294,6 +428,9 @@ class LangGraphAdapter(Adapter):
     @contextlib.contextmanager
     def open_saver(self, env: Environment, run_id: str, application_name: str,
                    create: bool = True) -> Iterator[BaseCheckpointSaver | None]:
+        """The sync checkpointer on the run's storage (``None`` when ``create`` is
+        false and the run's SQLite file does not exist). The async savers write the same
+        tables, so this reads what either API saved."""
         if self.backend == "sqlite":
             path = self.sqlite_path(env, run_id)
             if not create and not path.exists():
@@ -316,6 +453,37 @@ class LangGraphAdapter(Adapter):
                                  application_name=application_name) as conn:
                 yield PostgresSaver(conn)
 
+    @contextlib.asynccontextmanager
+    async def open_async_saver(self, env: Environment, run_id: str, application_name: str) -> AsyncIterator[Any]:
+        """The async checkpointer on the run's storage, for ``ainvoke``. Its connection is
+        closed inside a shielded scope, so a ``cancel`` fault does not leak it."""
+        if self.backend == "sqlite":
+            import aiosqlite
+            from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+            path = self.sqlite_path(env, run_id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = await aiosqlite.connect(str(path))
+            try:
+                saver = AsyncSqliteSaver(conn)
+                await saver.setup()
+                yield saver
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await conn.close()
+        else:
+            import psycopg
+            from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+            from psycopg.rows import dict_row
+
+            aconn = await psycopg.AsyncConnection.connect(
+                env.dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row, application_name=application_name)
+            try:
+                yield AsyncPostgresSaver(aconn)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await aconn.close()
+
     async def prepare(self, env: Environment) -> None:
         if self.backend == "postgres":
             def setup() -> None:
@@ -335,23 +503,55 @@ class LangGraphAdapter(Adapter):
     async def resume(self, ctx: RunContext) -> str:
         return await self._run(ctx, "resume")
 
+    def _answer_of(self, ctx: RunContext) -> Any:
+        return lambda values: ctx.workload.answer(ctx.workload.messages(values))
+
+    @contextlib.contextmanager
+    def _drain_on_sigterm(self, loop: asyncio.AbstractEventLoop) -> Iterator[Any]:
+        """A ``RunControl`` that SIGTERM drains (``drain`` variants), else None."""
+        if not self.drain:
+            yield None
+            return
+        from langgraph.runtime import RunControl
+
+        control = RunControl()
+
+        def on_sigterm() -> None:
+            point("drain.begin")
+            control.request_drain("SIGTERM")
+
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        try:
+            yield control
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
     async def _run(self, ctx: RunContext, role: str) -> str:
         from crashmatrix.scenarios.realworld.common import Clients
 
         loop = asyncio.get_running_loop()
         async with aiohttp.ClientSession() as session:
             clients = Clients(session, ctx.env.providers, ctx.worker_id, ctx.conversation, ctx.run_id)
-            hooks = NodeHooks(loop, clients, ctx.on_step)
+            hooks = NodeHooks(loop, clients, ctx.on_step, launch_label=self.drain)
+            config = self.thread_config(ctx.run_id)
+            run_input = ctx.workload.run_input(ctx.conversation)
+            with self._drain_on_sigterm(loop) as control:
+                if self.aio:
+                    async with self.open_async_saver(ctx.env, ctx.run_id, ctx.worker_id) as saver:
+                        graph = ctx.workload.compile(self.api, hooks, AsyncCrashpointSaver(saver, hooks), aio=True)
+                        status, _ = await adrive(graph, config, run_input, self.durability, role,
+                                                 self._answer_of(ctx), control)
+                        return status
 
-            def body() -> str:
-                with self.open_saver(ctx.env, ctx.run_id, ctx.worker_id) as saver:
-                    assert saver is not None
-                    graph = ctx.workload.compile(self.api, hooks, CrashpointSaver(saver, hooks))
-                    status, _ = drive(graph, self.thread_config(ctx.run_id), ctx.workload.run_input(ctx.conversation),
-                                      self.durability, role, lambda v: ctx.workload.answer(ctx.workload.messages(v)))
-                    return status
+                def body() -> str:
+                    with self.open_saver(ctx.env, ctx.run_id, ctx.worker_id) as saver:
+                        assert saver is not None
+                        graph = ctx.workload.compile(self.api, hooks, CrashpointSaver(saver, hooks))
+                        status, _ = drive(graph, config, run_input, self.durability, role, self._answer_of(ctx),
+                                          control)
+                        return status
 
-            return await anyio.to_thread.run_sync(body)
+                return await anyio.to_thread.run_sync(body)
 
     @staticmethod
     def thread_config(run_id: str) -> dict[str, Any]:
@@ -388,36 +588,38 @@ class LangGraphAdapter(Adapter):
     _observe_workload: Any = None
 
 
-def _variant(api: str, backend: str, durability: str) -> type[LangGraphAdapter]:
+def _variant(api: str, backend: str, durability: str, aio: bool = False, drain: bool = False) -> type[LangGraphAdapter]:
     api_word = "StateGraph" if api == "graph" else "functional API"
-    saver = "SqliteSaver" if backend == "sqlite" else "PostgresSaver"
-    doc = f"LangGraph {api_word}, {saver}, `{durability}` durability."
-    name = f"LangGraph{'Functional' if api == 'functional' else ''}{backend.capitalize()}{durability.capitalize()}Adapter"
+    saver = ("Async" if aio else "") + ("SqliteSaver" if backend == "sqlite" else "PostgresSaver")
+    how = "ainvoke" if aio else "invoke in a thread"
+    doc = (f"LangGraph {api_word} ({how}), {saver}, `{durability}` durability"
+           + (", SIGTERM drains (RunControl)." if drain else "."))
+    name = (f"LangGraph{'Aio' if aio else ''}{'Functional' if api == 'functional' else ''}"
+            f"{backend.capitalize()}{durability.capitalize()}{'Drain' if drain else ''}Adapter")
+    registry_name = (f"langgraph{'-aio' if aio else ''}{'-func' if api == 'functional' else ''}-{backend}-{durability}"
+                     f"{'-drain' if drain else ''}")
     cls = type(name, (LangGraphAdapter,), {
-        "__doc__": doc, "api": api, "backend": backend, "durability": durability,
-        "name": f"langgraph{'-func' if api == 'functional' else ''}-{backend}-{durability}",
-        "__module__": __name__, "__qualname__": name,
+        "__doc__": doc, "api": api, "backend": backend, "durability": durability, "aio": aio, "drain": drain,
+        "name": registry_name, "__module__": __name__, "__qualname__": name,
     })
+    globals()[name] = cls
     return cls
 
 
-LangGraphSqliteSyncAdapter = _variant("graph", "sqlite", "sync")
-LangGraphSqliteAsyncAdapter = _variant("graph", "sqlite", "async")
-LangGraphSqliteExitAdapter = _variant("graph", "sqlite", "exit")
-LangGraphPostgresSyncAdapter = _variant("graph", "postgres", "sync")
-LangGraphPostgresAsyncAdapter = _variant("graph", "postgres", "async")
-LangGraphPostgresExitAdapter = _variant("graph", "postgres", "exit")
-LangGraphFunctionalSqliteSyncAdapter = _variant("functional", "sqlite", "sync")
-LangGraphFunctionalSqliteAsyncAdapter = _variant("functional", "sqlite", "async")
-LangGraphFunctionalSqliteExitAdapter = _variant("functional", "sqlite", "exit")
-LangGraphFunctionalPostgresSyncAdapter = _variant("functional", "postgres", "sync")
-
 VARIANTS: dict[str, type[LangGraphAdapter]] = {
     cls.name: cls for cls in (
-        LangGraphSqliteSyncAdapter, LangGraphSqliteAsyncAdapter, LangGraphSqliteExitAdapter,
-        LangGraphPostgresSyncAdapter, LangGraphPostgresAsyncAdapter, LangGraphPostgresExitAdapter,
-        LangGraphFunctionalSqliteSyncAdapter, LangGraphFunctionalSqliteAsyncAdapter,
-        LangGraphFunctionalSqliteExitAdapter, LangGraphFunctionalPostgresSyncAdapter,
+        _variant(api, backend, durability, aio, drain)
+        for aio in (False, True)
+        for api in APIS
+        for backend in BACKENDS
+        for durability in DURABILITIES
+        for drain in ((False, True) if api == "graph" else (False,))
     )
 }
-"""Registry name -> adapter class (proposed entries for ``harness/registry.py``)."""
+"""Registry name -> adapter class: ``langgraph[-aio][-func]-{sqlite,postgres}-{sync,async,exit}[-drain]``
+(class ``LangGraph[Aio][Functional]{Sqlite,Postgres}{Sync,Async,Exit}[Drain]Adapter``)."""
+
+# the names written out, for readers and static tools (the classes are made above)
+LangGraphSqliteSyncAdapter = VARIANTS["langgraph-sqlite-sync"]
+LangGraphAioSqliteSyncAdapter = VARIANTS["langgraph-aio-sqlite-sync"]
+LangGraphAioPostgresSyncAdapter = VARIANTS["langgraph-aio-postgres-sync"]

@@ -25,6 +25,17 @@ finished tasks return their saved results.
 
 Keys of the ``keyed`` flavour: ``sha256(thread_id:tools:<step>:<i>)`` (graph) and
 ``sha256(thread_id:tool:<turn>:<i>)`` (functional).
+
+**Async variants** (``aio=True``): the same two programs with ``async def`` nodes and
+tasks, for ``ainvoke`` with LangGraph's async checkpointers (``AsyncSqliteSaver``,
+``AsyncPostgresSaver``). The nodes await the providers on the graph's own event loop
+(no thread, no ``hooks.call``), so every await inside LangGraph is an await point and a
+``cancel`` reaches the node that is running. Same logical tasks, labels and keys as the
+sync programs.
+
+The tool calls of one model turn run one after the other in the StateGraph's ``tools``
+node, and concurrently (one task each) in the functional API (``conv4`` asks for two
+searches at once).
 """
 
 from __future__ import annotations
@@ -50,8 +61,8 @@ class CheckoutState(TypedDict):
     messages: Annotated[list[dict[str, Any]], operator.add]
 
 
-def build_state_graph(hooks: NodeHooks, flavour: str) -> StateGraph:
-    """The checkout agent as a StateGraph (uncompiled)."""
+def build_state_graph(hooks: NodeHooks, flavour: str, aio: bool = False) -> StateGraph:
+    """The checkout agent as a StateGraph (uncompiled); ``aio``: async nodes."""
 
     def agent(state: CheckoutState, config: RunnableConfig) -> dict[str, Any]:
         with hooks.step(config) as node_id:
@@ -72,12 +83,31 @@ def build_state_graph(hooks: NodeHooks, flavour: str) -> StateGraph:
                 hooks.point("tool.request.after")
         return {"messages": out}
 
+    async def agent_aio(state: CheckoutState, config: RunnableConfig) -> dict[str, Any]:
+        with hooks.step(config) as node_id:
+            hooks.point("model.call.before")
+            message = await hooks.clients.model(node_id, state["messages"])
+            hooks.point("model.call.after")
+        return {"messages": [message]}
+
+    async def tools_aio(state: CheckoutState, config: RunnableConfig) -> dict[str, Any]:
+        with hooks.step(config) as node_id:
+            step = config["metadata"]["langgraph_step"]
+            thread = config["configurable"]["thread_id"]
+            out = []
+            for i, call in enumerate(state["messages"][-1]["tool_calls"]):
+                key = effect_key(flavour, thread, "tools", step, i)
+                hooks.point("tool.request.before")
+                out.append(await hooks.clients.tool(call, key, node_id))
+                hooks.point("tool.request.after")
+        return {"messages": out}
+
     def route(state: CheckoutState) -> str:
         return "tools" if state["messages"][-1].get("tool_calls") else END
 
     builder = StateGraph(CheckoutState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", tools)
+    builder.add_node("agent", agent_aio if aio else agent)
+    builder.add_node("tools", tools_aio if aio else tools)
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", route, ["tools", END])
     builder.add_edge("tools", "agent")
@@ -87,8 +117,12 @@ def build_state_graph(hooks: NodeHooks, flavour: str) -> StateGraph:
 MAX_TURNS = 20
 
 
-def build_entrypoint(hooks: NodeHooks, flavour: str, checkpointer: BaseCheckpointSaver | None) -> Pregel:
-    """The checkout agent as a functional-API entrypoint with tasks."""
+def build_entrypoint(hooks: NodeHooks, flavour: str, checkpointer: BaseCheckpointSaver | None,
+                     aio: bool = False) -> Pregel:
+    """The checkout agent as a functional-API entrypoint with tasks; ``aio``: async
+    tasks and entrypoint."""
+    if aio:
+        return _build_entrypoint_aio(hooks, flavour, checkpointer)
 
     @task(name="model")
     def model_turn(turn: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -118,7 +152,44 @@ def build_entrypoint(hooks: NodeHooks, flavour: str, checkpointer: BaseCheckpoin
             calls = message.get("tool_calls") or []
             if not calls:
                 return {"conversation": inputs["conversation"], "messages": messages}
-            messages.extend(run_tool(turn, i, thread, call).result() for i, call in enumerate(calls))
+            futures = [run_tool(turn, i, thread, call) for i, call in enumerate(calls)]  # concurrently
+            messages.extend(f.result() for f in futures)
+        raise RuntimeError(f"checkout did not end within {MAX_TURNS} model turns")
+
+    return checkout
+
+
+def _build_entrypoint_aio(hooks: NodeHooks, flavour: str, checkpointer: BaseCheckpointSaver | None) -> Pregel:
+    @task(name="model")
+    async def model_turn(turn: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        with hooks.task_step(f"model-{turn}") as node_id:
+            hooks.point("model.call.before")
+            message = await hooks.clients.model(node_id, messages)
+            hooks.point("model.call.after")
+        return message
+
+    @task(name="tool")
+    async def run_tool(turn: int, i: int, thread: str, call: dict[str, Any]) -> dict[str, Any]:
+        with hooks.task_step(f"tool-{turn}.{i}") as node_id:
+            key = effect_key(flavour, thread, "tool", turn, i)
+            hooks.point("tool.request.before")
+            message = await hooks.clients.tool(call, key, node_id)
+            hooks.point("tool.request.after")
+        return message
+
+    @entrypoint(checkpointer=checkpointer)
+    async def checkout(inputs: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        hooks.register_entrypoint(config)
+        thread = config["configurable"]["thread_id"]
+        messages = list(inputs["messages"])
+        for turn in range(1, MAX_TURNS + 1):
+            message = await model_turn(turn, messages)
+            messages.append(message)
+            calls = message.get("tool_calls") or []
+            if not calls:
+                return {"conversation": inputs["conversation"], "messages": messages}
+            futures = [run_tool(turn, i, thread, call) for i, call in enumerate(calls)]  # concurrently
+            messages.extend([await f for f in futures])
         raise RuntimeError(f"checkout did not end within {MAX_TURNS} model turns")
 
     return checkout
@@ -139,12 +210,15 @@ class LangGraphCheckout:
     def run_input(self, conversation: str) -> dict[str, Any]:
         return run_input(conversation)
 
-    def compile(self, api: str, hooks: NodeHooks, checkpointer: BaseCheckpointSaver | None) -> Pregel:
-        """The runnable graph for ``api`` (``"graph"`` or ``"functional"``)."""
+    def compile(self, api: str, hooks: NodeHooks, checkpointer: BaseCheckpointSaver | None,
+                aio: bool = False) -> Pregel:
+        """The runnable graph for ``api`` (``"graph"`` or ``"functional"``); ``aio``:
+        async nodes, for ``ainvoke`` (the graph's shape is the same, so ``get_state``
+        of either reads the other's checkpoints)."""
         if api == "graph":
-            return build_state_graph(hooks, self.flavour).compile(checkpointer=checkpointer)
+            return build_state_graph(hooks, self.flavour, aio).compile(checkpointer=checkpointer)
         if api == "functional":
-            return build_entrypoint(hooks, self.flavour, checkpointer)
+            return build_entrypoint(hooks, self.flavour, checkpointer, aio)
         raise ValueError(f"api={api!r} must be 'graph' or 'functional'")
 
     @staticmethod

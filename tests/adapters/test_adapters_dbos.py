@@ -52,6 +52,11 @@ APP = textwrap.dedent('''
 
     DBOS(config={"name": "facts", "system_database_url": url, "executor_id": executor,
                  "application_version": version, "log_level": "ERROR"})
+    if mode == "reenqueue":
+        # this process must not serve the queue itself before it leaves (its poller's
+        # first look comes ~1 s after launch; on a loaded machine that raced the exit)
+        from dbos._dbos import _get_or_create_dbos_registry
+        _get_or_create_dbos_registry().get_internal_queue()._polling_interval_sec = 600
     DBOS.launch()
     if mode == "start":
         with SetWorkflowID(wid):
@@ -127,52 +132,61 @@ def test_recovery_needs_the_same_executor_id_and_version_and_a_restart_only_atta
     assert recovered["status"] == "SUCCESS" and recovered["result"] == "stepped", recovered
 
 
-# -- the adapter's kill matrix, chosen cases ------------------------------------------------------
+# -- the adapter's matrices, chosen cases --------------------------------------------------------
+
+SUBJECT = f"{DB}:DBOSSqliteAdapter"
+RECORD_AWAIT = "dbos._outcome:Pending._wrap@4"  # the step returned; DBOS records its output
+BODY_AWAIT = "dbos._outcome:Pending._wrap@3"    # the step's body is running
 
 
-def run_cases(subject: str, workload: str, ids: list[str]) -> list[tuple[Any, Any, Any]]:
-    from crashmatrix.harness.plan import Case
-    from crashmatrix.harness.session import open_session
-
-    async def main() -> list[tuple[Any, Any, Any]]:
-        async with open_session(f"{DB}:{subject}", f"{WL}:{workload}") as explorer:
-            golden = await explorer.golden("conv1")
-            out = []
-            for case_id in ids:
-                result = await explorer.run_case(Case.parse(f"{WL}:{workload}/conv1/{case_id}"), golden)
-                assert result.outcome != "harness-error", f"{case_id}: {result.error}"
-                out.append((result, await explorer.evidence(result.run_id), golden))
-            return out
-
-    return asyncio.run(main())
-
-
-def _extra(evidence: Any, golden: Any, kind: str) -> int:
-    return len(evidence.ledgers[kind]) - len(golden.evidence.ledgers[kind])
-
-
-def test_sqlite_naive_kill_inside_the_charging_step_charges_twice() -> None:
-    out = run_cases("DBOSSqliteAdapter", "NAIVE", ["kill@tool.request.after[tool-8]#1", "kill@log.append.after[tool-8]#1"])
-    (inside, ev1, golden), (recorded, ev2, _) = out
-    assert {v.check for v in inside.failed} == {"provider.payment.ledger_equal"} and _extra(ev1, golden, "payment") == 1, (
+def test_sqlite_naive_kill_cancel_term_around_the_charging_step(matrix_cases: Any) -> None:
+    s = matrix_cases(SUBJECT, f"{WL}:NAIVE", [
+        "kill@tool.request.after[tool-8]#1",
+        "kill@log.append.after[tool-8]#1",
+        f"kill@{RECORD_AWAIT}[tool-8]#1",
+        f"cancel@{BODY_AWAIT}[tool-8]#1",
+        "cancel@log.append.after[tool-8]#1",  # fired on DBOS's recording thread
+        "term@step.after[tool-8]#1",
+        "conv3/kill@step.after[tool-12]#1",
+    ], await_points=True, goldens=2)
+    inside, recorded, recording, cancel, cancel_in_thread, term, refund = s.cases
+    assert inside.failed == {"provider.payment.ledger_equal"} and inside.extra("payment") == 1, (
         "DBOS + naive tool: a kill inside the charging step no longer charges twice: "
-        f"{[(v.check, v.details) for v in inside.failed]}; update docs/findings.md")
-    assert recorded.outcome == "pass", [(v.check, v.details) for v in recorded.failed]
+        f"{inside.why()}; update docs/findings.md")
+    assert recorded.result.outcome == "pass", recorded.why()
+    assert recording.extra("payment") == 1, (
+        f"DBOS: a kill while the charge step's output is being recorded no longer re-runs the step: {recording.why()}")
     # the step log (operation_outputs) is a clean prefix and the golden run completed
-    obs = golden.evidence.observation
+    obs = inside.golden.evidence.observation
     assert obs.status == "completed" and [e.seq for e in obs.log] == list(range(1, 12))
+    first, second = s.golden_traces["conv1"]
+    assert first == second and (RECORD_AWAIT, "tool-8") in {(e[1], e[2]) for e in first if e[0] == "await"}, (
+        "DBOS: the await points of two golden runs now differ or moved; update docs/findings.md")
+    # DBOS shields the workflow task from its caller: the cancel ends only the wait, the
+    # workflow finishes in the same worker, and no resume is needed
+    for c in (cancel, cancel_in_thread):
+        assert c.result.outcome == "pass" and [w["role"] for w in c.workers] == ["start"], (
+            f"DBOS: a cancelled caller now stops its workflow ({c.result.case.id}: {c.why()}, workers {c.workers}); "
+            "update docs/findings.md")
+    # no SIGTERM handler: the worker dies as from a kill, in the step, which runs again
+    assert term.workers[0]["signal"] == 15 and "term.drained" in term.failed and term.extra("payment") == 1, (
+        f"DBOS: SIGTERM no longer ends the worker like a kill: {term.why()}, workers {term.workers}")
+    # conv3: the re-run refund step has a fresh key; the provider refuses it and DBOS
+    # records the step's error: the workflow ends failed
+    assert refund.evidence.observation.status == "failed" and "run.status" in refund.failed, (
+        f"DBOS + naive: a repeated refund no longer fails the workflow: {refund.why()}; update docs/findings.md")
 
 
-def test_sqlite_keyed_kill_inside_the_charging_step_charges_once() -> None:
-    [(result, evidence, golden)] = run_cases("DBOSSqliteAdapter", "KEYED", ["kill@step.after[tool-8]#1"])
-    assert result.outcome == "pass" and _extra(evidence, golden, "payment") == 0, (
-        [(v.check, v.details) for v in result.failed])
+def test_sqlite_keyed_kill_inside_the_charging_step_charges_once(matrix_cases: Any) -> None:
+    s = matrix_cases(SUBJECT, f"{WL}:KEYED", ["kill@step.after[tool-8]#1", "conv3/kill@step.after[tool-12]#1"])
+    for case in s.cases:
+        assert case.result.outcome == "pass" and case.extra("payment") == 0, (case.result.case.id, case.why())
 
 
-def test_postgres_naive_kill_inside_the_charging_step_charges_twice() -> None:
-    [(result, evidence, golden)] = run_cases("DBOSPostgresAdapter", "NAIVE", ["kill@step.after[tool-8]#1"])
-    assert "provider.payment.ledger_equal" in {v.check for v in result.failed} and _extra(evidence, golden, "payment") == 1, (
-        f"DBOS PostgreSQL + naive: no duplicate charge now: {[(v.check, v.details) for v in result.failed]}")
+def test_postgres_naive_kill_inside_the_charging_step_charges_twice(matrix_cases: Any) -> None:
+    [case] = matrix_cases(f"{DB}:DBOSPostgresAdapter", f"{WL}:NAIVE", ["kill@step.after[tool-8]#1"]).cases
+    assert "provider.payment.ledger_equal" in case.failed and case.extra("payment") == 1, (
+        f"DBOS PostgreSQL + naive: no duplicate charge now: {case.why()}")
 
 
 def test_app_is_importable_without_starting_anything() -> None:

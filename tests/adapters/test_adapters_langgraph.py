@@ -28,7 +28,9 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.types import interrupt  # noqa: E402
 
 from crashmatrix.harness import crashpoint as cp  # noqa: E402
-from crashmatrix.harness.adapters.langgraph import CrashpointSaver, NodeHooks, drive, judge  # noqa: E402
+from crashmatrix.harness.adapters.langgraph import (  # noqa: E402
+    AsyncCrashpointSaver, CrashpointSaver, NodeHooks, adrive, drive, judge,
+)
 from crashmatrix.scenarios.checkout.script import respond  # noqa: E402
 from crashmatrix.scenarios.realworld.langgraph_checkout import KEYED, NAIVE  # noqa: E402
 
@@ -153,15 +155,35 @@ def test_pending_interrupt_is_needs_human() -> None:
         "needs_human", "nothing to do: 1 pending interrupt(s)")
 
 
-def _trace(durability: str, api: str = "graph") -> list[tuple[str, str]]:
+API = pytest.mark.parametrize("aio", [False, True], ids=["invoke", "ainvoke"])
+
+
+def _trace(durability: str, api: str = "graph", aio: bool = False,
+           on_step: Any = None) -> list[tuple[str, str]]:
+    """conv1 in-process on an in-memory SQLite saver (``aio``: ``ainvoke`` with
+    ``AsyncSqliteSaver``); returns the ``(point, logical task)`` sequence."""
     seen: list[tuple[str, str]] = []
 
+    def step(phase: str, task: str) -> None:
+        seen.append((f"step.{phase}", task))
+        if on_step is not None:
+            on_step(phase, task)
+
     async def main() -> None:
-        hooks = NodeHooks(asyncio.get_running_loop(), FakeClients(), lambda phase, task: seen.append((f"step.{phase}", task)))
-        saver = SqliteSaver(sqlite3.connect(":memory:", check_same_thread=False))
-        graph = KEYED.compile(api, hooks, CrashpointSaver(saver, hooks))
+        hooks = NodeHooks(asyncio.get_running_loop(), FakeClients(), step)
         config = {"configurable": {"thread_id": "t"}}
-        status, _ = await _in_thread(drive, graph, config, KEYED.run_input("conv1"), durability, "start", _answer)
+        if aio:
+            import aiosqlite
+            from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+            async with aiosqlite.connect(":memory:") as conn:
+                saver = AsyncSqliteSaver(conn)
+                graph = KEYED.compile(api, hooks, AsyncCrashpointSaver(saver, hooks), aio=True)
+                status, _ = await adrive(graph, config, KEYED.run_input("conv1"), durability, "start", _answer)
+        else:
+            saver = SqliteSaver(sqlite3.connect(":memory:", check_same_thread=False))
+            graph = KEYED.compile(api, hooks, CrashpointSaver(saver, hooks))
+            status, _ = await _in_thread(drive, graph, config, KEYED.run_input("conv1"), durability, "start", _answer)
         assert status == "completed"
 
     cp.arm(lambda name, task: seen.append((name, task)))
@@ -176,8 +198,9 @@ def _of(trace: list[tuple[str, str]], task: str) -> list[str]:
     return [name for name, t in trace if t == task]
 
 
-def test_points_per_task_under_sync() -> None:
-    trace = _trace("sync")
+@API
+def test_points_per_task_under_sync(aio: bool) -> None:
+    trace = _trace("sync", aio=aio)
     assert _of(trace, "tools-8") == ["step.before", "tool.request.before", "tool.request.after", "step.after",
                                      "log.append.before", "log.append.after"]
     assert _of(trace, "agent-9") == ["step.before", "model.call.before", "model.call.after", "step.after",
@@ -187,98 +210,150 @@ def test_points_per_task_under_sync() -> None:
         f"LangGraph sync durability now saves checkpoints {puts} for conv1 (was one per superstep, -1..11)")
 
 
-def test_exit_durability_saves_once_at_the_end() -> None:
-    trace = _trace("exit")
+@API
+def test_exit_durability_saves_once_at_the_end(aio: bool) -> None:
+    trace = _trace("exit", aio=aio)
     saves = [(n, t) for n, t in trace if n.startswith(("checkpoint.", "log.append"))]
     assert saves == [("checkpoint.put.before", "checkpoint-s11"), ("checkpoint.put.after", "checkpoint-s11")], (
         "LangGraph `exit` durability now saves before the run ends "
         f"({saves[:4]}...): a kill before the end may keep progress; update docs/findings.md")
 
 
-def test_functional_api_points() -> None:
-    trace = _trace("sync", api="functional")
+@API
+def test_functional_api_points(aio: bool) -> None:
+    trace = _trace("sync", api="functional", aio=aio)
     assert _of(trace, "tool-4.0") == ["step.before", "tool.request.before", "tool.request.after", "step.after",
                                       "log.append.before", "log.append.after"]
     assert ("log.append.after", "entrypoint") in trace
 
 
-# -- on services: chosen cases of the kill matrix -----------------------------------------------
+@pytest.mark.parametrize("durability", ["sync", "exit"])
+def test_run_control_drain_stops_at_the_next_superstep_and_keeps_progress(durability: str) -> None:
+    """LangGraph's own drain (``RunControl.request_drain()``, what the ``-drain``
+    adapters wire to SIGTERM): the node that is running finishes, no node starts after
+    it, the checkpoint is saved (under ``exit`` durability too), and ``ainvoke(None)``
+    continues from there."""
+    fake = FakeClients()
+
+    async def main() -> list[tuple[str, str]]:
+        import aiosqlite
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+        from langgraph.runtime import RunControl
+
+        control = RunControl()
+
+        def on_step(phase: str, task: str) -> None:
+            if (phase, task) == ("before", "tools-8"):  # SIGTERM while the charge runs
+                control.request_drain("SIGTERM")
+
+        hooks = NodeHooks(asyncio.get_running_loop(), fake, on_step)
+        config = {"configurable": {"thread_id": "t"}}
+        async with aiosqlite.connect(":memory:") as conn:
+            saver = AsyncSqliteSaver(conn)
+            graph = KEYED.compile("graph", hooks, AsyncCrashpointSaver(saver, hooks), aio=True)
+            first = await adrive(graph, config, KEYED.run_input("conv1"), durability, "start", _answer, control)
+            ran_before = list(fake.ran)
+            second = await adrive(graph, config, KEYED.run_input("conv1"), durability, "resume", _answer)
+        return [first, second, ran_before]  # type: ignore[list-item]
+
+    first, second, ran_before = asyncio.run(main())
+    assert first == ("paused", "ainvoke(input); drained (SIGTERM)"), (
+        f"LangGraph RunControl drain under `{durability}` durability now ends {first}; update docs/findings.md")
+    assert ran_before[-1] == "tools-8", f"LangGraph's drain now stops elsewhere: ran {ran_before}"
+    assert second == ("completed", "ainvoke(None)")
+    assert fake.ran.count("tools-8") == 1 and fake.ran[-1] == "agent-11", (
+        f"LangGraph `{durability}`: a drained run no longer keeps its progress: {fake.ran}; update docs/findings.md")
 
 
-def run_cases(subject: str, workload: str, ids: list[str]) -> list[tuple[Any, Any, Any]]:
-    """Golden run, then each case id; returns ``(result, evidence, golden)`` per case."""
-    from crashmatrix.harness.plan import Case
-    from crashmatrix.harness.session import open_session
-
-    async def main() -> list[tuple[Any, Any, Any]]:
-        async with open_session(f"{LG}:{subject}", f"{WL}:{workload}") as explorer:
-            golden = await explorer.golden("conv1")
-            out = []
-            for case_id in ids:
-                result = await explorer.run_case(Case.parse(f"{WL}:{workload}/conv1/{case_id}"), golden)
-                assert result.outcome != "harness-error", f"{case_id}: {result.error}"
-                out.append((result, await explorer.evidence(result.run_id), golden))
-            return out
-
-    return asyncio.run(main())
+# -- on services: chosen cases of the matrices -------------------------------------------------
 
 
-def _failed(result: Any) -> set[str]:
-    return {v.check for v in result.failed}
-
-
-def _extra(evidence: Any, golden: Any, kind: str) -> int:
-    if kind == "model":
-        return sum(evidence.model_calls.values()) - sum(golden.evidence.model_calls.values())
-    return len(evidence.ledgers[kind]) - len(golden.evidence.ledgers[kind])
-
-
-def test_sqlite_sync_naive_charges_twice_between_effect_and_saved_writes() -> None:
-    out = run_cases("LangGraphSqliteSyncAdapter", "NAIVE", [
+def test_sqlite_sync_naive_charges_twice_between_effect_and_saved_writes(matrix_cases: Any) -> None:
+    s = matrix_cases(f"{LG}:LangGraphSqliteSyncAdapter", f"{WL}:NAIVE", [
         "kill@step.after[tools-8]#1",        # charge done, writes not saved
         "kill@log.append.after[tools-8]#1",  # writes saved
         "kill@step.before[agent-9]#1",       # checkpoint of step 8 saved (sync waits for it)
+        "conv3/kill@step.after[tools-12]#1",  # the refund done, writes not saved
     ])
-    (effect_done, ev1, golden), (writes_saved, ev2, _), (next_step, ev3, _) = out
-    assert _failed(effect_done) == {"provider.payment.ledger_equal"} and _extra(ev1, golden, "payment") == 1, (
+    effect_done, writes_saved, next_step, refund = s.cases
+    assert effect_done.failed == {"provider.payment.ledger_equal"} and effect_done.extra("payment") == 1, (
         "LangGraph sync + naive tool: a kill after the charge and before its writes no longer charges twice: "
-        f"{[(v.check, v.details) for v in effect_done.failed]}; update docs/findings.md")
-    assert writes_saved.outcome == "pass", [(v.check, v.details) for v in writes_saved.failed]
-    assert next_step.outcome == "pass", (
-        "LangGraph sync: a kill at the next node's start now loses the previous step: "
-        f"{[(v.check, v.details) for v in next_step.failed]}")
-    assert golden.evidence.observation.status == "completed"
+        f"{effect_done.why()}; update docs/findings.md")
+    assert writes_saved.result.outcome == "pass", writes_saved.why()
+    assert next_step.result.outcome == "pass", (
+        f"LangGraph sync: a kill at the next node's start now loses the previous step: {next_step.why()}")
+    assert effect_done.golden.evidence.observation.status == "completed"
+    # conv3: the re-run refund carries a fresh key; the provider refuses it (nothing left
+    # to refund), the node raises, and the run cannot finish
+    assert {"resume.runs", "run.status"} <= refund.failed and refund.evidence.observation.status == "paused", (
+        f"LangGraph sync + naive: a repeated refund no longer stops the run: {refund.why()}; update docs/findings.md")
+    assert "exceeds the refundable" in dict(refund.why())["resume.runs"]
 
 
-def test_sqlite_sync_keyed_passes_the_effect_checks() -> None:
-    out = run_cases("LangGraphSqliteSyncAdapter", "KEYED", ["kill@step.after[tools-8]#1", "kill@tool.request.after[tools-10]#1"])
-    for result, evidence, golden in out:
-        assert result.outcome == "pass", [(v.check, v.details) for v in result.failed]
-        assert _extra(evidence, golden, "payment") == 0 and _extra(evidence, golden, "mail") == 0
+def test_sqlite_sync_keyed_passes_the_effect_checks(matrix_cases: Any) -> None:
+    s = matrix_cases(f"{LG}:LangGraphSqliteSyncAdapter", f"{WL}:KEYED",
+                     ["kill@step.after[tools-8]#1", "kill@tool.request.after[tools-10]#1",
+                      "conv3/kill@step.after[tools-12]#1"])
+    for case in s.cases:
+        assert case.result.outcome == "pass", (case.result.case.id, case.why())
+        assert case.extra("payment") == 0 and case.extra("mail") == 0
 
 
-def test_sqlite_exit_restarts_from_input_and_repeats_every_effect() -> None:
-    [(result, evidence, golden)] = run_cases("LangGraphSqliteExitAdapter", "NAIVE", ["kill@step.before[agent-11]#1"])
-    assert {"provider.payment.ledger_equal", "provider.mail.ledger_equal"} <= _failed(result), (
+def test_sqlite_exit_restarts_from_input_and_repeats_every_effect(matrix_cases: Any) -> None:
+    [case] = matrix_cases(f"{LG}:LangGraphSqliteExitAdapter", f"{WL}:NAIVE", ["kill@step.before[agent-11]#1"]).cases
+    assert {"provider.payment.ledger_equal", "provider.mail.ledger_equal"} <= case.failed, (
         "LangGraph `exit` durability: a kill before the run ends now preserves progress: "
-        f"{[(v.check, v.details) for v in result.failed]}; update docs/findings.md")
-    assert (_extra(evidence, golden, "payment"), _extra(evidence, golden, "mail"), _extra(evidence, golden, "model")) == (1, 1, 5)
+        f"{case.why()}; update docs/findings.md")
+    assert (case.extra("payment"), case.extra("mail"), case.extra("model")) == (1, 1, 5)
     # the oracle counts every model call before the kill as in flight (no write was ever
     # saved), so re-billing them all is within its allowance: the figure above is the finding
-    assert "model.calls_billed" not in _failed(result)
+    assert "model.calls_billed" not in case.failed
 
 
-def test_sqlite_async_saved_state_lags() -> None:
+def test_sqlite_async_saved_state_lags(matrix_cases: Any) -> None:
     """Under ``async`` the checkpoint of a step is saved while the next runs: a kill at the
     start of the node after the charge often finds the charge's step unsaved. Racy by
     design (LangGraph's background saver thread): pinned as "at least once in three"."""
-    out = run_cases("LangGraphSqliteAsyncAdapter", "NAIVE", ["kill@step.before[agent-9]#1"] * 3)
-    lagged = [r for r, ev, g in out if _extra(ev, g, "payment") > 0]
+    s = matrix_cases(f"{LG}:LangGraphSqliteAsyncAdapter", f"{WL}:NAIVE", ["kill@step.before[agent-9]#1"] * 3)
+    lagged = [c for c in s.cases if c.extra("payment") > 0]
     assert lagged, ("LangGraph async durability: three kills at the start of agent-9 found the charge's step "
                     "saved every time (measured before: most runs lost it); update docs/findings.md")
 
 
-def test_postgres_sync_naive_charges_twice() -> None:
-    [(result, evidence, golden)] = run_cases("LangGraphPostgresSyncAdapter", "NAIVE", ["kill@tool.request.after[tools-8]#1"])
-    assert "provider.payment.ledger_equal" in _failed(result) and _extra(evidence, golden, "payment") == 1, (
-        f"LangGraph PostgresSaver sync + naive: no duplicate charge now: {[(v.check, v.details) for v in result.failed]}")
+def test_postgres_sync_naive_charges_twice(matrix_cases: Any) -> None:
+    [case] = matrix_cases(f"{LG}:LangGraphPostgresSyncAdapter", f"{WL}:NAIVE", ["kill@tool.request.after[tools-8]#1"]).cases
+    assert "provider.payment.ledger_equal" in case.failed and case.extra("payment") == 1, (
+        f"LangGraph PostgresSaver sync + naive: no duplicate charge now: {case.why()}")
+
+
+SAVE_AWAIT = "langgraph.checkpoint.sqlite.aio:AsyncSqliteSaver.aput_writes@3"
+
+
+def test_aio_await_points_cancel_and_term(matrix_cases: Any) -> None:
+    """``ainvoke`` with ``AsyncSqliteSaver`` (``sync`` durability), naive tool, await
+    points traced: the await points are reproducible; a cancel reaches LangGraph (its
+    node tasks are cancelled, the run ends interrupted) and one after the charge, before
+    the node's writes were handed to the saver, charges twice; SIGTERM kills the worker
+    (LangGraph installs no handler; its drain is opt-in, ``RunControl``)."""
+    s = matrix_cases(f"{LG}:LangGraphAioSqliteSyncAdapter", f"{WL}:NAIVE", [
+        "cancel@step.after[tools-8]#1",
+        "cancel@log.append.after[tools-8]#1",
+        f"kill@{SAVE_AWAIT}[agent-9]#1",
+        "term@step.after[tools-8]#1",
+    ], await_points=True, goldens=2)
+    first, second = s.golden_traces["conv1"]
+    awaits = [e for e in first if e[0] == "await"]
+    assert len(awaits) > 50 and first == second, (
+        f"LangGraph ainvoke: the await points of two golden runs now differ ({len(first)} vs {len(second)} points) "
+        "or are missing; the await matrix needs reproducible points: update docs/findings.md")
+    assert (SAVE_AWAIT, "tools-8") in {(e[1], e[2]) for e in awaits}
+    cancel_after, cancel_saved, kill_in_save, term = s.cases
+    assert cancel_after.workers[0]["returncode"] == 0 and cancel_after.extra("payment") == 1, (
+        "LangGraph ainvoke + naive: a cancel after the charge and before its writes no longer charges twice "
+        f"({cancel_after.why()}, workers {cancel_after.workers}); update docs/findings.md")
+    assert cancel_saved.result.outcome == "pass", cancel_saved.why()
+    assert kill_in_save.result.outcome == "pass", (
+        f"LangGraph ainvoke: a kill while agent-9's writes are saved now loses more than agent-9: {kill_in_save.why()}")
+    assert term.workers[0]["signal"] == 15 and "term.drained" in term.failed and term.extra("payment") == 1, (
+        "LangGraph: SIGTERM no longer ends the worker as a kill does (does LangGraph install a handler now?): "
+        f"{term.why()}, workers {term.workers}; update docs/findings.md")

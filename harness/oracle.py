@@ -193,7 +193,9 @@ def check_acknowledged_durable(ev: CrashEvidence) -> Verdict:
 def check_cancel_left_unknown(ev: CrashEvidence) -> Verdict:
     """``cancel.left_unknown``: no effect left ``started``; a cancel during a tool request left it ``unknown``."""
     name = "cancel.left_unknown"
-    effects = ev.observation.effects or []
+    if ev.observation.effects is None:
+        return Verdict(name, "crash", True, "not applicable: the adapter exposes no effects ledger")
+    effects = ev.observation.effects
     problems = [f"effect {e.tool} of {e.node_id} left started after the cancellation" for e in effects if e.status == "started"]
     point = ev.fault.point
     if point.name == "tool.request.before":

@@ -130,6 +130,13 @@ def test_cancel_left_unknown_valid() -> None:
     assert oracle.check_cancel_left_unknown(ev).valid is True
 
 
+def test_cancel_left_unknown_not_applicable_without_effects_ledger() -> None:
+    v = oracle.check_cancel_left_unknown(crash_ev("cancel", "tool.request.before", "turn-1.tool-0", None))
+    assert v.valid is True and v.details.startswith("not applicable")
+    # an empty ledger is a ledger, not "not applicable"
+    assert not oracle.check_cancel_left_unknown(crash_ev("cancel", "log.append.before", "t", [])).details.startswith("not")
+
+
 def test_cancel_left_started_is_invalid() -> None:
     ev = crash_ev("cancel", "log.append.before", "turn-1.tool-0", [eff("turn-2.tool-0", "started")])
     v = oracle.check_cancel_left_unknown(ev)

@@ -23,7 +23,7 @@ import time
 import psutil
 
 from crashmatrix.harness.explorer import enumerate_cases
-from crashmatrix.harness.matrix import _run_cases
+from crashmatrix.harness.matrix import run_cases
 from crashmatrix.harness.session import open_session
 
 
@@ -92,7 +92,7 @@ async def main() -> None:
         db0 = await _db_stats(explorer)
         before = _snapshot(procs)
         t0 = time.monotonic()
-        results = await _run_cases(explorer, cases, goldens, args.jobs, None)
+        results = await run_cases(explorer, cases, goldens, args.jobs, None)
         seconds = time.monotonic() - t0
         after = _snapshot(procs)
         await asyncio.sleep(1.0)  # backends flush their statistics at exit, at most 1 s late

@@ -28,6 +28,7 @@ import selectors
 import signal
 import sys
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -75,7 +76,17 @@ def _child(job: dict[str, Any], log_path: str, parent: int) -> None:
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         from .worker import Job, run_job
 
-        code = run_job(Job.from_dict(job))
+        profile_dir = os.environ.get("CRASHMATRIX_WORKER_PROFILE")
+        if profile_dir:  # a developer's switch: cProfile stats per worker (SIGKILLed ones write none)
+            import cProfile
+
+            profiler = cProfile.Profile(time.process_time)  # CPU, not wall: the figure a 2-core matrix is bound by
+            try:
+                code = profiler.runcall(run_job, Job.from_dict(job))
+            finally:
+                profiler.dump_stats(os.path.join(profile_dir, f"worker-{os.getpid()}.prof"))
+        else:
+            code = run_job(Job.from_dict(job))
     except BaseException:
         try:
             traceback.print_exc()

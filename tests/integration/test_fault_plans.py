@@ -68,3 +68,23 @@ def test_plan_file_runs_one_case_and_bad_plans_are_one_line(tmp_path) -> None:
         assert proc.returncode == 2, (text, proc.stdout[-500:], proc.stderr)
         lines = [l for l in proc.stderr.splitlines() if l.startswith("crashmatrix: error")]
         assert len(lines) == 1 and expected in lines[0], (text, proc.stderr)
+
+
+def test_worker_profile_switch_writes_a_cpu_profile_per_worker(tmp_path) -> None:
+    """``CRASHMATRIX_WORKER_PROFILE=DIR`` (docs/benchmarks.md): each worker that exits by
+    itself leaves ``DIR/worker-PID.prof``, a cProfile of its run_job."""
+    import os
+    import pstats
+
+    plan = {"version": 1, "faults": [{"kind": "term", "point": {"source": "label", "name": "log.append.after", "task": "turn-3", "occurrence": 1}}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    profiles = tmp_path / "prof"
+    profiles.mkdir()
+    proc = subprocess.run([*CLI, "run", "--plan", str(tmp_path / "plan.json"), "--conversation", "conv1"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CRASHMATRIX_WORKER_PROFILE": str(profiles)})
+    assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
+    files = sorted(profiles.glob("worker-*.prof"))
+    assert len(files) >= 3, files  # the golden run, the terminated start, its resume
+    stats = pstats.Stats(*map(str, files))
+    assert any(fn == "run_job" and path.endswith("worker.py") for path, _line, fn in stats.stats), "run_job not profiled"

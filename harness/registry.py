@@ -37,6 +37,13 @@ def load(target: str) -> Any:
         for part in attr.split(".") if attr else []:
             obj = getattr(obj, part)
         return obj
+    except ModuleNotFoundError as exc:
+        hint = ""
+        if exc.name and module_name.split(".")[0] == exc.name.split(".")[0]:
+            # the target's own package is missing, not one of its imports; workers start
+            # with ``python -P``, so the current directory is never on their path
+            hint = " (install its package, or put the directory that holds it on PYTHONPATH)"
+        raise RegistryError(f"cannot import {target!r}: {exc}{hint}") from None
     except (ImportError, AttributeError) as exc:
         raise RegistryError(f"cannot import {target!r}: {exc}") from None
 
@@ -51,22 +58,37 @@ def subject_names() -> list[str]:
     return sorted(_all_subjects())
 
 
-def _importable(name: str) -> bool:
+def _importable(name: str, registered: dict[str, str]) -> bool:
+    """``module:attribute`` (dotted or not), unless it is a misspelt registered name of
+    the ``prefix:name`` kind (``defect:unfenced-lease``)."""
     module, sep, attr = name.partition(":")
-    return bool(sep and attr and "." in module)
+    if not (sep and module and attr):
+        return False
+    return not any(known.startswith(module + ":") for known in registered)
+
+
+def _instantiate(name: str, cls: Any) -> Any:
+    from .adapter import Adapter
+
+    if not (isinstance(cls, type) and issubclass(cls, Adapter)):
+        raise RegistryError(f"subject={name!r} is {cls!r}, not a subclass of crashmatrix.harness.adapter.Adapter")
+    try:
+        return cls()
+    except TypeError as exc:  # abstract methods left, or an __init__ that wants arguments
+        raise RegistryError(f"subject={name!r}: {exc}") from None
 
 
 @cache
 def subject(name: str) -> Any:
     """A fresh adapter instance for the subject ``name`` (cached per process): a
-    registered name, or an importable ``"package.module:AdapterClass"`` (how another
-    team's adapter is reached without registering it here)."""
+    registered name, or an importable ``"module:AdapterClass"`` (how another team's
+    adapter is reached without registering it here). Raises :class:`RegistryError`."""
     table = _all_subjects()
     if name in table:
-        return load(table[name])()
-    if _importable(name):
-        return load(name)()
-    raise RegistryError(f"subject={name!r} is not registered; known: {', '.join(sorted(table))} (or give package.module:AdapterClass)")
+        return _instantiate(name, load(table[name]))
+    if _importable(name, table):
+        return _instantiate(name, load(name))
+    raise RegistryError(f"subject={name!r} is not registered; known: {', '.join(sorted(table))} (or give module:AdapterClass)")
 
 
 def workload_names() -> list[str]:
@@ -76,9 +98,9 @@ def workload_names() -> list[str]:
 @cache
 def workload(name: str) -> Any:
     """The workload object registered as ``name``, or an importable
-    ``"package.module:WORKLOAD"``."""
+    ``"module:WORKLOAD"``. Raises :class:`RegistryError`."""
     if name in WORKLOADS:
         return load(WORKLOADS[name])
-    if _importable(name):
+    if _importable(name, WORKLOADS):
         return load(name)
-    raise RegistryError(f"workload={name!r} is not registered; known: {', '.join(sorted(WORKLOADS))}")
+    raise RegistryError(f"workload={name!r} is not registered; known: {', '.join(sorted(WORKLOADS))} (or give module:WORKLOAD)")

@@ -39,3 +39,39 @@ def test_the_example_adapter_runs_a_matrix(matrix_cases: Any) -> None:
         assert case.result.outcome == "pass", (case.result.case.id, case.why())
     kill_after_effect = s.cases[0]
     assert kill_after_effect.extra("payment") == 0 and len(kill_after_effect.workers) == 2
+
+
+def test_a_users_top_level_module_on_pythonpath_runs_through_the_cli(tmp_path: Path) -> None:
+    """How another team reaches its adapter (docs/adapters.md): ``my_journal.py`` in a
+    directory on PYTHONPATH, named ``my_journal:...`` (no package, nothing registered).
+    The workers start with ``python -P``, so PYTHONPATH is what gets it to them."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "my_journal.py").write_text(f"from {EXAMPLE} import JournalAdapter, WORKLOAD  # noqa: F401\n")
+    cmd = [sys.executable, "-m", "crashmatrix.harness.cli", "run", "my_journal:WORKLOAD",
+           "--subject", "my_journal:JournalAdapter", "--conversation", "conv1",
+           "--kinds", "kill", "--sources", "step", "--shard", "1/6"]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert re.search(r"(\d+) cases: \1 passed", proc.stdout), proc.stdout[-2000:]
+
+    missing = subprocess.run(cmd, cwd=ROOT.parent, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2, missing.stdout[-1000:] + missing.stderr[-1000:]
+    assert "No module named 'my_journal'" in missing.stderr and "PYTHONPATH" in missing.stderr, missing.stderr[-1000:]
+
+
+def test_the_pages_golden_twice_snippet_runs_on_the_example() -> None:
+    """docs/adapters.md's "run the golden run twice" block, executed as printed (its last
+    line swapped for the example's names)."""
+    import asyncio
+
+    page = (ROOT / "docs" / "adapters.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "async def golden_twice" in b)
+    code = "\n".join(line for line in block.splitlines() if not line.startswith("asyncio.run("))
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "docs/adapters.md", "exec"), namespace)  # noqa: S102 - the page's own code
+    asyncio.run(namespace["golden_twice"](f"{EXAMPLE}:JournalAdapter", f"{EXAMPLE}:WORKLOAD"))

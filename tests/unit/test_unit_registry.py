@@ -1,0 +1,63 @@
+"""Subjects and workloads by name: registered ones, and another team's by import string."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from crashmatrix.harness import registry
+from crashmatrix.harness.errors import RegistryError
+
+
+def test_a_top_level_module_is_reachable(tmp_path, monkeypatch) -> None:
+    """``module:Attr`` needs no dot (a user's ``my_adapter.py`` next to their tests)."""
+    (tmp_path / "cm_unit_toplevel.py").write_text(textwrap.dedent("""
+        from crashmatrix.harness.adapter import Adapter
+
+        class TopLevelAdapter(Adapter):
+            name = "top-level"
+
+            async def prepare(self, env): ...
+            async def start(self, ctx): ...
+            async def resume(self, ctx): ...
+            async def observe(self, env, run_id): ...
+
+        class Unfinished(Adapter):
+            name = "unfinished"
+
+        class NotAnAdapter:
+            pass
+
+        WORKLOAD = object()
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert registry.subject("cm_unit_toplevel:TopLevelAdapter").name == "top-level"
+    assert registry.workload("cm_unit_toplevel:WORKLOAD") is registry.load("cm_unit_toplevel:WORKLOAD")
+    with pytest.raises(RegistryError, match=r"subject='cm_unit_toplevel:Unfinished': .*abstract methods observe, prepare, resume, start"):
+        registry.subject("cm_unit_toplevel:Unfinished")
+    with pytest.raises(RegistryError, match=r"not a subclass of crashmatrix.harness.adapter.Adapter"):
+        registry.subject("cm_unit_toplevel:NotAnAdapter")
+
+
+def test_a_missing_module_says_where_it_must_be() -> None:
+    with pytest.raises(RegistryError, match=r"cm_unit_nowhere.*PYTHONPATH"):
+        registry.workload("cm_unit_nowhere:WORKLOAD")
+
+
+def test_a_module_whose_own_import_fails_names_that_import_only(tmp_path, monkeypatch) -> None:
+    (tmp_path / "cm_unit_broken.py").write_text("import cm_unit_not_installed_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(RegistryError, match="cm_unit_not_installed_dependency") as info:
+        registry.subject("cm_unit_broken:Adapter")
+    assert "PYTHONPATH" not in str(info.value)
+
+
+def test_a_misspelt_mutant_is_not_registered_rather_than_an_import_error() -> None:
+    with pytest.raises(RegistryError, match=r"subject='defect:no-such-mutant' is not registered; known: .*defect:"):
+        registry.subject("defect:no-such-mutant")
+
+
+def test_an_unknown_plain_name_lists_the_known_ones_and_the_import_form() -> None:
+    with pytest.raises(RegistryError, match=r"workload='chekout' is not registered; known: .*checkout.*module:WORKLOAD"):
+        registry.workload("chekout")

@@ -59,8 +59,8 @@ def _run_async(coro: object) -> object:
 
 @app.command()
 def run(
-    workload: Annotated[str, typer.Argument(help="Registered workload to run.")] = "checkout",
-    subject: Annotated[str, typer.Option(help="Registered subject (runtime adapter or mutant 'defect:NAME').")] = "reference",
+    workload: Annotated[str, typer.Argument(help="Workload to run: a registered name (crashmatrix list) or module:WORKLOAD.")] = "checkout",
+    subject: Annotated[str, typer.Option(help="Subject: a registered name (runtime adapter, or mutant 'defect:NAME') or module:AdapterClass.")] = "reference",
     kinds: Annotated[str, typer.Option(help=f"Comma-separated fault kinds: {', '.join(FAULT_KINDS)}.")] = ",".join(DEFAULT_KINDS),
     sources: Annotated[str, typer.Option(help="Comma-separated crash-point sources: step (node boundaries the adapter reports), label (crashpoint() calls), await (every suspension in the subject's packages).")] = ",".join(DEFAULT_SOURCES),
     conversation: Annotated[Optional[list[str]], typer.Option(help="Only this conversation (repeatable). Default: all.")] = None,
@@ -157,7 +157,7 @@ def run(
 
 @app.command()
 def replay(
-    case_id: Annotated[str, typer.Argument(help="Case id as printed, e.g. 'checkout/conv1/kill@log.append.before[turn-4.tool-0]#1'.")],
+    case_id: Annotated[str, typer.Argument(help="Case id as printed, e.g. 'checkout/conv1/kill@log.append.before\\[turn-4.tool-0]#1'.")],
     subject: Annotated[str, typer.Option(help="Subject the case ran on.")] = "reference",
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN instead of an embedded server.")] = None,
     report: Annotated[Optional[Path], typer.Option(help="Write the JSON report here.")] = None,
@@ -274,19 +274,26 @@ def _write_html(result: object, path: Optional[Path]) -> None:
     console.print(f"html report: {path}")
 
 
-@app.command("toxiproxy-server", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command("toxiproxy-server")
 def toxiproxy_server(
     host: Annotated[str, typer.Option(help="Address to bind; loopback unless --allow-non-loopback.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="API port (Toxiproxy's default 8474).")] = 8474,
-    seed: Annotated[int, typer.Option(help="Seed of every toxicity roll.")] = 0,
+    port: Annotated[int, typer.Option(help="API port (Toxiproxy's default 8474); 0 picks a free one.")] = 8474,
+    seed: Annotated[int, typer.Option(help="Seed of every random choice: toxicity, jitter, slicer.")] = 0,
     config: Annotated[Optional[Path], typer.Option(help="JSON file of proxies to create at start (as toxiproxy-server -config).")] = None,
+    allow_non_loopback: Annotated[bool, typer.Option("--allow-non-loopback", help="Let the API and proxies listen on non-loopback addresses.")] = False,
+    proxy_metrics: Annotated[bool, typer.Option("--proxy-metrics", help="Serve Prometheus byte counters on /metrics.")] = False,
+    reset_peer_linger: Annotated[str, typer.Option(help="on-connect (Toxiproxy's): RST on close whenever a reset_peer toxic existed at connect; on-fire: only when one fires.")] = "on-connect",
 ) -> None:
     """Run the embedded fault proxy: Toxiproxy's HTTP API, in Python (docs/faultproxy.md)."""
     from .faultproxy import main as proxy_main
 
-    argv = ["--host", host, "--port", str(port), "--seed", str(seed)]
+    argv = ["--host", host, "--port", str(port), "--seed", str(seed), "--reset-peer-linger", reset_peer_linger]
     if config is not None:
         argv += ["--config", str(config)]
+    if allow_non_loopback:
+        argv.append("--allow-non-loopback")
+    if proxy_metrics:
+        argv.append("--proxy-metrics")
     raise typer.Exit(proxy_main(argv))
 
 

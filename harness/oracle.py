@@ -291,9 +291,16 @@ def _normalise(ev: Evidence) -> _Normalised:
     state = obs.state or {}
     transcript = n(state.get("transcript", []))
     answer = n(state.get("answer"))
+    # rows in an order that does not depend on the keys' or results' raw values (a
+    # naive runtime's keys are random per attempt: sorting on them numbered the same two
+    # rows differently from one replay to the next); the raw key only breaks full ties
+    def order(e: Any) -> tuple[Any, ...]:
+        result = json.dumps(n.copy()(e.result), sort_keys=True, default=str)
+        return (e.node_id, e.tool, e.status, result, e.key)
+
     effects = [
         n({"node": e.node_id, "tool": e.tool, "key": e.key, "status": e.status, "result": e.result})
-        for e in sorted(obs.effects or [], key=lambda e: (e.node_id, e.key))
+        for e in sorted(obs.effects or [], key=order)
     ]
     # each provider's ledger continues the numbering of the transcript and the effects
     # (so a charge the run never recorded stays visible) but not of the other ledgers

@@ -53,7 +53,12 @@ def summary_table(report: MatrixReport) -> Table:
         row += [f"[red]{failed}[/red]" if failed else "0", f"[yellow]{herr}[/yellow]" if herr else "0"]
         table.add_row(*row)
     table.add_section()
-    table.add_row("total", *[""] * len(report.kinds), str(totals[1]), str(totals[2]))
+    per_kind = []
+    for kind in report.kinds:
+        passed = sum(c[0] for (_, k), c in cells.items() if k == kind)
+        total = sum(c[3] for (_, k), c in cells.items() if k == kind)
+        per_kind.append(f"{passed}/{total}" if total else "-")
+    table.add_row("total", *per_kind, str(totals[1]), str(totals[2]))
     return table
 
 

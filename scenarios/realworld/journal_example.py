@@ -119,6 +119,7 @@ class JournalAdapter(Adapter):
 
     name = "journal"
     subject_packages = ("crashmatrix.scenarios.realworld.journal_example",)
+    flavour = "keyed"  # the tools' idempotency keys (NaiveJournalAdapter: "naive")
 
     @staticmethod
     def path(env: Environment, run_id: str) -> Path:
@@ -147,7 +148,8 @@ class JournalAdapter(Adapter):
         async with aiohttp.ClientSession() as session:
             clients = Clients(session, ctx.env.providers, ctx.worker_id, ctx.conversation, ctx.run_id)
             try:
-                return await run_agent(journal, ctx.run_id, clients, on_step=on_step, on_record=on_record)
+                return await run_agent(journal, ctx.run_id, clients, on_step=on_step, on_record=on_record,
+                                       flavour=self.flavour)
             finally:
                 journal.db.close()
 
@@ -170,3 +172,12 @@ class JournalAdapter(Adapter):
             effects=None,  # no effects ledger: the providers' own ledgers are checked
             state={"transcript": messages, "answer": final_answer(messages), "budget": None,
                    "pending": [] if status == "completed" else ["run"]})
+
+
+class NaiveJournalAdapter(JournalAdapter):
+    """The same runtime with naive tools (a fresh key per attempt): a kill between a
+    charge and its journal write charges twice, which ``provider.payment.ledger_equal``
+    reports."""
+
+    name = "journal-naive"
+    flavour = "naive"

@@ -41,6 +41,17 @@ def test_the_example_adapter_runs_a_matrix(matrix_cases: Any) -> None:
     assert kill_after_effect.extra("payment") == 0 and len(kill_after_effect.workers) == 2
 
 
+def test_the_naive_example_charges_twice_where_the_page_says(matrix_cases: Any) -> None:
+    """docs/adapters.md's "see the oracle catch something": ``NaiveJournalAdapter`` at
+    ``kill@step.after[tool-4.0]`` fails the payment ledger check, and only that ledger."""
+    s = matrix_cases(f"{EXAMPLE}:NaiveJournalAdapter", f"{EXAMPLE}:WORKLOAD", ["kill@step.after[tool-4.0]#1"])
+    case = s.cases[0]
+    assert case.result.outcome == "fail", case.why()
+    failed = {v.check for v in case.result.verdicts if v.valid is False}
+    assert failed == {"provider.payment.ledger_equal"}, failed
+    assert case.extra("payment") == 1
+
+
 def test_a_users_top_level_module_on_pythonpath_runs_through_the_cli(tmp_path: Path) -> None:
     """How another team reaches its adapter (docs/adapters.md): ``my_journal.py`` in a
     directory on PYTHONPATH, named ``my_journal:...`` (no package, nothing registered).

@@ -467,3 +467,22 @@ def test_in_flight_model_calls() -> None:
     assert oracle.in_flight_model_calls(trace) == {"turn-2": 1, "turn-3": 1}
     assert oracle.in_flight_model_calls([]) == {}
     assert oracle.in_flight_model_calls(trace[:2]) == {}
+
+
+def test_effects_diff_does_not_depend_on_random_keys_or_row_order() -> None:
+    """A naive runtime's second attempt charges again under a fresh random key: whichever
+    key sorts first and whichever row the store returns first, the case's normalised rows
+    (and so the printed diff) are the same; sorting on the raw key once made replays of
+    one case print different diffs."""
+    diffs = set()
+    for first_key, second_key in (("0" * 64, "f" * 64), ("f" * 64, "0" * 64)):
+        for reverse in (False, True):
+            case = evidence("bb")
+            recorded = case.observation.effects[0]
+            unrecorded = EffectEntry(second_key, recorded.node_id, "charge", "succeeded", {"id": "ch_cccccccc", "status": "succeeded"}, 1)
+            rows = [EffectEntry(first_key, recorded.node_id, recorded.tool, recorded.status, recorded.result, 1), unrecorded]
+            case.observation.effects = list(reversed(rows)) if reverse else rows
+            v = verdicts(evidence("aa"), case)["effects.ledger_equal"]
+            assert v.valid is False and "2 rows, golden 1" in v.details
+            diffs.add("\n".join(v.diff))
+    assert len(diffs) == 1, diffs

@@ -67,6 +67,25 @@ def final_answer(messages: list[dict[str, Any]]) -> str | None:
     return None
 
 
+class FlavouredCheckout:
+    """The checkout workload of one tool flavour (``naive`` or ``keyed``): what every
+    runtime's workload class shares (conversations, providers, the run input, its name
+    ``<prefix>-<flavour>``). Raises ``ValueError`` for an unknown flavour."""
+
+    conversations = CONVERSATIONS
+    providers = PROVIDERS
+    prefix = "checkout"
+
+    def __init__(self, flavour: str) -> None:
+        if flavour not in FLAVOURS:
+            raise ValueError(f"flavour={flavour!r} must be one of {', '.join(FLAVOURS)}")
+        self.flavour = flavour
+        self.name = f"{self.prefix}-{flavour}"
+
+    def run_input(self, conversation: str) -> dict[str, Any]:
+        return run_input(conversation)
+
+
 @dataclass
 class Clients:
     """One worker's access to the providers (the HTTP session is the caller's)."""

@@ -31,7 +31,7 @@ from typing import Any
 import aiohttp
 from dbos import DBOS
 
-from .common import CONVERSATIONS, FLAVOURS, PROVIDERS, Clients, effect_key, final_answer, run_input
+from .common import Clients, FlavouredCheckout, effect_key, final_answer
 
 MAX_TURNS = 20
 WORKFLOW_NAME = "crashmatrix_checkout"
@@ -107,26 +107,16 @@ def transcript(run_input_: dict[str, Any], steps: list[dict[str, Any]]) -> list[
     return messages
 
 
-class DBOSCheckout:
+class DBOSCheckout(FlavouredCheckout):
     """A DBOS checkout workload of one tool flavour (``naive`` or ``keyed``)."""
 
-    conversations = CONVERSATIONS
-    providers = PROVIDERS
+    prefix = "dbos-checkout"
 
     @property
     def workflow(self) -> Any:
         """The registered workflow function (a module attribute: as a class attribute
         it would bind as a method)."""
         return checkout
-
-    def __init__(self, flavour: str) -> None:
-        if flavour not in FLAVOURS:
-            raise ValueError(f"flavour={flavour!r} must be one of {', '.join(FLAVOURS)}")
-        self.flavour = flavour
-        self.name = f"dbos-checkout-{flavour}"
-
-    def run_input(self, conversation: str) -> dict[str, Any]:
-        return run_input(conversation)
 
     def workflow_args(self, conversation: str) -> tuple[Any, ...]:
         return (self.flavour, self.run_input(conversation))

@@ -47,7 +47,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.func import entrypoint, task
 from langgraph.graph import END, START, StateGraph
 
-from .common import CONVERSATIONS, FLAVOURS, PROVIDERS, effect_key, final_answer, run_input
+from .common import FlavouredCheckout, effect_key, final_answer
 
 if TYPE_CHECKING:  # pragma: no cover
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -195,20 +195,10 @@ def _build_entrypoint_aio(hooks: NodeHooks, flavour: str, checkpointer: BaseChec
     return checkout
 
 
-class LangGraphCheckout:
+class LangGraphCheckout(FlavouredCheckout):
     """A LangGraph checkout workload of one tool flavour (``naive`` or ``keyed``)."""
 
-    conversations = CONVERSATIONS
-    providers = PROVIDERS
-
-    def __init__(self, flavour: str) -> None:
-        if flavour not in FLAVOURS:
-            raise ValueError(f"flavour={flavour!r} must be one of {', '.join(FLAVOURS)}")
-        self.flavour = flavour
-        self.name = f"lg-checkout-{flavour}"
-
-    def run_input(self, conversation: str) -> dict[str, Any]:
-        return run_input(conversation)
+    prefix = "lg-checkout"
 
     def compile(self, api: str, hooks: NodeHooks, checkpointer: BaseCheckpointSaver | None,
                 aio: bool = False) -> Pregel:

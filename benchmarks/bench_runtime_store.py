@@ -15,7 +15,9 @@
    1,000 turns), values stored out of line, dead tuples after the run (ledger and run-row
    updates; the naive store's rewrites) and what autovacuum did with them within
    ``--vacuum-wait`` seconds (``pg_stat_user_tables``, ``pg_relation_size``).
-3. **Rehydrate** of ``--rehydrate`` records (a long_run log): the store's read (one round
+3. **Floor**: a ``SELECT 1`` round trip and a one-row INSERT with its own commit (fsync
+   on), the least any turn append can cost on this server and disk.
+4. **Rehydrate** of ``--rehydrate`` records (a long_run log): the store's read (one round
    trip returning the records framed as one protobuf message, parsed in one call), the
    per-row path (three arrays, a parse per record), a plain row-by-row fetch, the fetch
    alone, and the graph rebuild on top.
@@ -289,6 +291,25 @@ async def bench_rehydrate(db: Db, n: int, repeat: int = 15) -> dict[str, Any]:
     return out
 
 
+async def bench_floor(db: Db, n: int = 400) -> dict[str, Any]:
+    """What this server and disk cost before the store does anything: a ``SELECT 1``
+    round trip, and a one-row INSERT committed on its own (the commit's WAL flush, fsync
+    on), p50/p95 in ms over ``n`` each. A turn append is one such commit plus its work,
+    so its p50 cannot go below the commit's."""
+    await db.execute("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, v int NOT NULL)")
+    out: dict[str, Any] = {}
+    for name, sql in (("select_1", "SELECT 1"), ("insert_commit_1_row", "INSERT INTO bench_floor (v) VALUES (1)")):
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await db.execute(sql)
+            times.append((time.perf_counter() - t0) * 1000)
+        times.sort()
+        out[name] = {"p50_ms": round(times[len(times) // 2], 3), "p95_ms": round(times[int(len(times) * 0.95)], 3)}
+    await db.execute("DROP TABLE bench_floor")
+    return out
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     async with postgres_dsn(args.dsn) as dsn:
         db = await connect(dsn, application_name="crashmatrix-bench")
@@ -297,6 +318,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             await db.execute("CREATE TABLE IF NOT EXISTS bench_full_state (run_id text PRIMARY KEY, state bytea NOT NULL)")
             result: dict[str, Any] = {"load_average_start": os.getloadavg(), "turns": args.turns, "rounds": args.rounds,
                                       "server": await db.fetchval("SHOW server_version"), "fsync": await db.fetchval("SHOW fsync")}
+            result["floor"] = await bench_floor(db)
             result["append"], runs = await bench_append(db, args.turns, args.rounds)
             result["operating_costs"] = await operating_costs(db, runs, args.turns, args.vacuum_wait)
             result["rehydrate"] = await bench_rehydrate(db, args.rehydrate)

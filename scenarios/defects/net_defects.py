@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from crashmatrix.harness.adapter import RunContext
-from crashmatrix.harness.adapters.reference import ReferenceAdapter, blob_store
-from crashmatrix.reference_runtime import AppendOnlyLog, Runtime, codec
+from crashmatrix.reference_runtime import AppendOnlyLog, codec
 from crashmatrix.reference_runtime.db import Db
 from crashmatrix.reference_runtime.effects import idempotency_key
 from crashmatrix.reference_runtime.executor import Execution
+from crashmatrix.reference_runtime.logstore import RunStore
 from crashmatrix.reference_runtime.records_pb2 import NodeSpec
+
+from ._base import MutantAdapter
 
 REAPPLY_ATTEMPTS = 3
 
@@ -74,15 +76,7 @@ class LostAckReapplyExecution(Execution):
         raise AppendFailed(f"{spec.node_id}: append failed {REAPPLY_ATTEMPTS} times")
 
 
-class LostAckReapplyRuntime(Runtime):
-    """The reference runtime with :class:`LostAckReapplyExecution`."""
-
-    @property
-    def execution_class(self) -> type[Execution]:
-        return LostAckReapplyExecution
-
-
-class LostAckReapplyAdapter(ReferenceAdapter):
+class LostAckReapplyAdapter(MutantAdapter):
     """Mutant 15: a lost COMMIT acknowledgement re-applies the turn (LostAckReapplyExecution)."""
 
     name = "defect:lost-ack-reapply"
@@ -94,6 +88,7 @@ class LostAckReapplyAdapter(ReferenceAdapter):
     point_sources = ("label",)
     conversations = ("conv1",)
 
-    def make_runtime(self, db: Db, agent: Any, ctx: RunContext) -> Runtime:
-        return LostAckReapplyRuntime(db, agent, worker_id=ctx.worker_id, on_step=ctx.on_step, blobs=blob_store(ctx.env),
-                                     store=LostAckAsFailureLog(db))
+    execution = LostAckReapplyExecution
+
+    def make_store(self, db: Db, ctx: RunContext) -> RunStore | None:
+        return LostAckAsFailureLog(db)

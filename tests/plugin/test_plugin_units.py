@@ -244,6 +244,7 @@ def test_code_hash_follows_the_subjects_sources(tmp_path: Path, monkeypatch: pyt
     first = subject_sources("teamruntime.adapter:TeamAdapter", "checkout")
     assert "teamruntime" in first.files and "crashmatrix.reference_runtime" in first.files
     assert point_location("team.point", "label", first) == "teamruntime/adapter.py:6"
+    assert first.label_locations() is first.label_locations()  # parsed once per SourceSet, not per case
     (pkg / "extra.py").write_text("X = 1\n")
     assert subject_sources("teamruntime.adapter:TeamAdapter", "checkout").code_hash() != first.code_hash()
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from crashmatrix.harness.explorer import CaseResult, Explorer, GoldenRun, Options, enumerate_cases
+from crashmatrix.harness.matrix import run_cases
 from crashmatrix.harness.session import open_session
 
 LG = "crashmatrix.harness.adapters.langgraph"
@@ -142,22 +143,15 @@ def _extra(evidence: Any, golden: GoldenRun) -> dict[str, int]:
 
 async def _run_all(explorer: Explorer, cases: list[Any], goldens: dict[str, GoldenRun],
                    jobs: int) -> list[tuple[CaseResult, dict[str, int]]]:
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(len(cases)):
-        queue.put_nowait(i)
-    out: list[Any] = [None] * len(cases)
-
-    async def worker() -> None:
-        while not queue.empty():
-            i = queue.get_nowait()
-            golden = goldens[cases[i].conversation]
-            r = await explorer.run_case(cases[i], golden)
-            extra = {"model": 0, "payment": 0, "mail": 0}
-            if r.outcome != "harness-error":
-                extra = _extra(await explorer.evidence(r.run_id), golden)
-            out[i] = (r, extra)
-
-    await asyncio.gather(*(worker() for _ in range(jobs)))
+    """Each case (:func:`~crashmatrix.harness.matrix.run_cases`), with what it billed
+    and applied beyond its golden run (zeros for a harness error)."""
+    results = await run_cases(explorer, cases, goldens, jobs)
+    out = []
+    for r in results:
+        extra = {"model": 0, "payment": 0, "mail": 0}
+        if r.outcome != "harness-error":
+            extra = _extra(await explorer.evidence(r.run_id), goldens[r.case.conversation])
+        out.append((r, extra))
     return out
 
 

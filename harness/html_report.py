@@ -49,8 +49,16 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _column(case_id: str, point: str) -> str:
+    """A single fault's column: its kind, or for a ``net`` fault the whole fault but its
+    point (``net:db.reset_peer~db.reconnect[db]#1``): the network section lands several
+    toxics at one point, each its own column."""
+    label = case_id.split("/", 2)[2]
+    return label.replace(f"@{point}", "", 1)
+
+
 def _heatmap(mi: int, m: dict[str, Any]) -> str:
-    kinds = list(m.get("kinds") or [])
+    kinds = [k for k in m.get("kinds") or [] if k != "net"]  # net: a column per toxic, added below
     rows: dict[tuple[str, str], dict[str, int]] = {}
     multi: list[int] = []
     for ci, c in enumerate(m.get("cases", [])):
@@ -61,10 +69,11 @@ def _heatmap(mi: int, m: dict[str, Any]) -> str:
         f = faults[0]
         p = f["point"]
         conv = c["id"].split("/")[1]
-        row = rows.setdefault((conv, f"{p['name']}[{p['task']}]#{p['occurrence']}"), {})
-        row[f["kind"]] = ci
-        if f["kind"] not in kinds:
-            kinds.append(f["kind"])
+        point = f"{p['name']}[{p['task']}]#{p['occurrence']}"
+        column = _column(c["id"], point) if f["kind"] == "net" else f["kind"]
+        rows.setdefault((conv, point), {})[column] = ci
+        if column not in kinds:
+            kinds.append(column)
     out = [f'<table class="heatmap" id="heatmap-{mi}"><thead><tr><th>crash point</th>']
     out += [f"<th>{_e(k)}</th>" for k in kinds]
     out.append("</tr></thead><tbody>")

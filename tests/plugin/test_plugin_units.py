@@ -290,6 +290,21 @@ def test_failure_text_and_html_structure() -> None:
     assert "http://" not in page and "https://" not in page
 
 
+def test_html_heatmap_gives_each_toxic_at_one_point_its_own_column() -> None:
+    """The network section lands several toxics at one crash point; one "net" column
+    kept only the last of them, so a failing toxic could hide behind a passing one."""
+    point = "log.append.before[turn-4]#1"
+    blip = _record(f"checkout/conv1/net:db.reset_peer@{point}~db.reconnect[db]#1", "fail")
+    cut = _record(f"checkout/conv1/net:db.timeout(timeout=200)@{point}", "pass")
+    kill = _record(f"checkout/conv1/kill@{point}", "pass")
+    page = render_html({"workload": "checkout", "subject": "defect:x", "kinds": ["kill", "net"],
+                        "sources": ["label"], "summary": {"cases": 3}, "cases": [kill, blip, cut]})
+    heatmap = page[page.index('<table class="heatmap"'):page.index("</table>")]
+    assert "<th>net:db.reset_peer~db.reconnect[db]#1</th>" in heatmap and "<th>net:db.timeout(timeout=200)</th>" in heatmap
+    assert "<th>net</th>" not in heatmap
+    assert heatmap.count('class="cell pass"') == 2 and heatmap.count('class="cell fail"') == 1
+
+
 # -- CI templates for other teams ---------------------------------------------------------
 
 

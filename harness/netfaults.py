@@ -52,7 +52,6 @@ import http.client
 import json
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import time
@@ -341,8 +340,9 @@ class FaultProxyService:
         text = line.decode("utf-8", "replace").strip()
         if not text.startswith("listening on "):
             self.close()
-            tail = stderr_path.read_text(errors="replace").strip()[-500:]
-            raise ServiceError(f"embedded fault proxy did not start: {text or 'no output'}; {tail}")
+            from crashmatrix.scenarios.providers.launcher import stderr_tail
+
+            raise ServiceError(f"embedded fault proxy did not start: {text or 'no output'}; {stderr_tail(stderr_path)}")
         return text.removeprefix("listening on ")
 
     def close(self) -> None:
@@ -351,18 +351,9 @@ class FaultProxyService:
         self._client = None
         if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # anything it left in its group
-        if proc.stdout is not None:
-            proc.stdout.close()
+        from crashmatrix.scenarios.providers.launcher import stop_process_groups
+
+        stop_process_groups({"faultproxy": proc}, 5.0)
         if self.watchdog is not None:
             self.watchdog.forget_pgid(proc.pid)
 

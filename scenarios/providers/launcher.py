@@ -59,7 +59,7 @@ class Providers:
     def close(self, grace_s: float = 3.0) -> None:
         """SIGTERM every provider's process group, SIGKILL what is left after
         ``grace_s`` seconds, and reap all of them. Idempotent."""
-        _stop(self._procs, grace_s)
+        stop_process_groups(self._procs, grace_s)
         for kind, proc in self._procs.items():
             self.exit_codes[kind] = proc.returncode
 
@@ -85,7 +85,10 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
             pass
 
 
-def _stop(procs: Mapping[str, subprocess.Popen[bytes]], grace_s: float) -> None:
+def stop_process_groups(procs: Mapping[str, subprocess.Popen[bytes]], grace_s: float) -> None:
+    """SIGTERM each process's group, wait up to ``grace_s`` seconds (shared), SIGKILL the
+    late ones, then SIGKILL whatever is left in each group, and close their stdout pipes.
+    Reaps every process. (Also stops the harness's embedded fault proxy.)"""
     for proc in procs.values():
         if proc.poll() is None:
             _signal_group(proc, signal.SIGTERM)
@@ -105,7 +108,8 @@ def _stop(procs: Mapping[str, subprocess.Popen[bytes]], grace_s: float) -> None:
             proc.stdout.close()
 
 
-def _tail(path: Path) -> str:
+def stderr_tail(path: Path) -> str:
+    """The last bytes of a server's stderr file, for an error message."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -136,7 +140,7 @@ def _wait_ready(
                 kind = pending[0]
                 raise ProviderStartError(
                     f"provider {kind!r} (and {pending[1:] or 'no other'}) did not print"
-                    f" READY within {timeout_s:g} s; stderr tail:\n{_tail(stderr_paths[kind])}"
+                    f" READY within {timeout_s:g} s; stderr tail:\n{stderr_tail(stderr_paths[kind])}"
                 )
             for key, _ in sel.select(remaining):
                 kind = key.data
@@ -146,7 +150,7 @@ def _wait_ready(
                     code = procs[kind].wait()
                     raise ProviderStartError(
                         f"provider {kind!r} exited with code {code} before READY;"
-                        f" stderr tail:\n{_tail(stderr_paths[kind])}"
+                        f" stderr tail:\n{stderr_tail(stderr_paths[kind])}"
                     )
                 buffers[kind] += chunk
                 if b"\n" in buffers[kind]:
@@ -155,7 +159,7 @@ def _wait_ready(
                     if word != "READY" or not port.isdigit():
                         raise ProviderStartError(
                             f"provider {kind!r} printed {line!r} instead of READY <port>;"
-                            f" stderr tail:\n{_tail(stderr_paths[kind])}"
+                            f" stderr tail:\n{stderr_tail(stderr_paths[kind])}"
                         )
                     ports[kind] = int(port)
                     sel.unregister(key.fileobj)
@@ -233,7 +237,7 @@ def start_providers(
                 register_pgid(procs[kind].pid)
         ports = _wait_ready(procs, stderrs, ready_timeout_s)
     except BaseException:
-        _stop(procs, 0.5)
+        stop_process_groups(procs, 0.5)
         raise
     for proc in procs.values():
         assert proc.stdout is not None

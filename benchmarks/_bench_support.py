@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import shutil
 import tempfile
@@ -148,6 +149,15 @@ class TimedRuntime(Runtime):
 
         _Timed.timings = timings
         return _Timed
+
+
+def print_figures(result: Any, json_path: str | None) -> None:
+    """Print ``result`` as indented JSON and, with ``json_path``, write it there too
+    (values JSON cannot hold are written as their ``str``)."""
+    text = json.dumps(result, indent=1, default=str)
+    print(text)
+    if json_path:
+        Path(json_path).write_text(text + "\n")
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -38,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench_support import (  # noqa: E402
-    MemoryProvider, MemoryStore, Resources, TimedExecution, Timings, local_agent, postgres_dsn,
+    MemoryProvider, MemoryStore, Resources, TimedExecution, Timings, local_agent, postgres_dsn, print_figures,
 )
 
 from crashmatrix.reference_runtime import RunGraph, connect, migrate  # noqa: E402
@@ -155,11 +154,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error(f"--repeat={args.repeat} must be at least 1")
-    result = asyncio.run(main_async(args))
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    print_figures(asyncio.run(main_async(args)), args.json)
 
 
 if __name__ == "__main__":

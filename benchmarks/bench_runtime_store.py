@@ -44,7 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench_support import (  # noqa: E402
-    MemoryProvider, MemoryStore, Resources, TimedRuntime, Timings, local_agent, pct, postgres_dsn,
+    MemoryProvider, MemoryStore, Resources, TimedRuntime, Timings, local_agent, pct, postgres_dsn, print_figures,
 )
 
 from crashmatrix.reference_runtime import RunGraph, connect, migrate  # noqa: E402
@@ -338,11 +338,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.turns < 40:
         ap.error(f"--turns={args.turns} must be at least 40 (two windows of 20 turns)")
-    result = asyncio.run(main_async(args))
-    text = json.dumps(result, indent=1, default=str)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    print_figures(asyncio.run(main_async(args)), args.json)
 
 
 if __name__ == "__main__":

@@ -46,21 +46,60 @@ def encode(value: Any, *, blobs: BlobStore | None = None, threshold: int = DEFAU
     return Payload(codec=CODEC, format_version=FORMAT_VERSION, inline=data)
 
 
+_SCALARS = frozenset({type(None), bool, int, str})
+
+
 def _check_durable(value: Any, where: str) -> None:
-    """Refuse what JSON would change or cannot hold: floats, non-string keys, objects."""
+    """Refuse what JSON would change or cannot hold: floats, non-string keys, objects.
+
+    The check runs for every payload the executor writes, so it builds no path on the
+    way; only for a value it refuses does :func:`_first_offence` walk again to name where
+    the offending part is. A cyclic value ends in ``RecursionError``, as ``json`` would."""
+    if not _durable(value):
+        found = _first_offence(value, where)
+        assert found is not None, "_durable and _first_offence disagree"
+        raise found
+
+
+def _durable(value: Any) -> bool:
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind is dict or isinstance(value, dict):
+        for key, item in value.items():
+            if type(key) is not str and not isinstance(key, str):
+                return False
+            if type(item) not in _SCALARS and not _durable(item):
+                return False
+        return True
+    if kind is list or isinstance(value, list):
+        for item in value:
+            if type(item) not in _SCALARS and not _durable(item):
+                return False
+        return True
+    return isinstance(value, bool | int | str)  # subclasses: an IntEnum, a str subclass
+
+
+def _first_offence(value: Any, where: str) -> CodecError | None:
+    """The error naming the first value in ``value`` that :func:`_durable` refuses (in
+    key order, with its path from ``where``), or None."""
     if value is None or isinstance(value, bool | int | str):
-        return
+        return None
     if isinstance(value, list):
         for i, item in enumerate(value):
-            _check_durable(item, f"{where}[{i}]")
-        return
+            found = _first_offence(item, f"{where}[{i}]")
+            if found is not None:
+                return found
+        return None
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise CodecError(f"cannot encode payload: {where} has a key of type {type(key).__name__} ({key!r}); keys must be str")
-            _check_durable(item, f"{where}[{key!r}]")
-        return
-    raise CodecError(f"cannot encode payload: {where} is a value of type {type(value).__name__}, which is not durable JSON")
+                return CodecError(f"cannot encode payload: {where} has a key of type {type(key).__name__} ({key!r}); keys must be str")
+            found = _first_offence(item, f"{where}[{key!r}]")
+            if found is not None:
+                return found
+        return None
+    return CodecError(f"cannot encode payload: {where} is a value of type {type(value).__name__}, which is not durable JSON")
 
 
 def decode(payload: Payload, *, blobs: BlobStore | None = None) -> Any:

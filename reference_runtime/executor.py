@@ -249,12 +249,18 @@ class _Pending:
     record: NodeRecord
     effect: EffectOutcome | None
     state_updates: dict[str, Any]
-    done: anyio.Event = field(default_factory=anyio.Event)
+    #: set once the record's commit ended; only a record that waits behind another
+    #: commit has one (an event per record would cost every append ~10 us)
+    done: anyio.Event | None = None
     error: BaseException | None = None
 
     def fail(self, exc: BaseException) -> None:
         self.error = exc
-        self.done.set()
+        self.finish()
+
+    def finish(self) -> None:
+        if self.done is not None:
+            self.done.set()
 
 
 class Execution:
@@ -270,7 +276,9 @@ class Execution:
         self.lease = lease
         self.running: set[str] = set()
         self.seq = graph.last_seq
-        self.append_lock = anyio.Lock()
+        # fast_acquire: an uncontended append does not yield to the loop here (its
+        # statement awaits the database a moment later anyway)
+        self.append_lock = anyio.Lock(fast_acquire=True)
         self._queue: list[_Pending] = []
         self._committing = False
         self.error: BaseException | None = None
@@ -288,7 +296,6 @@ class Execution:
     async def schedule(self) -> tuple[str, str | None]:
         async with anyio.create_task_group() as tg:
             while True:
-                self.rt._changed = anyio.Event()
                 # A node that ended (e.g. by the cancellation) sets the event the loop waits
                 # on, so the loop can wake before the cancellation reaches it: never launch
                 # in a cancelled scope (the new node would run to its first await and send
@@ -304,6 +311,9 @@ class Execution:
                             self.launch(tg, spec)
                 if not self.running:
                     break
+                # made here, not at the top: nothing ran since the ready scan (no await),
+                # so no node can have ended unseen
+                self.rt._changed = anyio.Event()
                 await self.rt._changed.wait()
         if self.error is not None:
             raise self.error
@@ -589,12 +599,14 @@ class Execution:
         Off by default: which node's task performs a batch depends on timing, so the
         awaits of the commit path are not the same in every run (await points stop
         being deterministic per logical task; labels and steps still are)."""
-        self._queue.append(pending)
         if self._committing:
+            pending.done = anyio.Event()
+            self._queue.append(pending)
             await pending.done.wait()
             if pending.error is not None:
                 raise pending.error
             return
+        self._queue.append(pending)
         self._committing = True
         try:
             while self._queue:
@@ -627,4 +639,4 @@ class Execution:
             self.graph.add(item.record)  # seq order: the state folds in it
             if item.state_updates:
                 self.state.update(item.state_updates)
-            item.done.set()
+            item.finish()

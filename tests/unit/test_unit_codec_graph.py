@@ -6,7 +6,10 @@ import decimal
 import json
 from typing import Any
 
+import enum
+
 import pytest
+from hypothesis import given, strategies as st
 
 from crashmatrix.reference_runtime import codec
 from crashmatrix.reference_runtime.codec import CodecError
@@ -54,6 +57,47 @@ def test_codec_refuses_floats(value: Any) -> None:
     """encode()'s contract: floats are refused (money is integer minor units; durable
     state must compare exactly). json.dumps never calls ``default`` for floats."""
     with pytest.raises(CodecError, match="float"):
+        codec.encode(value)
+
+
+class _Colour(enum.IntEnum):
+    RED = 1
+
+
+_ANY_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3) | st.floats(allow_nan=False) | st.binary(max_size=2)
+    | st.just(_Colour.RED),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(max_size=2) | st.integers(0, 3) | st.none(), children, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(_ANY_VALUE)
+def test_fast_durability_check_agrees_with_the_walk_that_names_the_offence(value: Any) -> None:
+    """encode() checks with a walk that builds no path and names the offence with a
+    second walk; both must refuse exactly the same values."""
+    offence = codec._first_offence(value, "payload")
+    assert codec._durable(value) is (offence is None)
+    if offence is None:
+        assert codec.decode(codec.encode(value)) == json.loads(json.dumps(value))
+    else:
+        with pytest.raises(CodecError) as raised:
+            codec.encode(value)
+        assert str(raised.value) == str(offence)
+
+
+def test_codec_error_names_the_path_of_the_first_offence_in_key_order() -> None:
+    with pytest.raises(CodecError, match=r"payload\['a'\]\[1\]\['c'\] is a value of type float"):
+        codec.encode({"a": [0, {"b": "ok", "c": 1.5}], "z": object()})
+    with pytest.raises(CodecError, match=r"payload\['a'\] has a key of type int \(3\)"):
+        codec.encode({"a": {3: "x"}})
+
+
+def test_cyclic_value_is_refused_not_looped_over() -> None:
+    value: list[Any] = []
+    value.append(value)
+    with pytest.raises(RecursionError):
         codec.encode(value)
 
 

@@ -1,0 +1,103 @@
+"""The scheduler's cost per node in CPU instructions, counted by valgrind (issue 5).
+
+    python benchmarks/bench_scheduler_instructions.py [--runs 2] [--shape long_run_200 --shape research_fanout]
+                                                      [--json PATH]
+
+``bench_fanout.py`` measures the same thing in CPU microseconds, which move up to 2x
+between two runs a minute apart on a shared virtual machine. An instruction count does
+not: the same code gives the same count to a fraction of a percent, so two builds can be
+compared across sessions and a change of a few percent is visible. The figure is
+``(Ir(1 + runs) - Ir(1)) / (runs * nodes)``: valgrind's instruction count of the whole
+interpreter for 1 + ``runs`` executions of the shape, minus that of one (start-up,
+imports, the first run's warm-up), per node. The executor runs as in ``bench_fanout``'s
+scheduler figure: the workload's scripts as local models, a store and a ledger that do no
+I/O, no lease or trace writes.
+
+Needs ``valgrind`` on PATH (Debian: ``apt install valgrind``); exits 2 naming it if not.
+Each count takes ~10-30 s (valgrind runs Python ~40x slower). Figures go to stdout as
+JSON; docs/benchmarks.md records them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_fanout import NoLedger, agent, one_execution  # noqa: E402
+from _bench_support import MemoryStore, print_figures  # noqa: E402
+
+from crashmatrix.reference_runtime.executor import Runtime  # noqa: E402
+from crashmatrix.reference_runtime.leases import Lease  # noqa: E402
+from crashmatrix.scenarios import long_run, research  # noqa: E402
+
+SHAPES = {
+    "long_run_200": (long_run.WORKLOAD, "t200"),  # a chain: one model and one tool node per turn, 399 nodes
+    "research_fanout": (research.WORKLOAD, "fanout"),  # 40 concurrent tools and a sub-agent, 49 nodes
+}
+_IREFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+async def drive(shape: str, executions: int) -> int:
+    """Schedule ``executions`` runs of ``shape`` in this process; the nodes of one."""
+    workload, conversation = SHAPES[shape]
+    nodes = 0
+    for _ in range(executions):
+        rt = Runtime(None, agent(workload, conversation), worker_id="bench", handle_sigterm=False,  # type: ignore[arg-type]
+                     store=MemoryStore(), ledger=NoLedger())  # type: ignore[arg-type]
+        run_id = f"ir-{uuid.uuid4().hex[:8]}"
+        timings = await one_execution(rt, run_id, workload.run_input(conversation), Lease(run_id, "bench", 1))
+        nodes = len(timings.appends)
+    return nodes
+
+
+def count_instructions(valgrind: str, shape: str, executions: int) -> tuple[int, int]:
+    """(instructions, nodes per execution) of one interpreter running ``executions`` runs.
+
+    Raises RuntimeError with valgrind's stderr tail if the child fails or prints no count."""
+    proc = subprocess.run(
+        [valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+         sys.executable, __file__, "--drive", shape, str(executions)],
+        capture_output=True, text=True, check=False,
+    )
+    found = _IREFS.search(proc.stderr)
+    if proc.returncode != 0 or found is None:
+        raise RuntimeError(f"valgrind run of {shape} x{executions} failed (exit {proc.returncode}): {proc.stderr[-800:]}")
+    return int(found.group(1).replace(",", "")), int(proc.stdout.split()[-1])
+
+
+def measure(valgrind: str, shape: str, runs: int) -> dict[str, Any]:
+    base, nodes = count_instructions(valgrind, shape, 1)
+    more, _ = count_instructions(valgrind, shape, 1 + runs)
+    return {"nodes": nodes, "runs": runs, "instructions_per_node": round((more - base) / (runs * nodes))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", action="append", choices=sorted(SHAPES), help="repeatable; default: all")
+    ap.add_argument("--runs", type=int, default=2, help="executions counted beyond the first (default 2)")
+    ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--drive", nargs=2, metavar=("SHAPE", "EXECUTIONS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.drive:  # the child valgrind runs
+        print(asyncio.run(drive(args.drive[0], int(args.drive[1]))))
+        return
+    if args.runs < 1:
+        ap.error(f"--runs={args.runs} must be at least 1")
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print("bench_scheduler_instructions: valgrind is not on PATH (Debian: apt install valgrind)", file=sys.stderr)
+        raise SystemExit(2)
+    print_figures({shape: measure(valgrind, shape, args.runs) for shape in (args.shape or sorted(SHAPES))}, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -75,7 +75,7 @@ def run(
     shard: Annotated[Optional[str], typer.Option(help="Run shard K/N of the matrix (disjoint, deterministic), e.g. 2/4 for the second of four CI jobs.")] = None,
     depth: Annotated[int, typer.Option(min=1, max=2, help="2: add double faults, a second fault at each point of each case's own resume (crash during recovery).")] = 1,
     sample: Annotated[Optional[int], typer.Option(min=1, help="With --depth 2: run this many double-fault cases, drawn with --seed (CI profile: 200; nightly: omit to run all).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of every random choice (double-fault sampling).")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of every random choice: double-fault sampling, the embedded fault proxy's jitter, slicer sizes and toxicity rolls.")] = 0,
 ) -> None:
     """Run the golden runs, then the kill/term/cancel matrix; print a summary table.
 
@@ -132,7 +132,7 @@ def run(
         result = _run_async(run_matrix(
             workload, subject, kinds=kinds_t, sources=sources_t,
             conversations=tuple(conversation) if conversation else None, cases=cases, jobs=jobs or None, dsn=dsn,
-            options=Options(worker_timeout=worker_timeout, term_grace=term_grace),
+            options=Options(worker_timeout=worker_timeout, term_grace=term_grace, proxy_seed=seed),
             on_start=on_start, on_result=on_result, depth=depth, sample=sample, seed=seed, shard_spec=shard,
         ))
     except CrashmatrixError as exc:

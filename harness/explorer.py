@@ -65,6 +65,10 @@ class Options:
     quiesce_timeout: float = 15.0
     max_resumes: int = 3
     await_points: bool = False  # trace await points (source "await") in every worker
+    #: seed of the embedded fault proxy's random choices (a latency toxic's jitter, a
+    #: slicer's sizes, toxicity below 1), passed as its ``--seed``; not sent to an
+    #: external server ($TOXIPROXY_URL), whose randomness is its own
+    proxy_seed: int = 0
 
 
 @dataclass

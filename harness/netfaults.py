@@ -279,13 +279,15 @@ class FaultProxyService:
     """The session's fault proxy, started on first use: ``$TOXIPROXY_URL`` if set (the
     real Toxiproxy, or any compatible server), else the embedded server
     (``python -m crashmatrix.harness.faultproxy``) in a process and process group of its
-    own, on a free loopback port, registered with the watchdog. :meth:`close` stops it.
+    own, on a free loopback port, seeded with ``seed`` (its ``--seed``: jitter, slicer
+    sizes, toxicity rolls), registered with the watchdog. :meth:`close` stops it.
 
     Raises :class:`~.errors.ServiceError` (one line) when it cannot be started or reached."""
 
-    def __init__(self, workdir: Path, watchdog: Any = None) -> None:
+    def __init__(self, workdir: Path, watchdog: Any = None, *, seed: int = 0) -> None:
         self.workdir = workdir
         self.watchdog = watchdog
+        self.seed = seed
         self.proc: subprocess.Popen[bytes] | None = None
         self._client: ToxiproxyClient | None = None
         self._error: ServiceError | None = None
@@ -322,7 +324,8 @@ class FaultProxyService:
         stderr_path = self.workdir / "faultproxy.stderr.log"
         with open(stderr_path, "wb") as stderr:
             self.proc = subprocess.Popen(
-                [sys.executable, "-P", "-m", "crashmatrix.harness.faultproxy", "--host", "127.0.0.1", "--port", "0"],
+                [sys.executable, "-P", "-m", "crashmatrix.harness.faultproxy", "--host", "127.0.0.1", "--port", "0",
+                 "--seed", str(self.seed)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
         if self.watchdog is not None:
             self.watchdog.watch_pgid(self.proc.pid)

@@ -352,6 +352,7 @@ class Services:
         """The open :class:`~.live.LiveHarness` of ``subject`` on ``workload``. Raises
         :class:`~.errors.ServiceError` (or the registry's error) when it cannot start;
         the error is kept, so later calls fail at once instead of starting again."""
+        from .explorer import Options
         from .live import LiveHarness
 
         with self._lock:
@@ -364,6 +365,7 @@ class Services:
                     restartable = pg.restartable or self._shared is not None
                     self._harnesses[key] = LiveHarness(
                         subject, workload, dsn=pg.dsn, restartable_pg=self._restartable_pg if restartable else None,
+                        options=Options(proxy_seed=self.seed),
                     ).open()
                 except CrashmatrixError as exc:
                     self._failed[key] = exc

@@ -80,7 +80,8 @@ async def open_session(
         explorer = Explorer(env, pool, subject, workload, cases_dir, http, options)
         from .netfaults import FaultProxyService
 
-        explorer.fault_proxy = FaultProxyService(workdir, watchdog)  # started by the first net case
+        # started by the first net case
+        explorer.fault_proxy = FaultProxyService(workdir, watchdog, seed=explorer.options.proxy_seed)
         stack.callback(explorer.fault_proxy.close)
         if pg.restartable:
             explorer.start_restartable_pg = lambda: start_postgres(workdir / "pg-restart", watchdog=watchdog)

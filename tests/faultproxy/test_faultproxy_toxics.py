@@ -553,3 +553,33 @@ def test_toxicity_rolls_come_from_the_seed(echo: EchoServer) -> None:
             outcomes.append(_classify(conns))
     assert outcomes[0] == outcomes[1]
     assert 0 < sum(outcomes[0]) < 12
+
+
+@embedded_only
+def test_the_sessions_fault_proxy_service_rolls_with_the_seed_it_is_given(echo: EchoServer, tmp_path) -> None:
+    """The fault proxy the matrix's net cases use (netfaults.FaultProxyService, a process
+    of its own) gets the run's seed (``--seed`` of ``crashmatrix run``, the plugin's seed):
+    its rolls are those of an embedded server with that seed."""
+    import asyncio
+
+    from crashmatrix.harness.netfaults import FaultProxyService
+
+    def pattern(url: str, name: str) -> list[bool]:
+        api = Api(url)
+        p = api.create(echo.addr, name=name)
+        api.toxic(name, "latency", toxicity=0.5, latency=100)
+        conns = []
+        for _ in range(12):  # one at a time: rolls happen in connection order
+            conns.append(connect(p["listen"]))
+            rtt(conns[-1])
+        return _classify(conns)
+
+    with EmbeddedToxiproxy(seed=1234) as tp:
+        expected = pattern(tp.url, "seeded")
+    service = FaultProxyService(tmp_path, seed=1234)
+    try:
+        client = asyncio.run(service.client())
+        assert pattern(client.url, "seeded") == expected
+    finally:
+        service.close()
+    assert service.proc is None

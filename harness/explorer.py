@@ -34,7 +34,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import asyncpg
@@ -263,6 +263,37 @@ def trace_divergence(golden: list[TraceEntry], faulted: list[TraceEntry]) -> str
     return None
 
 
+class CaseHooks(Protocol):
+    """What a fault kind adds to :meth:`Explorer._run_fault_case`, the one path of a case
+    whose first fault is kill, term, cancel or net (:class:`.netfaults.NetCase`: the
+    case's link proxies). The others add nothing (:class:`_NoHooks`)."""
+
+    async def started(self, fault: Fault, events: list[dict[str, Any]], worker: dict[str, Any]) -> None:
+        """The faulted worker ended with ``events``; ``worker`` is its entry in the
+        result (add fields to it). Raises :class:`HarnessError` if the fault did not land."""
+
+    def crash_verdicts(self, observation: Any) -> list[oracle.Verdict]:
+        """Crash checks of the kind, on the state right after the faulted worker."""
+
+    async def resumed(self) -> None:
+        """After the last resume, before the end checks; raises :class:`HarnessError`
+        if the harness left something behind."""
+
+
+class _NoHooks:
+    async def started(self, fault: Fault, events: list[dict[str, Any]], worker: dict[str, Any]) -> None:
+        return None
+
+    def crash_verdicts(self, observation: Any) -> list[oracle.Verdict]:
+        return []
+
+    async def resumed(self) -> None:
+        return None
+
+
+_NO_HOOKS = _NoHooks()
+
+
 class Explorer:
     """Runs golden runs and cases for one subject and workload on live services."""
 
@@ -462,12 +493,14 @@ class Explorer:
 
     async def _run_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult) -> None:
         fault, later = case.plan.faults[0], case.plan.faults[1:]
-        if fault.kind == "net":
-            from .netfaults import run_net_case
-
-            return await run_net_case(self, case, golden, run_id, result)
         if any(f.kind in ("pause", "db-restart") for f in later):
             raise HarnessError("pause and db-restart can only be the first fault of a plan")
+        if fault.kind == "net":
+            from .netfaults import net_case
+
+            async with net_case(self, case, run_id) as hooks:
+                await self._run_fault_case(case, golden, run_id, result, hooks)
+            return
         if fault.kind in ("pause", "db-restart"):
             if later:
                 raise HarnessError(f"a {fault.kind} plan holds exactly one fault")
@@ -476,9 +509,19 @@ class Explorer:
             else:
                 await self._run_db_restart_case(case, golden, run_id, result, fault)
             return
+        await self._run_fault_case(case, golden, run_id, result, _NO_HOOKS)
+
+    async def _run_fault_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, hooks: CaseHooks) -> None:
+        """A case whose first fault is kill, term, cancel or net: start the run with it
+        armed, check that it fired and that the trace matched the golden run up to it,
+        check the crash state, resume until terminal (later faults armed in resumes), end
+        checks; ``hooks`` add what the fault kind needs (:class:`CaseHooks`)."""
+        fault, later = case.plan.faults[0], case.plan.faults[1:]
         job, log = self._job("start", case.conversation, run_id, FaultPlan((fault,)))
         exit_, events = await self._worker(job, log, term=fault.kind == "term")
-        result.workers.append({"role": "start", **exit_.to_dict()})
+        worker = {"role": "start", **exit_.to_dict()}
+        result.workers.append(worker)
+        await hooks.started(fault, events, worker)
         at_fault = self._fired(fault, events, exit_.describe(), golden)
         end = self._end(events)
         full = [tuple(e) for e in end["trace"]] if end else at_fault
@@ -488,10 +531,12 @@ class Explorer:
         crash_obs = await self.adapter.observe(self.case_env, run_id)
         result.verdicts += oracle.crash_checks(oracle.CrashEvidence(
             fault, at_fault, full, exit_.returncode, exit_.signal, exit_.timed_out, crash_obs))  # type: ignore[arg-type]
+        result.verdicts += hooks.crash_verdicts(crash_obs)
         # a cancel or term lands after it fires (at the next await, at the drain): what
         # was in flight is what the faulted worker's whole trace shows unfinished
         allowance = oracle.in_flight_model_calls(full)  # type: ignore[arg-type]
         await self._resume_until_terminal(case, run_id, result, crash_obs.status, later, allowance)
+        await hooks.resumed()
         await self._finish(result, golden, run_id, allowance)
 
     async def _finish(self, result: CaseResult, golden: GoldenRun, run_id: str, allowance: dict[str, int]) -> None:

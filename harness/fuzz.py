@@ -73,7 +73,7 @@ FIRST_ONLY = ("pause", "db-restart")
 """Kinds that end a plan: the explorer runs them as the only fault of a case."""
 NOT_LATER = (*FIRST_ONLY, "net")
 """Kinds drawn only as the first fault: a ``net`` fault's link proxies are set up for
-the case by its first fault (:func:`.netfaults.run_net_case`); later faults may follow
+the case by its first fault (:func:`.netfaults.net_case`); later faults may follow
 it."""
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]

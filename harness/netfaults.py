@@ -55,7 +55,7 @@ import selectors
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,7 +66,7 @@ from .errors import HarnessError, PlanError, ServiceError
 from .plan import Case, CrashPoint, Fault, FaultPlan, NetToxic
 
 if TYPE_CHECKING:  # the worker imports this module; the controller's side stays lazy
-    from .explorer import CaseResult, Explorer, GoldenRun
+    from .explorer import Explorer, GoldenRun
     from .faultproxy.client import ProxyHandle, ToxiproxyClient
 
 TraceEntry = tuple[str, str, str, int]
@@ -467,18 +467,42 @@ def _heal_report(fault: Fault, events: list[dict[str, Any]], leftovers: list[str
     return "by the controller after the worker ended" if leftovers else "never added"
 
 
-async def run_net_case(ex: Explorer, case: Case, golden: GoldenRun, run_id: str, result: CaseResult) -> None:
-    """A case whose first fault is ``net`` (:meth:`Explorer.run_case` hands it here):
-    create the case's link proxies, start the run with the toxic armed, check that it
-    fired and that the trace matched the golden run up to it, make sure every toxic is
-    gone, check the crash state (plus ``net.resumable``), resume until terminal (later
-    faults armed in resumes, through the same proxies), end checks; remove the proxies."""
-    from . import explorer as explorer_module, oracle
+class NetCase:
+    """What a ``net`` case adds to the explorer's case path (the
+    :class:`~.explorer.CaseHooks` interface): once the faulted worker ended, every toxic
+    it left is removed (the worker's entry says where it was healed) and a fault that
+    fired without landing is a harness error; the crash state gets ``net.resumable``;
+    after the last resume no toxic may be left."""
+
+    def __init__(self, links: CaseLinks) -> None:
+        self.links = links
+
+    async def started(self, fault: Fault, events: list[dict[str, Any]], worker: dict[str, Any]) -> None:
+        leftovers = await self.links.heal_all()
+        worker["healed"] = _heal_report(fault, events, leftovers)
+        errors = [e for e in events if e.get("event") == "fault-error"]
+        if errors:
+            raise HarnessError(f"fault {fault.label()} fired but did not land: {errors[0].get('error')}")
+
+    def crash_verdicts(self, observation: Observation) -> list[Any]:
+        return [check_resumable(observation)]
+
+    async def resumed(self) -> None:
+        if await self.links.heal_all():
+            raise HarnessError("a toxic was still on a link after the last resume")
+
+
+@contextlib.asynccontextmanager
+async def net_case(ex: Explorer, case: Case, run_id: str) -> AsyncIterator[NetCase]:
+    """The setting of a case whose first fault is ``net`` (:meth:`Explorer.run_case`
+    runs it inside): the case's link proxies on the session's fault proxy, and the
+    workers' environment pointing the poisoned links at them (``WORKER_ENV``; later
+    faults, armed in resumes, go through the same proxies). The proxies are removed on
+    exit. Raises :class:`HarnessError` for a link the workload does not have or when
+    the session has no fault proxy."""
+    from . import explorer as explorer_module
 
     check_links(case, ex.workload.providers)
-    fault, later = case.plan.faults[0], case.plan.faults[1:]
-    if any(f.kind in ("pause", "db-restart") for f in later):
-        raise HarnessError("pause and db-restart can only be the first fault of a plan")
     if ex.fault_proxy is None:
         raise HarnessError("net faults need the session's fault proxy (Explorer.fault_proxy is not set)")
     client = await ex.fault_proxy.client()
@@ -486,26 +510,6 @@ async def run_net_case(ex: Explorer, case: Case, golden: GoldenRun, run_id: str,
     async with CaseLinks(client, ex.case_env, links, run_id.removeprefix("cm-run-")) as case_links:
         token = explorer_module.WORKER_ENV.set(case_links.worker_env)
         try:
-            job, log = ex._job("start", case.conversation, run_id, FaultPlan((fault,)))
-            exit_, events = await ex._worker(job, log)
-            leftovers = await case_links.heal_all()
-            worker = {"role": "start", **exit_.to_dict(), "healed": _heal_report(fault, events, leftovers)}
-            result.workers.append(worker)
-            errors = [e for e in events if e.get("event") == "fault-error"]
-            if errors:
-                raise HarnessError(f"fault {fault.label()} fired but did not land: {errors[0].get('error')}")
-            at_fault = ex._fired(fault, events, exit_.describe(), golden)
-            end = ex._end(events)
-            full = [tuple(e) for e in end["trace"]] if end else at_fault
-            await ex.quiesce(job.worker_id)
-            crash_obs = await ex.adapter.observe(ex.case_env, run_id)
-            result.verdicts += oracle.crash_checks(oracle.CrashEvidence(
-                fault, at_fault, full, exit_.returncode, exit_.signal, exit_.timed_out, crash_obs))  # type: ignore[arg-type]
-            result.verdicts.append(check_resumable(crash_obs))
-            allowance = oracle.in_flight_model_calls(full)  # type: ignore[arg-type]
-            await ex._resume_until_terminal(case, run_id, result, crash_obs.status, later, allowance)
-            if await case_links.heal_all():
-                raise HarnessError("a toxic was still on a link after the last resume")
-            await ex._finish(result, golden, run_id, allowance)
+            yield NetCase(case_links)
         finally:
             explorer_module.WORKER_ENV.reset(token)

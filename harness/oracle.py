@@ -19,7 +19,9 @@ Checks at the **crash state** (read after the fault, before any resume):
   landed during a tool request left that node's effect ``unknown``;
 - ``term.drained`` (term faults): no node launched after the signal was recorded, the
   worker exited 0 by itself, the run is ``paused`` (or ``completed`` if the drain
-  finished the last node, or ``needs_human`` if an in-flight node handed it to a person);
+  finished the last node, or ``needs_human`` if an in-flight node handed it to a person,
+  or still ``pending`` or not yet submitted if the SIGTERM came before the worker took
+  it: then nothing of it may have been launched);
 - ``pause.zombie_fenced`` (pause faults): once another worker took the lease and
   finished the run, the woken zombie changed nothing durable.
 
@@ -209,7 +211,9 @@ def check_cancel_left_unknown(ev: CrashEvidence) -> Verdict:
 
 
 def check_term_drained(ev: CrashEvidence) -> Verdict:
-    """``term.drained``: nothing launched after the signal, exit 0, run ``paused`` (or completed)."""
+    """``term.drained``: nothing launched after the signal, exit 0, run ``paused`` (or
+    completed, or handed to a person; or untouched, pending or absent, if the drain came
+    before the worker took it)."""
     name = "term.drained"
     problems = []
     names = [entry[1] for entry in ev.trace_full]
@@ -228,7 +232,12 @@ def check_term_drained(ev: CrashEvidence) -> Verdict:
         problems.append(f"the worker exited {ev.exit_returncode}, not 0")
     status = ev.observation.status
     pending = (ev.observation.state or {}).get("pending")
-    if status not in ("paused", "completed", "needs_human"):  # waiting for a person is a rest state too
+    untouched = status in ("absent", "pending")  # drained before the worker submitted or took the run
+    if untouched:
+        launched = [e[2] for e in ev.trace_full if e[1] == "node.launch"]
+        if launched:
+            problems.append(f"run status is {status!r}, yet this worker launched {', '.join(launched)}")
+    elif status not in ("paused", "completed", "needs_human"):  # waiting for a person is a rest state too
         problems.append(f"run status is {status!r}, not 'paused'")
     elif status == "completed" and pending:
         problems.append(f"run says completed with pending nodes {pending}")

@@ -2,7 +2,7 @@
 subject and the model other teams compare their runtime against.
 
 Modules, one wall each (docs/architecture.md has the structure): :mod:`.executor`
-(scheduling, drain, cancellation), :mod:`.logstore` (append-only run log),
+(scheduling, cancellation), :mod:`.drain` (the worker's SIGTERM drain), :mod:`.logstore` (append-only run log),
 :mod:`.effects` (effects ledger), :mod:`.leases` (fencing), :mod:`.graph` (rehydrate),
 :mod:`.codec` (durable payloads), :mod:`.migrations` (schema), :mod:`.state_codec`
 (state schema, transient fields, upgraders), :mod:`.blobs` (blob pointers),
@@ -17,6 +17,7 @@ from .agent import (
     Agent, ModelReply, OutcomeUnknown, ProbeOutcome, Tool, ToolCall, ToolContext, ToolOutcome, TransientFailure,
 )
 from .db import Db, connect
+from .drain import WorkerDrain
 from .effects import EffectLedger, idempotency_key
 from .executor import NeedsHuman, RunInterrupted, Runtime
 from .graph import RunGraph
@@ -28,5 +29,5 @@ from .subagents import SubAgent
 __all__ = [
     "Agent", "AppendOnlyLog", "Db", "EffectLedger", "Lease", "LeaseLost", "ModelReply",
     "NeedsHuman", "OutcomeUnknown", "ProbeOutcome", "RunGraph", "RunInterrupted", "RunStore", "Runtime", "SubAgent",
-    "Tool", "ToolCall", "ToolContext", "ToolOutcome", "TransientFailure", "connect", "idempotency_key", "migrate",
+    "Tool", "ToolCall", "ToolContext", "ToolOutcome", "TransientFailure", "WorkerDrain", "connect", "idempotency_key", "migrate",
 ]

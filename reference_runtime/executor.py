@@ -17,8 +17,12 @@ Walls, and the failure each prevents (DESIGN.md, "reference_runtime"):
   ``unknown`` row and the ``interrupted`` status are written inside
   ``CancelScope(shield=True)`` bounded by :data:`SHIELD_SECONDS`, and the cancellation
   is always re-raised.
-- **SIGTERM drain**: on SIGTERM no new node is launched; in-flight nodes finish and
-  append; the run is left ``paused`` for another worker; the process exits 0.
+- **SIGTERM drain** (:mod:`.drain`): on SIGTERM no new node is launched; in-flight
+  nodes finish and append; the run is left ``paused`` for another worker; the process
+  exits 0. The handler covers all of :meth:`Runtime.run` (the lease, the trace link,
+  the final status), and a worker that installs a :class:`~.drain.WorkerDrain` first
+  thing is covered while it connects too; a SIGTERM before the run was taken leaves it
+  untouched.
 - **Fencing**: every write carries the lease epoch (:mod:`.leases`).
 - **Blob pointers** (:mod:`.blobs`): outputs over ``blob_threshold`` bytes go to the blob
   store; the record keeps the pointer.
@@ -54,10 +58,7 @@ node) are reported through the ``on_step`` callback for the adapter.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ from . import budgets, codec, subagents, tracing
 from .agent import Agent, OutcomeUnknown, ProbeOutcome, ToolContext, ToolOutcome, TransientFailure
 from .blobs import DEFAULT_THRESHOLD, BlobStore
 from .db import DatabaseUnavailable, Db
+from .drain import WorkerDrain
 from .effects import EffectLedger, idempotency_key
 from .graph import RunGraph
 from .leases import Lease, LeaseLost, acquire, set_status
@@ -121,7 +123,9 @@ class Runtime:
     ``store`` and ``ledger`` default to :class:`AppendOnlyLog` and
     :class:`EffectLedger`; other strategies (and the mutant catalogue) pass their own.
     ``group_commit=True``: records of nodes that finish together commit in one statement
-    (:meth:`Execution.commit`; off by default, see there).
+    (:meth:`Execution.commit`; off by default, see there). ``drain``: the worker's
+    :class:`~.drain.WorkerDrain`; without one, ``handle_sigterm=True`` installs a drain
+    of its own for the length of each :meth:`run`.
     """
 
     def __init__(
@@ -138,6 +142,7 @@ class Runtime:
         blob_threshold: int = DEFAULT_THRESHOLD,
         tracer_provider: TracerProvider | None = None,
         group_commit: bool = False,
+        drain: WorkerDrain | None = None,
     ) -> None:
         self.db = db
         self.group_commit = group_commit
@@ -150,6 +155,7 @@ class Runtime:
         self.blobs = blobs
         self.blob_threshold = blob_threshold
         self.tracer = tracing.get_tracer(tracer_provider)
+        self.drain = drain
         self.draining = False
         self._changed: anyio.Event | None = None
 
@@ -182,9 +188,26 @@ class Runtime:
         """Take the lease, rehydrate, run until the graph is done, drained or stopped.
 
         Returns the terminal status written (``completed``, ``paused``,
-        ``needs_human``). Re-raises cancellation after writing ``interrupted`` (shielded);
-        raises :class:`LeaseLost` if another worker took the run over.
+        ``needs_human``), or ``"drained"`` when a SIGTERM came before the run was taken
+        (nothing is written: the run stays as it was). Re-raises cancellation after
+        writing ``interrupted`` (shielded); raises :class:`LeaseLost` if another worker
+        took the run over.
         """
+        own = WorkerDrain().install() if self.drain is None and self.handle_sigterm else None
+        drain = self.drain or own
+        if drain is not None:
+            drain.subscribe(self.begin_drain)
+        try:
+            if self.draining:
+                return "drained"
+            return await self._run_leased(run_id)
+        finally:
+            if drain is not None:
+                drain.unsubscribe(self.begin_drain)
+            if own is not None:
+                own.remove()
+
+    async def _run_leased(self, run_id: str) -> str:
         lease = await self.acquire_lease(run_id)
         row = await self.db.fetchrow("SELECT input, traceparent FROM cm_runs WHERE run_id = $1", run_id)
         previous = row["traceparent"]
@@ -203,10 +226,6 @@ class Runtime:
     async def _run_attempt(self, run_id: str, lease: Lease, run_input: dict[str, Any]) -> str:
         graph = self.graph_class.rehydrate(run_id, run_input, await self.store.read(run_id), blobs=self.blobs)
         execution = self.execution_class(self, graph, lease)
-        loop = None
-        if self.handle_sigterm and threading.current_thread() is threading.main_thread():
-            loop = asyncio.get_running_loop()
-            loop.add_signal_handler(signal.SIGTERM, self.begin_drain)
         try:
             status, detail = await execution.schedule()
         except anyio.get_cancelled_exc_class():
@@ -224,9 +243,6 @@ class Runtime:
             with anyio.move_on_after(SHIELD_SECONDS, shield=True):
                 await set_status(self.db, lease, "failed", _describe(exc))
             raise
-        finally:
-            if loop is not None:
-                loop.remove_signal_handler(signal.SIGTERM)
         await set_status(self.db, lease, status, detail)
         return status
 
@@ -235,9 +251,9 @@ class Runtime:
         return await acquire(self.db, run_id, self.worker_id)
 
     def begin_drain(self) -> None:
-        """Stop launching nodes; in-flight ones finish; the run ends ``paused``."""
+        """Stop launching nodes; in-flight ones finish; the run ends ``paused`` (called
+        by the :class:`~.drain.WorkerDrain` at SIGTERM, which records ``drain.begin``)."""
         self.draining = True
-        crashpoint("drain.begin")
         if self._changed is not None:
             self._changed.set()
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import asyncpg
 from crashmatrix.reference_runtime import AppendOnlyLog, Runtime, connect, migrate
 from crashmatrix.reference_runtime.blobs import LocalBlobStore
 from crashmatrix.reference_runtime.db import Db
+from crashmatrix.reference_runtime.drain import WorkerDrain
 from crashmatrix.reference_runtime.graph import RunGraph
 from crashmatrix.reference_runtime.logstore import CorruptRecord, StoredRecord, decode_row
 from crashmatrix.reference_runtime.snapshots import DeltaSnapshotStore
@@ -58,45 +57,48 @@ class ReferenceAdapter(Adapter):
             await db.close()
 
     async def _run(self, ctx: RunContext) -> str:
-        reconnect_ms = ctx.env.options.get("db_reconnect_deadline_ms")  # set by the network section
-        db = await connect(ctx.env.dsn, application_name=ctx.worker_id,
-                           **({"reconnect_deadline_s": reconnect_ms / 1000} if reconnect_ms else {}))
-        try:
-            async with aiohttp.ClientSession() as session:
-                deadline_ms = ctx.env.options.get("provider_deadline_ms")  # set by the network section
-                resources = Resources(session, ctx.env.providers, ctx.worker_id, ctx.conversation,
-                                      deadline_s=deadline_ms / 1000 if deadline_ms else None)
-                agent = ctx.workload.build_agent(ctx.conversation, resources)
-                runtime = self.make_runtime(db, agent, ctx)
-                if runtime.blobs is None:  # a mutant's make_runtime: large outputs still go to blobs
-                    runtime.blobs = blob_store(ctx.env)
-                # a resume after a crash before the run's row committed starts it from its
-                # input: submitting a run is idempotent (create_run)
-                await runtime.create_run(ctx.run_id, ctx.workload.name, ctx.workload.run_input(ctx.conversation))
-                status = await runtime.run(ctx.run_id)
-                return await self.hand_off(runtime, db, ctx, resources, status)
-        finally:
-            await db.conn.close(timeout=2)
+        # first thing, as a worker's main should: a SIGTERM while this worker connects or
+        # submits the run drains it too (reference_runtime.drain)
+        with WorkerDrain.installed_here() as drain:
+            reconnect_ms = ctx.env.options.get("db_reconnect_deadline_ms")  # set by the network section
+            db = await connect(ctx.env.dsn, application_name=ctx.worker_id,
+                               **({"reconnect_deadline_s": reconnect_ms / 1000} if reconnect_ms else {}))
+            try:
+                async with aiohttp.ClientSession() as session:
+                    deadline_ms = ctx.env.options.get("provider_deadline_ms")  # set by the network section
+                    resources = Resources(session, ctx.env.providers, ctx.worker_id, ctx.conversation,
+                                          deadline_s=deadline_ms / 1000 if deadline_ms else None)
+                    agent = ctx.workload.build_agent(ctx.conversation, resources)
+                    runtime = self.make_runtime(db, agent, ctx)
+                    runtime.drain = drain  # a mutant's make_runtime too
+                    if runtime.blobs is None:  # a mutant's make_runtime: large outputs still go to blobs
+                        runtime.blobs = blob_store(ctx.env)
+                    if drain.requested:  # before the run was submitted: nothing is written
+                        return "drained"
+                    # a resume after a crash before the run's row committed starts it from its
+                    # input: submitting a run is idempotent (create_run)
+                    await runtime.create_run(ctx.run_id, ctx.workload.name, ctx.workload.run_input(ctx.conversation))
+                    status = await runtime.run(ctx.run_id)
+                    return await self.hand_off(runtime, db, ctx, resources, status)
+            finally:
+                await db.conn.close(timeout=2)
 
     async def hand_off(self, runtime: Runtime, db: Db, ctx: RunContext, resources: Any, status: str) -> str:
         """A workload that brings its own human (``workload.operator(conn, run_id,
         resources) -> bool``, e.g. ``human_pause``): while the run stops
         ``needs_human`` and the operator decided something, run it again in this worker.
-        SIGTERM while the operator acts drains as in the runtime (nothing runs after)."""
+        SIGTERM while the operator acts drains as in the runtime (nothing runs after: the
+        worker's drain, installed by :meth:`_run`, covers the operator too)."""
         operator = getattr(ctx.workload, "operator", None)
-        loop = asyncio.get_running_loop()
+
+        def draining() -> bool:
+            return runtime.draining or (runtime.drain is not None and runtime.drain.requested)
+
         for _ in range(MAX_HAND_OFFS):
-            if status != "needs_human" or operator is None or runtime.draining:
+            if status != "needs_human" or operator is None or draining():
                 break
-            watch = runtime.handle_sigterm and threading.current_thread() is threading.main_thread()
-            if watch:
-                loop.add_signal_handler(signal.SIGTERM, runtime.begin_drain)
-            try:
-                decided = await operator(db.conn, ctx.run_id, resources)
-            finally:
-                if watch:
-                    loop.remove_signal_handler(signal.SIGTERM)
-            if not decided or runtime.draining:
+            decided = await operator(db.conn, ctx.run_id, resources)
+            if not decided or draining():
                 break
             status = await runtime.run(ctx.run_id)
         return status

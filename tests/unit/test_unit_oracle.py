@@ -228,6 +228,19 @@ def test_term_bad_exit(rc: int | None, sig: int | None, timed_out: bool, needle:
     assert v.valid is False and needle in v.details
 
 
+@pytest.mark.parametrize("status", ["pending", "absent"])
+def test_term_before_the_run_was_taken_leaves_it_untouched(status: str) -> None:
+    """A SIGTERM while the worker connected or submitted the run: nothing of it ran."""
+    early = [("label", "db.reconnect", "db", 1), ("label", "drain.begin", "run", 1)]
+    v = oracle.check_term_drained(crash_ev("term", "db.reconnect", "db", trace=early, rc=0, status=status))
+    assert v.valid is True, v.details
+
+
+def test_term_untouched_status_with_a_launch_is_invalid() -> None:
+    v = oracle.check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0, status="pending"))
+    assert v.valid is False and "run status is 'pending', yet this worker launched turn-1" in v.details
+
+
 @pytest.mark.parametrize("status", ["running", "interrupted", "failed"])
 def test_term_bad_status(status: str) -> None:
     v = oracle.check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0, status=status))

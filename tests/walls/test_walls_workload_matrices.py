@@ -51,6 +51,14 @@ SLICES: dict[tuple[str, str], list[Case]] = {
         case("report", "publish", "kill", "label", "log.append.before", "turn-2.tool-0"),  # the file's blobs written
         case("report", "publish", "cancel", "label", "tool.request.before", "turn-3.tool-0"),
         case("report", "publish", "term", "step", "step.after", "turn-2.tool-0"),
+        # SIGTERM outside the scheduler (found by the term matrix at await points; drain.py):
+        # while connecting (the run not yet submitted), submitting, after the lease, as
+        # the scheduler's task group closes, and while the final status is written
+        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:_connect@1", "run"),
+        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._until_answered@1", "run", 2),
+        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._until_answered@1", "run", 4),
+        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.executor:Execution.schedule@4", "run"),
+        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._until_answered@1", "run", 6),
     ],
 }
 

@@ -243,23 +243,37 @@ def _stopped(pid: int) -> bool:
         return False
 
 
-def _per_task(trace: list[TraceEntry]) -> dict[str, list[tuple[str, int]]]:
+def per_task(trace: list[TraceEntry]) -> dict[str, list[tuple[str, int]]]:
+    """A trace split by logical task: ``{task: [(name, occurrence), ...]}``, tasks in
+    order of first appearance (interleaving between tasks may differ between runs;
+    each task's own sequence may not)."""
     out: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for _, name, task, occ in trace:
         out[task].append((name, occ))
     return out
 
 
+def first_departures(reference: list[TraceEntry], trace: list[TraceEntry]) -> dict[str, int]:
+    """For each logical task of ``trace``: the index, among that task's points, of the
+    first one that differs from ``reference``'s (or that ``reference`` does not have);
+    the task's length when it follows ``reference`` throughout."""
+    ref = per_task(reference)
+    out = {}
+    for task, seq in per_task(trace).items():
+        theirs = ref.get(task, [])
+        out[task] = next((i for i, item in enumerate(seq) if i >= len(theirs) or theirs[i] != item), len(seq))
+    return out
+
+
 def trace_divergence(golden: list[TraceEntry], faulted: list[TraceEntry]) -> str | None:
     """Where ``faulted`` (a trace up to a fault) stops being a prefix of ``golden``,
-    compared per logical task (interleaving between tasks may differ); None if it is."""
-    g = _per_task(golden)
-    for task, seq in _per_task(faulted).items():
-        ref = g.get(task, [])
-        for i, item in enumerate(seq):
-            if i >= len(ref) or ref[i] != item:
-                want = f"{ref[i][0]}#{ref[i][1]}" if i < len(ref) else "nothing"
-                return f"task {task}: point {i + 1} is {item[0]}#{item[1]}, golden has {want}"
+    compared per logical task (:func:`first_departures`); None if it is."""
+    g, mine = per_task(golden), per_task(faulted)
+    for task, i in first_departures(golden, faulted).items():
+        if i < len(mine[task]):
+            ref, item = g.get(task, []), mine[task][i]
+            want = f"{ref[i][0]}#{ref[i][1]}" if i < len(ref) else "nothing"
+            return f"task {task}: point {i + 1} is {item[0]}#{item[1]}, golden has {want}"
     return None
 
 

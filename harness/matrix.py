@@ -62,19 +62,18 @@ class MatrixReport:
         return 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "workload": self.workload,
-            "subject": self.subject,
-            "kinds": list(self.kinds),
-            "sources": list(self.sources),
-            "jobs": self.jobs,
-            "summary": {**self.counts, "cases": len(self.results), "seconds": round(self.seconds, 3),
-                        "setup_seconds": round(self.setup_seconds, 3),
-                        "cases_per_second": round(self.cases_per_second, 2)},
-            "golden": {c: {"run_id": g.run_id, "points": len(g.trace), "seconds": round(g.seconds, 4)}
-                       for c, g in sorted(self.goldens.items())},
-            "cases": [r.to_dict() for r in self.results],
-        }
+        """The JSON report: :func:`.report.matrix_dict`'s shape, with the run's wall
+        clock (``summary.seconds``, ``setup_seconds``, ``cases_per_second``), the jobs and
+        each golden run's id, points and seconds."""
+        from .report import matrix_dict
+
+        golden = {c: {"run_id": g.run_id, "points": len(g.trace), "seconds": round(g.seconds, 4)}
+                  for c, g in sorted(self.goldens.items())}
+        out = matrix_dict(self.workload, self.subject, self.kinds, self.sources, [r.to_dict() for r in self.results], golden)
+        out["jobs"] = self.jobs
+        out["summary"].update(seconds=round(self.seconds, 3), setup_seconds=round(self.setup_seconds, 3),
+                              cases_per_second=round(self.cases_per_second, 2))
+        return out
 
 
 async def run_matrix(

@@ -45,7 +45,8 @@ from typing import Any
 from . import registry
 from .errors import CrashmatrixError, HarnessError, InvalidArgument, PlanError, RegistryError
 from .explorer import (
-    DEFAULT_KINDS, DEFAULT_SOURCES, CaseResult, Explorer, GoldenRun, Options, enumerate_cases, validate_case,
+    DEFAULT_KINDS, DEFAULT_SOURCES, CaseResult, Explorer, GoldenRun, Options, enumerate_cases, first_departures, per_task,
+    validate_case,
 )
 from .matrix import run_cases
 from .plan import FAULT_KINDS, POINT_SOURCES, Case
@@ -153,18 +154,8 @@ def _departures(mutant: list[tuple[str, str, str, int]], baseline: list[tuple[st
     logical task, where it departs from ``baseline``'s trace (its change is there)."""
     if baseline is None:
         return set()
-    theirs: dict[str, list[tuple[str, int]]] = {}
-    for _, name, task, occ in baseline:
-        theirs.setdefault(task, []).append((name, occ))
-    mine: dict[str, list[tuple[str, int]]] = {}
-    for _, name, task, occ in mutant:
-        mine.setdefault(task, []).append((name, occ))
-    out: set[tuple[str, str, int]] = set()
-    for task, seq in mine.items():
-        ref = theirs.get(task, [])
-        i = next((i for i, item in enumerate(seq) if i >= len(ref) or ref[i] != item), len(seq))
-        out |= {(name, task, occ) for name, occ in seq[i:]}
-    return out
+    mine = per_task(mutant)
+    return {(name, task, occ) for task, i in first_departures(baseline, mutant).items() for name, occ in mine[task][i:]}
 
 
 def fast_order(cases: list[Case], spec: MutantSpec, goldens: dict[str, GoldenRun],

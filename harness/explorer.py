@@ -40,7 +40,7 @@ import aiohttp
 import asyncpg
 
 from . import oracle, registry
-from .adapter import Environment
+from .adapter import Environment, Observation
 from .errors import HarnessError, PlanError
 from .plan import Case, CrashPoint, Fault, FaultPlan
 from .pool import WorkerExit, WorkerPool, _has_fired, _kill
@@ -474,6 +474,8 @@ class Explorer:
             resumes += 1
             await self.adapter.between_crash_and_resume(self.case_env, run_id)
             plan = FaultPlan((fault,)) if fault else FaultPlan()
+            # term.drained asks whether a worker drained before it took the run left it as it was
+            before = await self.adapter.observe(self.case_env, run_id) if fault is not None and fault.kind == "term" else None
             rjob, rlog = self._job("resume", case.conversation, run_id, plan)
             rexit, revents = await self._worker(rjob, rlog, term=bool(fault and fault.kind == "term"))
             result.workers.append({"role": "resume", **rexit.to_dict()})
@@ -488,7 +490,7 @@ class Explorer:
                 await self.quiesce(rjob.worker_id)
                 obs = await self.adapter.observe(self.case_env, run_id)
                 result.verdicts += oracle.crash_checks(oracle.CrashEvidence(
-                    fault, at_fault, full, rexit.returncode, rexit.signal, rexit.timed_out, obs))  # type: ignore[arg-type]
+                    fault, at_fault, full, rexit.returncode, rexit.signal, rexit.timed_out, obs, before))  # type: ignore[arg-type]
                 if allowance is not None:
                     for node, n in oracle.in_flight_model_calls(full).items():  # type: ignore[arg-type]
                         allowance[node] = allowance.get(node, 0) + n
@@ -544,7 +546,8 @@ class Explorer:
         await self.quiesce(job.worker_id)
         crash_obs = await self.adapter.observe(self.case_env, run_id)
         result.verdicts += oracle.crash_checks(oracle.CrashEvidence(
-            fault, at_fault, full, exit_.returncode, exit_.signal, exit_.timed_out, crash_obs))  # type: ignore[arg-type]
+            fault, at_fault, full, exit_.returncode, exit_.signal, exit_.timed_out, crash_obs,  # type: ignore[arg-type]
+            before=Observation(run_id, "absent")))  # each case runs a run id of its own
         result.verdicts += hooks.crash_verdicts(crash_obs)
         # a cancel or term lands after it fires (at the next await, at the drain): what
         # was in flight is what the faulted worker's whole trace shows unfinished

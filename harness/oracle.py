@@ -20,8 +20,8 @@ Checks at the **crash state** (read after the fault, before any resume):
 - ``term.drained`` (term faults): no node launched after the signal was recorded, the
   worker exited 0 by itself, the run is ``paused`` (or ``completed`` if the drain
   finished the last node, or ``needs_human`` if an in-flight node handed it to a person,
-  or still ``pending`` or not yet submitted if the SIGTERM came before the worker took
-  it: then nothing of it may have been launched);
+  or exactly as it was before the worker if the SIGTERM came before the worker took it
+  (a first worker may have submitted it: ``pending``, nothing recorded));
 - ``pause.zombie_fenced`` (pause faults): once another worker took the lease and
   finished the run, the woken zombie changed nothing durable.
 
@@ -111,6 +111,9 @@ class CrashEvidence:
     exit_signal: int | None
     timed_out: bool
     observation: Observation
+    #: the durable state before the faulted worker started (``absent`` for the first
+    #: worker of a case); None when the explorer did not look (only ``term`` needs it)
+    before: Observation | None = None
 
 
 def _run(check: str, phase: str, fn: Callable[[], Verdict]) -> Verdict:
@@ -212,8 +215,8 @@ def check_cancel_left_unknown(ev: CrashEvidence) -> Verdict:
 
 def check_term_drained(ev: CrashEvidence) -> Verdict:
     """``term.drained``: nothing launched after the signal, exit 0, run ``paused`` (or
-    completed, or handed to a person; or untouched, pending or absent, if the drain came
-    before the worker took it)."""
+    completed, or handed to a person; or untouched, :func:`untouched_by_worker`, if the
+    drain came before the worker took it)."""
     name = "term.drained"
     problems = []
     names = [entry[1] for entry in ev.trace_full]
@@ -232,11 +235,10 @@ def check_term_drained(ev: CrashEvidence) -> Verdict:
         problems.append(f"the worker exited {ev.exit_returncode}, not 0")
     status = ev.observation.status
     pending = (ev.observation.state or {}).get("pending")
-    untouched = status in ("absent", "pending")  # drained before the worker submitted or took the run
-    if untouched:
+    if ev.before is not None and untouched_by_worker(ev.before, ev.observation):
         launched = [e[2] for e in ev.trace_full if e[1] == "node.launch"]
         if launched:
-            problems.append(f"run status is {status!r}, yet this worker launched {', '.join(launched)}")
+            problems.append(f"run status is {status!r} as before the worker, yet it launched {', '.join(launched)}")
     elif status not in ("paused", "completed", "needs_human"):  # waiting for a person is a rest state too
         problems.append(f"run status is {status!r}, not 'paused'")
     elif status == "completed" and pending:
@@ -244,6 +246,19 @@ def check_term_drained(ev: CrashEvidence) -> Verdict:
     if problems:
         return Verdict(name, "crash", False, "; ".join(problems))
     return Verdict(name, "crash", True, f"drained, status {status}")
+
+
+def untouched_by_worker(before: Observation, after: Observation) -> bool:
+    """Whether a worker left the run's durable state as it found it: the same status,
+    lease epoch, log and effects; or, for a run that did not exist, submitted and nothing
+    more (``pending``, no epoch taken, no record, no effect)."""
+    def durable(o: Observation) -> tuple[Any, ...]:
+        return (o.status, o.lease_epoch or 0, [(e.seq, e.node_id) for e in o.log or []],
+                sorted((e.key, e.status) for e in o.effects or []))
+
+    if before.status == "absent" and after.status == "pending":
+        return not after.log and not after.effects and not after.lease_epoch
+    return durable(before) == durable(after)
 
 
 def check_zombie_fenced(before: Observation, after: Observation, zombie_end: dict[str, Any] | None) -> Verdict:

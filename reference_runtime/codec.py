@@ -54,10 +54,11 @@ def _check_durable(value: Any, where: str) -> None:
 
     The check runs for every payload the executor writes, so it builds no path on the
     way; only for a value it refuses does :func:`_first_offence` walk again to name where
-    the offending part is. A cyclic value ends in ``RecursionError``, as ``json`` would."""
+    the offending part is. A cyclic value ends in ``RecursionError``."""
     if not _durable(value):
         found = _first_offence(value, where)
-        assert found is not None, "_durable and _first_offence disagree"
+        if found is None:
+            raise AssertionError(f"_durable and _first_offence disagree on {where}")
         raise found
 
 

@@ -124,8 +124,9 @@ class Runtime:
     :class:`EffectLedger`; other strategies (and the mutant catalogue) pass their own.
     ``group_commit=True``: records of nodes that finish together commit in one statement
     (:meth:`Execution.commit`; off by default, see there). ``drain``: the worker's
-    :class:`~.drain.WorkerDrain`; without one, ``handle_sigterm=True`` installs a drain
-    of its own for the length of each :meth:`run`.
+    :class:`~.drain.WorkerDrain`; without one, ``handle_sigterm=True`` uses the drain
+    installed on the running loop, or installs one of its own for the length of each
+    :meth:`run`.
     """
 
     def __init__(
@@ -157,6 +158,7 @@ class Runtime:
         self.tracer = tracing.get_tracer(tracer_provider)
         self.drain = drain
         self.draining = False
+        self._active_drain: WorkerDrain | None = None
         self._changed: anyio.Event | None = None
 
     #: the class that rehydrates a run from its records (a store strategy with its own
@@ -193,12 +195,15 @@ class Runtime:
         writing ``interrupted`` (shielded); raises :class:`LeaseLost` if another worker
         took the run over.
         """
-        own = WorkerDrain().install() if self.drain is None and self.handle_sigterm else None
-        drain = self.drain or own
+        drain = self.drain or (WorkerDrain.on_running_loop() if self.handle_sigterm else None)
+        own = None
+        if drain is None and self.handle_sigterm:
+            own = drain = WorkerDrain().install()
+        self._active_drain = drain
         if drain is not None:
             drain.subscribe(self.begin_drain)
         try:
-            if self.draining:
+            if self.drain_requested():
                 return "drained"
             return await self._run_leased(run_id)
         finally:
@@ -206,6 +211,7 @@ class Runtime:
                 drain.unsubscribe(self.begin_drain)
             if own is not None:
                 own.remove()
+            self._active_drain = None
 
     async def _run_leased(self, run_id: str) -> str:
         lease = await self.acquire_lease(run_id)
@@ -250,6 +256,11 @@ class Runtime:
         """Take the run over (bumping the fencing epoch): :func:`.leases.acquire`."""
         return await acquire(self.db, run_id, self.worker_id)
 
+    def drain_requested(self) -> bool:
+        """True once a SIGTERM came (read before every launch: the drain's flag is set by
+        the signal handler itself, before the loop runs :meth:`begin_drain`)."""
+        return self.draining or (self._active_drain is not None and self._active_drain.requested)
+
     def begin_drain(self) -> None:
         """Stop launching nodes; in-flight ones finish; the run ends ``paused`` (called
         by the :class:`~.drain.WorkerDrain` at SIGTERM, which records ``drain.begin``)."""
@@ -292,9 +303,9 @@ class Execution:
         self.lease = lease
         self.running: set[str] = set()
         self.seq = graph.last_seq
-        # fast_acquire: an uncontended append does not yield to the loop here (its
-        # statement awaits the database a moment later anyway)
-        self.append_lock = anyio.Lock(fast_acquire=True)
+        # not fast_acquire: a free lock then suspends exactly as a contended one does, so
+        # the await points of an append are the same whatever the timing
+        self.append_lock = anyio.Lock()
         self._queue: list[_Pending] = []
         self._committing = False
         self.error: BaseException | None = None
@@ -307,7 +318,7 @@ class Execution:
             self.state.update(schema.rebuild(runtime.agent.resources))
 
     def may_launch(self) -> bool:
-        return not self.rt.draining and self.stop is None and self.error is None
+        return not self.rt.drain_requested() and self.stop is None and self.error is None
 
     async def schedule(self) -> tuple[str, str | None]:
         async with anyio.create_task_group() as tg:
@@ -324,6 +335,8 @@ class Execution:
                         self.stop = (budgets.LIMIT_STATUS, limit)
                     else:
                         for spec in ready:
+                            if not self.may_launch():  # a SIGTERM during one launch stops the rest
+                                break
                             self.launch(tg, spec)
                 if not self.running:
                     break
@@ -337,7 +350,7 @@ class Execution:
             return self.stop
         if self.graph.done():
             return "completed", None
-        return "paused", "drained after SIGTERM" if self.rt.draining else None
+        return "paused", "drained after SIGTERM" if self.rt.drain_requested() else None
 
     def launch(self, tg: anyio.abc.TaskGroup, spec: NodeSpec) -> None:
         token = set_logical_task(spec.node_id)

@@ -70,7 +70,8 @@ class ReferenceAdapter(Adapter):
                                           deadline_s=deadline_ms / 1000 if deadline_ms else None)
                     agent = ctx.workload.build_agent(ctx.conversation, resources)
                     runtime = self.make_runtime(db, agent, ctx)
-                    runtime.drain = drain  # a mutant's make_runtime too
+                    if runtime.handle_sigterm:  # a mutant's make_runtime too
+                        runtime.drain = drain
                     if runtime.blobs is None:  # a mutant's make_runtime: large outputs still go to blobs
                         runtime.blobs = blob_store(ctx.env)
                     if drain.requested:  # before the run was submitted: nothing is written
@@ -91,7 +92,7 @@ class ReferenceAdapter(Adapter):
         worker's drain, installed by :meth:`_run`, covers the operator too)."""
         operator = getattr(ctx.workload, "operator", None)
 
-        def draining() -> bool:
+        def draining() -> bool:  # between two runs the runtime's own flag is not watched
             return runtime.draining or (runtime.drain is not None and runtime.drain.requested)
 
         for _ in range(MAX_HAND_OFFS):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -228,17 +229,41 @@ def test_term_bad_exit(rc: int | None, sig: int | None, timed_out: bool, needle:
     assert v.valid is False and needle in v.details
 
 
+EARLY = [("label", "db.reconnect", "db", 1), ("label", "drain.begin", "run", 1)]
+
+
 @pytest.mark.parametrize("status", ["pending", "absent"])
-def test_term_before_the_run_was_taken_leaves_it_untouched(status: str) -> None:
-    """A SIGTERM while the worker connected or submitted the run: nothing of it ran."""
-    early = [("label", "db.reconnect", "db", 1), ("label", "drain.begin", "run", 1)]
-    v = oracle.check_term_drained(crash_ev("term", "db.reconnect", "db", trace=early, rc=0, status=status))
+def test_term_before_the_first_worker_took_the_run_leaves_it_submitted_at_most(status: str) -> None:
+    """A SIGTERM while the first worker connected or submitted the run: nothing of it ran."""
+    ev = crash_ev("term", "db.reconnect", "db", trace=EARLY, rc=0, status=status, log_=[])
+    ev.observation.lease_epoch = None
+    ev.before = Observation(ev.observation.run_id, "absent")
+    v = oracle.check_term_drained(ev)
     assert v.valid is True, v.details
 
 
-def test_term_untouched_status_with_a_launch_is_invalid() -> None:
-    v = oracle.check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0, status="pending"))
-    assert v.valid is False and "run status is 'pending', yet this worker launched turn-1" in v.details
+@pytest.mark.parametrize("status", ["running", "interrupted"])
+def test_term_in_a_resume_before_it_took_the_run_leaves_the_earlier_state(status: str) -> None:
+    """A double fault: the run as the first fault left it, and a resume drained before the lease."""
+    ev = crash_ev("term", "db.reconnect", "db", trace=EARLY, rc=0, status=status)
+    ev.before = dataclasses.replace(ev.observation)
+    assert oracle.check_term_drained(ev).valid is True
+    ev.before = dataclasses.replace(ev.observation, lease_epoch=(ev.observation.lease_epoch or 0) - 1)  # it took the lease
+    v = oracle.check_term_drained(ev)
+    assert v.valid is False and f"run status is {status!r}, not 'paused'" in v.details
+
+
+def test_term_untouched_state_with_a_launch_is_invalid() -> None:
+    ev = crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0, status="running")
+    ev.before = dataclasses.replace(ev.observation)
+    v = oracle.check_term_drained(ev)
+    assert v.valid is False and "as before the worker, yet it launched turn-1" in v.details
+
+
+def test_a_pending_run_with_records_was_touched() -> None:
+    after = obs(GOOD_LOG[:1], None, "pending", None)
+    assert oracle.untouched_by_worker(Observation("r", "absent"), after) is False
+    assert oracle.untouched_by_worker(Observation("r", "absent"), obs([], None, "pending", None)) is True
 
 
 @pytest.mark.parametrize("status", ["running", "interrupted", "failed"])

@@ -253,14 +253,14 @@ def per_task(trace: list[TraceEntry]) -> dict[str, list[tuple[str, int]]]:
     return out
 
 
-def first_departures(reference: list[TraceEntry], trace: list[TraceEntry]) -> dict[str, int]:
-    """For each logical task of ``trace``: the index, among that task's points, of the
-    first one that differs from ``reference``'s (or that ``reference`` does not have);
-    the task's length when it follows ``reference`` throughout."""
-    ref = per_task(reference)
+def first_departures(reference: dict[str, list[tuple[str, int]]], trace: dict[str, list[tuple[str, int]]]) -> dict[str, int]:
+    """For each logical task of ``trace`` (both split by :func:`per_task`): the index,
+    among that task's points, of the first one that differs from ``reference``'s (or
+    that ``reference`` does not have); the task's length when it follows ``reference``
+    throughout."""
     out = {}
-    for task, seq in per_task(trace).items():
-        theirs = ref.get(task, [])
+    for task, seq in trace.items():
+        theirs = reference.get(task, [])
         out[task] = next((i for i, item in enumerate(seq) if i >= len(theirs) or theirs[i] != item), len(seq))
     return out
 
@@ -269,7 +269,7 @@ def trace_divergence(golden: list[TraceEntry], faulted: list[TraceEntry]) -> str
     """Where ``faulted`` (a trace up to a fault) stops being a prefix of ``golden``,
     compared per logical task (:func:`first_departures`); None if it is."""
     g, mine = per_task(golden), per_task(faulted)
-    for task, i in first_departures(golden, faulted).items():
+    for task, i in first_departures(g, mine).items():
         if i < len(mine[task]):
             ref, item = g.get(task, []), mine[task][i]
             want = f"{ref[i][0]}#{ref[i][1]}" if i < len(ref) else "nothing"

@@ -155,7 +155,7 @@ def _departures(mutant: list[tuple[str, str, str, int]], baseline: list[tuple[st
     if baseline is None:
         return set()
     mine = per_task(mutant)
-    return {(name, task, occ) for task, i in first_departures(baseline, mutant).items() for name, occ in mine[task][i:]}
+    return {(name, task, occ) for task, i in first_departures(per_task(baseline), mine).items() for name, occ in mine[task][i:]}
 
 
 def fast_order(cases: list[Case], spec: MutantSpec, goldens: dict[str, GoldenRun],

@@ -258,8 +258,10 @@ class Runtime:
 
     def drain_requested(self) -> bool:
         """True once a SIGTERM came (read before every launch: the drain's flag is set by
-        the signal handler itself, before the loop runs :meth:`begin_drain`)."""
-        return self.draining or (self._active_drain is not None and self._active_drain.requested)
+        the signal handler itself, before the loop runs :meth:`begin_drain`), during a
+        :meth:`run` or, with a worker's ``drain``, between two."""
+        drain = self._active_drain or self.drain
+        return self.draining or (drain is not None and drain.requested)
 
     def begin_drain(self) -> None:
         """Stop launching nodes; in-flight ones finish; the run ends ``paused`` (called

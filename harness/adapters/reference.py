@@ -91,15 +91,11 @@ class ReferenceAdapter(Adapter):
         SIGTERM while the operator acts drains as in the runtime (nothing runs after: the
         worker's drain, installed by :meth:`_run`, covers the operator too)."""
         operator = getattr(ctx.workload, "operator", None)
-
-        def draining() -> bool:  # between two runs the runtime's own flag is not watched
-            return runtime.draining or (runtime.drain is not None and runtime.drain.requested)
-
         for _ in range(MAX_HAND_OFFS):
-            if status != "needs_human" or operator is None or draining():
+            if status != "needs_human" or operator is None or runtime.drain_requested():
                 break
             decided = await operator(db.conn, ctx.run_id, resources)
-            if not decided or draining():
+            if not decided or runtime.drain_requested():
                 break
             status = await runtime.run(ctx.run_id)
         return status

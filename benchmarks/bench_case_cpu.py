@@ -1,7 +1,8 @@
 """Where a case's CPU goes: per-process CPU per case for a matrix slice.
 
     python benchmarks/bench_case_cpu.py [--conversations conv1] [--kinds kill,term,cancel]
-                                        [--jobs 4] [--subject reference]
+                                        [--jobs 4] [--subject reference] [--prune]
+                                        [--fsync on|off]
 
 Starts one session (as ``crashmatrix run`` does), runs the golden runs, then the step +
 labelled-point matrix of the given conversations and kinds; reads CPU times (user +
@@ -11,6 +12,11 @@ reaped children), the zygote itself, each provider, PostgreSQL (the postmaster a
 reaped backends), the controller (this process). The sum over kinds is the CPU a case
 costs; on N cores the matrix can run at most ``N * 1000 / sum`` cases per second. Wall
 figures depend on the machine's load (printed); the CPU split does much less.
+
+``--prune``: the cases run pruned (:mod:`crashmatrix.harness.pruning`: kill cases by
+crash state, shared resumes); the split is then printed per matrix case and per case
+executed. ``--fsync``: the embedded PostgreSQL's ``fsync`` (default ``off``, as every
+matrix session runs since issue 19; ``on`` is the setting before it).
 """
 
 from __future__ import annotations
@@ -22,8 +28,8 @@ import time
 
 import psutil
 
-from crashmatrix.harness.explorer import enumerate_cases
-from crashmatrix.harness.matrix import run_cases
+from crashmatrix.harness import pruning
+from crashmatrix.harness.enumeration import enumerate_cases
 from crashmatrix.harness.session import open_session
 
 
@@ -83,24 +89,29 @@ async def main() -> None:
     ap.add_argument("--sources", default="step,label")
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--subject", default="reference")
+    ap.add_argument("--prune", action="store_true")
+    ap.add_argument("--fsync", choices=("on", "off"), default="off")
     args = ap.parse_args()
     convs = args.conversations.split(",")
-    async with open_session(args.subject, "checkout") as explorer:
+    async with open_session(args.subject, "checkout", pg_settings={"fsync": args.fsync}) as explorer:
         goldens = {c: await explorer.golden(c) for c in convs}
         cases = enumerate_cases("checkout", goldens, tuple(args.kinds.split(",")), tuple(args.sources.split(",")))
         procs = _processes(str(explorer.workdir.parent))
         db0 = await _db_stats(explorer)
         before = _snapshot(procs)
         t0 = time.monotonic()
-        results = await run_cases(explorer, cases, goldens, args.jobs, None)
+        results, _ = await pruning.run_pruned(explorer, cases, goldens, args.jobs,
+                                              options=pruning.options_of(args.prune))
         seconds = time.monotonic() - t0
         after = _snapshot(procs)
         await asyncio.sleep(1.0)  # backends flush their statistics at exit, at most 1 s late
         db1 = await _db_stats(explorer)
     n = len(results)
+    ran, forked = pruning.executed(results), pruning.workers_forked(results)
     bad = sum(r.outcome != "pass" for r in results)
     print(f"{n} cases ({bad} not passed) in {seconds:.1f} s = {n / seconds:.1f} cases/s, jobs={args.jobs}, "
-          f"load {os.getloadavg()[0]:.1f}, cores {os.cpu_count()}")
+          f"load {os.getloadavg()[0]:.1f}, cores {os.cpu_count()}, fsync {args.fsync}, "
+          f"{'pruned' if args.prune else 'unpruned'}: {ran} executed, {forked} workers")
     total = 0.0
     for kind in sorted(after, key=lambda k: -(after[k] - before.get(k, 0))):
         per_case = (after[kind] - before.get(kind, 0)) / n
@@ -108,6 +119,9 @@ async def main() -> None:
         print(f"  {kind:18s} {per_case:7.1f} ms CPU per case")
     print("  PostgreSQL per case: " + ", ".join(f"{k} {(db1[k] - db0[k]) / n:.1f}" for k in db0))
     print(f"  {'sum':18s} {total:7.1f} ms CPU per case -> ceiling {os.cpu_count() * 1000 / total:.1f} cases/s")
+    if ran < n:
+        print(f"  per case executed: {total * n / ran:.1f} ms CPU; per worker forked: "
+              f"{(after['workers'] - before['workers']) / forked:.1f} ms")
 
 
 if __name__ == "__main__":

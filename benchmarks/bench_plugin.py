@@ -95,7 +95,7 @@ def bench_collect(warm: int) -> None:
 _WORKER = textwrap.dedent("""
     import json, os, sys, time, resource
     from crashmatrix.harness.live import LiveHarness
-    from crashmatrix.harness.explorer import enumerate_cases
+    from crashmatrix.harness.enumeration import enumerate_cases
     dsn, k, n, ready_file = sys.argv[1] or None, int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     t0 = time.monotonic()
     with LiveHarness("reference", "checkout", dsn=dsn) as h:

@@ -11,7 +11,8 @@ compared across sessions and a change of a few percent is visible. The figure is
 interpreter for 1 + ``runs`` executions of the shape, minus that of one (start-up,
 imports, the first run's warm-up), per node. The executor runs as in ``bench_fanout``'s
 scheduler figure: the workload's scripts as local models, a store and a ledger that do no
-I/O, no lease or trace writes.
+I/O, no lease or trace writes. Shape ``rehydrate_long_run_2500`` counts instead
+``RunGraph.rehydrate`` of a 2,500-turn chain's records (made once, in memory), per record.
 
 Needs ``valgrind`` on PATH (Debian: ``apt install valgrind``); exits 2 naming it if not.
 Each count takes ~10-30 s (valgrind runs Python ~40x slower). Figures go to stdout as
@@ -36,13 +37,18 @@ from bench_fanout import NoLedger, agent, one_execution  # noqa: E402
 from _bench_support import MemoryStore, print_figures  # noqa: E402
 
 from crashmatrix.reference_runtime.executor import Runtime  # noqa: E402
+from crashmatrix.reference_runtime.graph import RunGraph  # noqa: E402
 from crashmatrix.reference_runtime.leases import Lease  # noqa: E402
 from crashmatrix.scenarios import long_run, research  # noqa: E402
 
 SHAPES = {
     "long_run_200": (long_run.WORKLOAD, "t200"),  # a chain: one model and one tool node per turn, 399 nodes
     "research_fanout": (research.WORKLOAD, "fanout"),  # 40 concurrent tools and a sub-agent, 49 nodes
+    # not a schedule: RunGraph.rehydrate of a 2,500-turn chain's 4,999 records, already in
+    # memory (the store's fetch and parse are bench_runtime_store's); per record
+    "rehydrate_long_run_2500": (long_run.WORKLOAD, "t2500"),
 }
+REHYDRATE = "rehydrate_long_run_2500"
 _IREFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
@@ -50,6 +56,15 @@ async def drive(shape: str, executions: int) -> int:
     """Schedule ``executions`` runs of ``shape`` in this process; the nodes of one."""
     workload, conversation = SHAPES[shape]
     nodes = 0
+    if shape == REHYDRATE:  # the records are made once in either count, so they cancel out
+        rt = Runtime(None, agent(workload, conversation), worker_id="bench", handle_sigterm=False,  # type: ignore[arg-type]
+                     store=MemoryStore(), ledger=NoLedger())  # type: ignore[arg-type]
+        run_id, run_input = "ir-rehydrate", workload.run_input(conversation)
+        await one_execution(rt, run_id, run_input, Lease(run_id, "bench", 1))
+        stored = await rt.store.read(run_id)
+        for _ in range(executions):
+            RunGraph.rehydrate(run_id, run_input, stored)
+        return len(stored)
     for _ in range(executions):
         rt = Runtime(None, agent(workload, conversation), worker_id="bench", handle_sigterm=False,  # type: ignore[arg-type]
                      store=MemoryStore(), ledger=NoLedger())  # type: ignore[arg-type]

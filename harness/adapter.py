@@ -14,6 +14,7 @@ out of the verdict (reported as not applicable, never as a pass).
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,20 +26,27 @@ class Environment:
     """The services a case runs against. Crosses process boundaries as JSON.
 
     ``dsn``: PostgreSQL; ``providers``: provider kind -> base URL; ``workdir``: a
-    directory for files (blobs, SQLite); ``options``: free-form adapter options.
+    directory for files (blobs, SQLite); ``options``: free-form adapter options;
+    ``workload``: the session's workload as it was named (a registry name or
+    ``module:WORKLOAD``, what :func:`crashmatrix.harness.registry.workload` takes), so a
+    controller-side call (``prepare``, ``observe``, ``between_crash_and_resume``) reaches
+    the workload's own helpers through :meth:`Adapter.workload_of` instead of importing
+    its module. ``""``: an environment made outside a session (a test's), naming none.
     """
 
     dsn: str
     providers: dict[str, str]
     workdir: str
     options: dict[str, Any] = field(default_factory=dict)
+    workload: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dsn": self.dsn, "providers": self.providers, "workdir": self.workdir, "options": self.options}
+        return {"dsn": self.dsn, "providers": self.providers, "workdir": self.workdir, "options": self.options,
+                "workload": self.workload}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Environment:
-        return cls(d["dsn"], dict(d["providers"]), d["workdir"], dict(d.get("options", {})))
+        return cls(d["dsn"], dict(d["providers"]), d["workdir"], dict(d.get("options", {})), str(d.get("workload", "")))
 
 
 class Workload(Protocol):
@@ -54,6 +62,16 @@ class Workload(Protocol):
 StepHook = Callable[[str, str], None]
 
 
+class InputWithheld(LookupError):
+    """The harness did not hand this worker the run's input (resume policy ``input-once``:
+    an acknowledged request is delivered once; a resumer reads it from its store)."""
+
+
+class RecoveryByIdOnly(NotImplementedError):
+    """The subject has no recovery of its own that finds abandoned runs: a run is only
+    resumed by a caller that knows its id (the default :meth:`Adapter.recover`)."""
+
+
 @dataclass
 class RunContext:
     """Everything a worker-side adapter call needs.
@@ -61,6 +79,22 @@ class RunContext:
     ``on_step(phase, task)``: the adapter calls it before (``"before"``) and after
     (``"after"``) each node or step with the step's stable id; the harness records a
     step crash point there and may fire a fault.
+
+    ``seed``: a stable seed of this conversation, the same in every run and worker
+    (:func:`crashmatrix.harness.determinism.seed_of`); hand it to the workload's tools
+    (:func:`~crashmatrix.harness.determinism.rng`) instead of using ``random``'s global
+    generator. ``now()``: the frozen clock (:func:`~crashmatrix.harness.determinism.clock`),
+    instead of ``time.time()`` in anything the oracle compares (docs/adapters.md,
+    "Determinism").
+    ``run_id`` is ``""`` in a worker that recovers by discovery (:meth:`Adapter.recover`:
+    it is given no run id). ``input_given``: whether this worker is handed the run's
+    input (:meth:`run_input`; resume policy ``input-once`` hands it to the first worker
+    only, until the subject acknowledged the run). ``scope``: the name the case's runs
+    are filed under for a recovery that looks for them (a queue, an executor id; set in
+    every worker of a ``discovery`` case, else None). ``clock_offset_s``: seconds to add
+    to the runtime's clock when it judges a lease expired (the harness advances time for
+    a recovering worker instead of waiting the lease out). ``on_accepted``: what
+    :meth:`accepted` calls.
     """
 
     env: Environment
@@ -69,6 +103,41 @@ class RunContext:
     conversation: str
     worker_id: str
     on_step: StepHook
+    input_given: bool = True
+    scope: str | None = None
+    clock_offset_s: float = 0.0
+    on_accepted: Callable[[], None] | None = None
+    seed: int = -1
+
+    def __post_init__(self) -> None:
+        if self.seed < 0:
+            from .determinism import seed_of
+
+            self.seed = seed_of(str(getattr(self.workload, "name", "")), self.conversation)
+
+    def now(self, step: int = 0) -> float:
+        """The frozen clock at ``step`` (seconds since the Unix epoch)."""
+        from .determinism import clock
+
+        return clock(step)
+
+    def run_input(self) -> dict[str, Any]:
+        """The run's input (``workload.run_input(conversation)``). Raises
+        :class:`InputWithheld` when the harness did not hand it to this worker."""
+        if not self.input_given:
+            raise InputWithheld(f"run {self.run_id}: this worker was not handed the input (input-once); "
+                                f"read it from the run's stored request")
+        result: dict[str, Any] = self.workload.run_input(self.conversation)
+        return result
+
+    def accepted(self) -> None:
+        """Say that the subject acknowledged the run: its request is stored, a caller
+        would be told "accepted" now. From then on the run must exist after any crash
+        (``run.acknowledged_durable``), and under ``input-once`` no later worker gets the
+        input. The first call of a worker is also the crash point ``run.accepted`` (a
+        fault right after the caller was told). Idempotent."""
+        if self.on_accepted is not None:
+            self.on_accepted()
 
 
 @dataclass(frozen=True)
@@ -126,6 +195,9 @@ class Observation:
     #: the run's invocations in epoch order (None: the subject does not record them);
     #: read by ``harness.trace_check.check_trace_continues``
     invocations: list[InvocationEntry] | None = None
+    #: the subject's own words for why the run has its status (a failure's error, the
+    #: reason a run cannot migrate); None: it records none. Read by ``upgrade.migrated``
+    detail: str | None = None
 
 
 class Adapter(ABC):
@@ -135,6 +207,48 @@ class Adapter(ABC):
     name: str = ""
     #: packages whose frames name await points (the subject's own code)
     subject_packages: tuple[str, ...] = ()
+    #: the runtime's modules, imported when the adapter is made (in the controller, and
+    #: in the zygote before it forks workers, so a worker imports nothing after its
+    #: fork) rather than when its module is imported: importing any harness module
+    #: needs no optional runtime. One that cannot be imported raises ``RegistryError``
+    #: naming :attr:`extra`, the ``crashmatrix[...]`` extra that brings it
+    requires: tuple[str, ...] = ()
+    extra: str = ""
+
+    #: the runtime expects the run's input redelivered to every worker that resumes it
+    #: (True: the harness hands it to every worker by default); False: it reads it from
+    #: its own store, and the default policy is ``input-once`` (docs/adapters.md)
+    expects_redelivery: bool = True
+    #: the terminal status the runtime ends a crash loop in (a fault at the same point
+    #: in every worker: resume policy ``recurring``); None: it declares none
+    crash_loop_status: str | None = None
+    #: seconds after which the runtime's own recovery takes an abandoned run over (its
+    #: lease or timeout; the harness advances a recovering worker's clock by it, resume
+    #: policy ``discovery``); None: no lease (recovery finds abandoned runs at once)
+    lease_seconds: float | None = None
+
+    #: the workload's persons in the loop this adapter hands a waiting run to and goes on:
+    #: ``"operator"`` (the workload's coroutine on the reference runtime's store,
+    #: :mod:`crashmatrix.reference_runtime.handoff`), ``"operator_script"`` (scripted
+    #: answers through your runtime's own protocol, :mod:`.human`). A golden run of a
+    #: workload whose person is not listed that ends ``needs_human`` makes that
+    #: conversation not applicable to this subject (the report says so), not a failure
+    answers_operator: tuple[str, ...] = ()
+
+    #: statuses in which the subject parks a run it cannot read (records of another
+    #: build: a newer format, a missing upgrader), with the reason in
+    #: ``Observation.detail``; terminal for the harness (docs/adapters.md, "Two builds")
+    cannot_migrate_statuses: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        for module in self.requires:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                from .errors import RegistryError
+
+                raise RegistryError(f"subject {self.name!r} needs the optional extra: pip install "
+                                    f"'crashmatrix[{self.extra}]' ({exc})") from None
 
     @abstractmethod
     async def prepare(self, env: Environment) -> None:
@@ -153,6 +267,15 @@ class Adapter(ABC):
     async def observe(self, env: Environment, run_id: str) -> Observation:
         """In the controller: read the run's durable state (never a worker's memory)."""
 
+    async def recover(self, ctx: RunContext) -> str:
+        """In a worker given no run id and no input (resume policy ``discovery``): run
+        the runtime's own recovery, as a process that starts after a crash does, and
+        finish every abandoned run it finds in ``ctx.scope`` (judging leases with
+        ``ctx.clock_offset_s`` added to the clock); return a status word for the report
+        (e.g. ``"recovered 1"``). The harness then reads the case's run. Default: raise
+        :class:`RecoveryByIdOnly` (the runtime resumes a run only when given its id)."""
+        raise RecoveryByIdOnly(f"{self.name or type(self).__name__} recovers a run by id only (Adapter.recover)")
+
     async def between_crash_and_resume(self, env: Environment, run_id: str) -> None:
         """In the controller, each time run ``run_id`` waits for a resume: after a
         worker ended without a terminal status (its crash state read and checked),
@@ -164,5 +287,41 @@ class Adapter(ABC):
         """In the controller, when the session ends: release what :meth:`observe` or
         :meth:`prepare` kept open (connection pools). Default: nothing."""
 
+    def workload_of(self, env: Environment) -> Any:
+        """The session's workload object (``registry.workload(env.workload)``): how a
+        controller-side call reaches the workload's helpers (a worker has
+        ``ctx.workload``). Raises :class:`~crashmatrix.harness.errors.RegistryError` when
+        ``env`` names no workload or one that cannot be loaded."""
+        from . import registry
+        from .errors import RegistryError
+
+        if not env.workload:
+            raise RegistryError(f"subject {self.name!r} reads its workload in the controller, and this "
+                                "Environment names none (Environment.workload is set by open_session)")
+        return registry.workload(env.workload)
+
+    async def cancel_run(self, env: Environment, run_id: str) -> None:
+        """In the controller, while the worker running ``run_id`` is stopped at a crash
+        point (fault kind ``cancel-api``): cancel the run through the runtime's own API,
+        as an operator or another service would (DBOS ``cancel_workflow``, the
+        reference runtime's :func:`~crashmatrix.reference_runtime.cancellation.cancel`).
+        The worker is woken after it returns. Default: the runtime has none (raises
+        ``NotImplementedError``; :func:`has_cancel_api` says so)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no cancel API of its runtime")
+
+    async def resume_cancelled(self, env: Environment, run_id: str) -> None:
+        """In the controller, after a ``cancel-api`` fault's crash state was checked:
+        undo the cancel through the runtime's own API (DBOS ``resume_workflow``), so the
+        next worker continues the run. Default: none (``NotImplementedError``)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no cancel API of its runtime")
+
     def describe(self) -> str:
         return (type(self).__doc__ or self.name).strip().splitlines()[0]
+
+
+def has_cancel_api(adapter: Any) -> bool:
+    """Whether ``adapter`` implements :meth:`Adapter.cancel_run` and
+    :meth:`Adapter.resume_cancelled` (its runtime's own cancel API)."""
+    cls = type(adapter)
+    return (getattr(cls, "cancel_run", Adapter.cancel_run) is not Adapter.cancel_run
+            and getattr(cls, "resume_cancelled", Adapter.resume_cancelled) is not Adapter.resume_cancelled)

@@ -3,7 +3,7 @@
 A task factory installed in the worker's event loop wraps each new task's coroutine in
 :class:`TracedCoroutine`. Each time the task suspends, the wrapper walks the task's await
 chain (``cr_await`` / ``gi_yieldfrom``) and names the point after the innermost frame that
-lies in the subject's own packages (DESIGN.md, "Crash points"):
+lies in the subject's own packages (docs/design.md, "Crash points"):
 
     ``module:Qualname@N``, N = the ordinal of the await expression in that function
 

@@ -9,13 +9,20 @@ maps "a mutant missed" to 1 as well):
   (one line on stderr);
 - 3: harness errors (a fault that never fired, a worker that vanished) and no oracle
   failure;
-- 130: interrupted (Ctrl-C); services are stopped and data directories removed.
+- 130: interrupted (Ctrl-C, SIGINT), 143: stopped by SIGTERM (128 + the signal, as a
+  shell reports it); either way the cases in flight are cancelled, every child process
+  is reaped, services are stopped and data directories removed, and ``run`` writes the
+  cases that finished to ``--report`` / ``--html`` marked ``"complete": false``.
+
+A flaky case (it failed, and a replay of it did not: ``run --replay-failures``) counts
+as a failure: exit 1.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
+import os
+import signal
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -25,8 +32,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .errors import CrashmatrixError, HarnessError
-from .explorer import DEFAULT_KINDS, DEFAULT_SOURCES, Options
-from .plan import FAULT_KINDS, POINT_SOURCES, Case, FaultPlan
+from .explorer import Options
+from .plan import DEFAULT_KIND_SAMPLE, DEFAULT_KINDS, DEFAULT_SOURCES, DEFAULT_WORKLOADS, FAULT_KINDS, RESUME_POLICIES, SAMPLED_KINDS, SAMPLED_POLICIES, Case, FaultPlan, Resume
 
 app = typer.Typer(
     name="crashmatrix",
@@ -37,15 +44,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
+if not console.is_terminal and "COLUMNS" not in os.environ:
+    console.width = 160  # a log file or a CI job: no terminal to fit, keep the tables readable
 err = Console(stderr=True)
-
-
-def _split(value: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:
-    items = tuple(v.strip() for v in value.split(",") if v.strip())
-    bad = [v for v in items if v not in allowed]
-    if bad or not items:
-        raise typer.BadParameter(f"{option}={value!r}: each item must be one of {', '.join(allowed)}")
-    return items
 
 
 def _fail(exc: BaseException) -> int:
@@ -53,15 +54,86 @@ def _fail(exc: BaseException) -> int:
     return 3 if isinstance(exc, HarnessError) else 2
 
 
+RESUME_WITH_HELP = ("Resume every case under another build: [LABEL=]SUBJECT[@DIR], DIR a virtual environment or a "
+                    "source tree (the golden runs and each case's first worker run --subject, which takes the same "
+                    "form); case ids end in /upgrade:A>B and the check upgrade.migrated joins the oracle.")
+KEEP_FAILED_HELP = ("Keep each case that did not pass in a directory of its own here (its workers' event files "
+                    "and logs, its plan), named in the JSON report's 'artifacts'. Default with --report: "
+                    "REPORT-failed beside it; without: removed with the session.")
+
+
+def _keep_dir(keep_failed: Optional[Path], report: Optional[Path]) -> Optional[Path]:
+    """``--keep-failed``, or beside ``--report`` (``report.json`` -> ``report-failed/``)."""
+    if keep_failed is not None or report is None:
+        return keep_failed
+    return report.with_name(f"{report.stem}-failed")
+
+
+class Stopped(Exception):
+    """The controller got SIGINT or SIGTERM while a command ran: the command's coroutine
+    was cancelled and has unwound (services stopped, children reaped)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signum
+
+    @property
+    def reason(self) -> str:
+        return "interrupted (Ctrl-C, SIGINT)" if self.signum == signal.SIGINT else "stopped by SIGTERM"
+
+
 def _run_async(coro: object) -> object:
-    return asyncio.run(coro)  # type: ignore[arg-type]
+    """Run ``coro`` on a new event loop. SIGINT and SIGTERM (each unless ignored) cancel
+    it once; it unwinds (every session's exit stack and watchdog stop what it started)
+    and :class:`Stopped` is raised. Later signals while it unwinds are refused with a
+    line on stderr (SIGKILL still works: the watchdog cleans up)."""
+
+    async def main() -> object:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        got: list[int] = []
+
+        def stop(signum: int) -> None:
+            if got:
+                err.print(f"crashmatrix: {signal.Signals(signum).name} again: still stopping services")
+                return
+            got.append(signum)
+            task.cancel()
+
+        installed = []
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                loop.add_signal_handler(signum, stop, signum)
+                installed.append(signum)
+        try:
+            return await coro  # type: ignore[misc]
+        except asyncio.CancelledError:
+            if got:
+                raise Stopped(got[0]) from None
+            raise
+        finally:
+            for signum in installed:
+                loop.remove_signal_handler(signum)
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        return asyncio.run(main())
+    finally:  # the loop leaves SIGTERM at its default; give back what was there
+        signal.signal(signal.SIGTERM, before)
 
 
 @app.command()
 def run(
-    workload: Annotated[str, typer.Argument(help="Workload to run: a registered name (crashmatrix list) or module:WORKLOAD.")] = "checkout",
+    workload: Annotated[Optional[str], typer.Argument(help=f"Workload to run: a registered name (crashmatrix list) or module:WORKLOAD. Default: {', '.join(DEFAULT_WORKLOADS)}, one after the other (with --conversation or --plan: checkout).", show_default=False)] = None,
     subject: Annotated[str, typer.Option(help="Subject: a registered name (runtime adapter, or mutant 'defect:NAME') or module:AdapterClass.")] = "reference",
-    kinds: Annotated[str, typer.Option(help=f"Comma-separated fault kinds: {', '.join(FAULT_KINDS)}.")] = ",".join(DEFAULT_KINDS),
+    kinds: Annotated[Optional[str], typer.Option(help=f"Comma-separated fault kinds, each run at every point: {', '.join(FAULT_KINDS)}. Default: {','.join(DEFAULT_KINDS)} at every point, plus {','.join(SAMPLED_KINDS)} sampled and kill cases resumed {','.join(SAMPLED_POLICIES)} sampled (--kind-sample).")] = None,
+    kind_sample: Annotated[int, typer.Option(min=0, help=f"Without --kinds: cases of each of {', '.join(SAMPLED_KINDS)}, and kill cases resumed under each of {', '.join(SAMPLED_POLICIES)} (without --resume), added to the matrix, drawn with --seed (0: none).")] = DEFAULT_KIND_SAMPLE,
     sources: Annotated[str, typer.Option(help="Comma-separated crash-point sources: step (node boundaries the adapter reports), label (crashpoint() calls), await (every suspension in the subject's packages).")] = ",".join(DEFAULT_SOURCES),
     conversation: Annotated[Optional[list[str]], typer.Option(help="Only this conversation (repeatable). Default: all.")] = None,
     jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once; 0: twice the number of cores.")] = 0,
@@ -76,19 +148,42 @@ def run(
     depth: Annotated[int, typer.Option(min=1, max=2, help="2: add double faults, a second fault at each point of each case's own resume (crash during recovery).")] = 1,
     sample: Annotated[Optional[int], typer.Option(min=1, help="With --depth 2: run this many double-fault cases, drawn with --seed (CI profile: 200; nightly: omit to run all).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random choice: double-fault sampling, the embedded fault proxy's jitter, slicer sizes and toxicity rolls.")] = 0,
+    keep_failed: Annotated[Optional[Path], typer.Option(help=KEEP_FAILED_HELP)] = None,
+    replay_failures: Annotated[int, typer.Option(min=0, help="Run each failing case again up to N times on the same session; a case whose replay passes is reported flaky (a race in the subject; still exit 1). 0: no replay.")] = 1,
+    prune: Annotated[bool, typer.Option("--prune/--no-prune", help="Group kill cases by the crash state they leave and run one per group (a sample of the rest as the check), and share the resume of equal crash states; --no-prune runs every case whole.")] = True,
+    prune_sample: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of pruned kill cases and of shared resumes run whole anyway, drawn with --seed; a sampled case whose state differs is a harness error.")] = 0.05,
+    require_coverage: Annotated[bool, typer.Option("--require-coverage", help="Fail the run (exit 1) when a recovery branch the subject declares was never reached, or a case's fault could not take effect.")] = False,
+    resume: Annotated[str, typer.Option(help=f"Resume policy of every case: {', '.join(RESUME_POLICIES)}, or concurrent=N (N resumers at once; concurrent: 2). Shown as the case id's last component (docs/adapters.md).")] = "default",
+    resume_with: Annotated[Optional[str], typer.Option(help=RESUME_WITH_HELP)] = None,
 ) -> None:
-    """Run the golden runs, then the kill/term/cancel matrix; print a summary table.
+    """Run the golden runs, then the matrix; print a summary table. Without a workload:
+    checkout, then support_desk (production's shapes: a long run, parallel effects, tight
+    limits, a sub-agent, a blob, an approval wait), each with its own summary and report
+    (``--report r.json`` and ``r-support_desk.json``). Without --kinds: kill, term and
+    cancel at every crash point, and a seeded sample of pause, db-restart, net and
+    cancel-edge cases (the notes under the table say how many of how many).
 
-    Exit codes: 0 every case passed; 1 oracle failures; 2 bad input (one line on
-    stderr); 3 harness errors only; 130 interrupted.
+    Exit codes: 0 every case passed; 1 oracle failures (flaky cases included); 2 bad
+    input (one line on stderr); 3 harness errors only; 130 interrupted (Ctrl-C), 143
+    SIGTERM: the cases that finished are written to --report/--html marked incomplete.
     """
-    from .matrix import run_matrix
-    from .report import print_failures, print_summary, write_json
+    from .matrix import MatrixReport, run_matrix
+    from .pruning import options_of
+    from .report import print_failures, print_summary
+    from .names import Names, resolve
+    from .services.postgres import DSN_ENV
 
     cases = None
-    try:
-        kinds_t = _split(kinds, FAULT_KINDS, "--kinds")
-        sources_t = _split(sources, POINT_SOURCES, "--sources")
+    workloads = (workload,) if workload else (("checkout",) if conversation or plan else DEFAULT_WORKLOADS)
+    try:  # every name checked before anything starts
+        targets = [resolve(name, subject, kinds=DEFAULT_KINDS if kinds is None else kinds, sources=sources,
+                           conversations=conversation or None, resume_with=resume_with) for name in workloads]
+        # the default adds the recovery-finding kinds, sampled; db-restart needs the
+        # embedded PostgreSQL (not a user's --dsn)
+        sampled = {} if kinds is not None or plan is not None or kind_sample == 0 else {
+            k: kind_sample for k in SAMPLED_KINDS if not (k == "db-restart" and (dsn or os.environ.get(DSN_ENV)))}
+        resume_p = Resume.parse(resume)
+        policies = {} if not sampled or resume_p.policy != "default" else dict.fromkeys(SAMPLED_POLICIES, kind_sample)
         if plan is not None:
             if not conversation or len(conversation) != 1:
                 raise typer.BadParameter("--plan needs exactly one --conversation")
@@ -96,63 +191,96 @@ def run(
                 text = plan.read_text()
             except OSError as exc:
                 raise typer.BadParameter(f"--plan {plan}: {exc.strerror}") from None
-            cases = [Case(workload, conversation[0], FaultPlan.from_json(text))]
+            cases = [Case(workloads[0], conversation[0], FaultPlan.from_json(text), resume_p)]
             if not cases[0].plan.faults:
                 raise typer.BadParameter(f"--plan {plan}: the plan has no fault")
     except (typer.BadParameter, CrashmatrixError) as exc:
         raise typer.Exit(_fail(exc)) from None
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("[red]{task.fields[failed]} failed"), TimeElapsedColumn(), console=console,
-                        transient=False)
-    state: dict[str, object] = {}
 
-    def on_start(n: int) -> None:
-        if "task" not in state:
-            progress.start()
-            state["task"] = progress.add_task(f"{workload} cases", total=n, failed=0)
-            state["failed"] = 0
-        else:  # the double-fault level
-            task = progress.tasks[0]
-            progress.update(state["task"], total=(task.total or 0) + n)
+    def run_one(names: Names, report: Optional[Path], html: Optional[Path]) -> int:
+        """One workload's matrix: progress, summary, reports; its exit code."""
+        workload = names.workload
+        progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("[red]{task.fields[failed]} failed"), TimeElapsedColumn(), console=console,
+                            transient=False)
+        state: dict[str, object] = {}
 
-    def on_result(result: object) -> None:
-        if getattr(result, "outcome") != "pass":
-            state["failed"] = int(state["failed"]) + 1  # type: ignore[call-overload]
-        progress.update(state["task"], advance=1, failed=state["failed"])  # type: ignore[arg-type]
+        def on_start(n: int) -> None:
+            if "task" not in state:
+                progress.start()
+                state["task"] = progress.add_task(f"{workload} cases", total=n, failed=0)
+                state["failed"] = 0
+            else:  # the double-fault level
+                task = progress.tasks[0]
+                progress.update(state["task"], total=(task.total or 0) + n)
 
-    try:
-        from . import registry
+        def on_result(result: object) -> None:
+            if getattr(result, "outcome") != "pass":
+                state["failed"] = int(state["failed"]) + 1  # type: ignore[call-overload]
+            progress.update(state["task"], advance=1, failed=state["failed"])  # type: ignore[arg-type]
 
-        registry.workload(workload)
-        registry.subject(subject)
-    except CrashmatrixError as exc:
-        raise typer.Exit(_fail(exc)) from None
-    console.print(f"crashmatrix: starting services for {workload} on {subject} ...")
-    try:
-        result = _run_async(run_matrix(
-            workload, subject, kinds=kinds_t, sources=sources_t,
-            conversations=tuple(conversation) if conversation else None, cases=cases, jobs=jobs or None, dsn=dsn,
-            options=Options(worker_timeout=worker_timeout, term_grace=term_grace, proxy_seed=seed),
-            on_start=on_start, on_result=on_result, depth=depth, sample=sample, seed=seed, shard_spec=shard,
-        ))
-    except CrashmatrixError as exc:
+        def on_report(partial: MatrixReport) -> None:
+            state["report"] = partial
+
+        console.print(f"crashmatrix: starting services for {workload} on {names.subject} ...")
+        try:
+            result = _run_async(run_matrix(
+                names, cases=cases, jobs=jobs or None, dsn=dsn,
+                options=Options(worker_timeout=worker_timeout, term_grace=term_grace, proxy_seed=seed,
+                                keep_failed=_keep_dir(keep_failed, report), prune=options_of(prune, prune_sample, seed)),
+                on_start=on_start, on_result=on_result, depth=depth, sample=sample, seed=seed, shard_spec=shard,
+                replay_failures=replay_failures, on_report=on_report,
+                require_coverage=require_coverage,
+                resume=resume_p, sampled_kinds=sampled, sampled_policies=policies,
+            ))
+        except CrashmatrixError as exc:
+            progress.stop()
+            raise typer.Exit(_fail(exc)) from None
+        except (Stopped, KeyboardInterrupt) as exc:
+            progress.stop()
+            stopped = exc if isinstance(exc, Stopped) else Stopped(signal.SIGINT)
+            partial = state.get("report")
+            if not isinstance(partial, MatrixReport):  # stopped before the cases were enumerated
+                partial = MatrixReport(workload, names.subject, names.kinds, names.sources, {},
+                                       replay_failures=replay_failures)
+            partial.interrupt(stopped.reason)
+            print_failures(console, partial.results, max_failures_shown)
+            print_summary(console, partial)
+            _write_reports(partial, report, html)
+            err.print(f"crashmatrix: {stopped.reason}; services stopped")
+            raise typer.Exit(stopped.exit_code) from None
         progress.stop()
-        raise typer.Exit(_fail(exc)) from None
-    except KeyboardInterrupt:
-        progress.stop()
-        err.print("crashmatrix: interrupted; services stopped")
-        raise typer.Exit(130) from None
-    progress.stop()
-    from .matrix import MatrixReport
+        assert isinstance(result, MatrixReport)
+        print_failures(console, [r for r in result.golden_results if r.outcome != 'pass'] + result.results, max_failures_shown)
+        print_summary(console, result)
+        for note in result.notes:
+            console.print(note, markup=False, soft_wrap=True)
+        _write_reports(result, report, html)
+        return result.exit_code
 
-    assert isinstance(result, MatrixReport)
-    print_failures(console, result.results, max_failures_shown)
-    print_summary(console, result)
+    codes = []
+    for n, names in enumerate(targets):
+        codes.append(run_one(names, _nth_path(report, names.workload, n), _nth_path(html, names.workload, n)))
+    # the worst first: a failure (1) over harness errors only (3) over a pass (0)
+    raise typer.Exit(1 if 1 in codes else max(codes))
+
+
+def _nth_path(path: Optional[Path], workload: str, n: int) -> Optional[Path]:
+    """The report path of the ``n``-th workload of one ``run``: ``path`` itself for the
+    first, ``<stem>-<workload><suffix>`` beside it for the others."""
+    if path is None or n == 0:
+        return path
+    return path.with_name(f"{path.stem}-{workload.replace(':', '_').replace('/', '_')}{path.suffix}")
+
+
+def _write_reports(result: object, report: Optional[Path], html: Optional[Path]) -> None:
+    """``--report PATH`` (JSON) and ``--html PATH`` of a matrix report, each when given."""
+    from .report import write_json
+
     if report is not None:
-        write_json(result, report)
+        write_json(result, report)  # type: ignore[arg-type]
         console.print(f"report: {report}")
     _write_html(result, html)
-    raise typer.Exit(result.exit_code)
 
 
 @app.command()
@@ -162,38 +290,84 @@ def replay(
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN instead of an embedded server.")] = None,
     report: Annotated[Optional[Path], typer.Option(help="Write the JSON report here.")] = None,
     html: Annotated[Optional[Path], typer.Option(help="Write the HTML report here.")] = None,
+    keep_failed: Annotated[Optional[Path], typer.Option(help=KEEP_FAILED_HELP)] = None,
+    replay_failures: Annotated[int, typer.Option(min=0, help="If the case fails, run it again up to N times: does the verdict hold (flaky when a replay passes)?")] = 0,
+    resume_with: Annotated[Optional[str], typer.Option(help=RESUME_WITH_HELP)] = None,
 ) -> None:
     """Re-run one case (its golden run first) and print what each check saw."""
     from .matrix import MatrixReport, run_matrix
-    from .report import write_json
+    from .names import resolve
+    from .report import outcomes_line
 
     try:
         case = Case.parse(case_id)
-        result = _run_async(run_matrix(case.workload, subject, cases=[case], jobs=1, dsn=dsn))
+        names = resolve(case.workload, subject, conversations=(case.conversation,), resume_with=resume_with)
+        result = _run_async(run_matrix(names, cases=[case], jobs=1, dsn=dsn,
+                                       options=Options(keep_failed=_keep_dir(keep_failed, report)),
+                                       replay_failures=replay_failures))
     except CrashmatrixError as exc:
         raise typer.Exit(_fail(exc)) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+    except (Stopped, KeyboardInterrupt) as exc:
+        raise typer.Exit(exc.exit_code if isinstance(exc, Stopped) else 130) from None
     assert isinstance(result, MatrixReport)
-    for r in result.results:
-        color = {"pass": "green", "fail": "red"}.get(r.outcome, "yellow")
+    for r in result.golden_results + result.results:
+        color = {"pass": "green", "fail": "red", "flaky": "magenta"}.get(r.outcome, "yellow")
         console.print(f"[{color}]{r.outcome.upper()}[/{color}] {escape(r.case.id)} (subject {escape(r.subject)}, run {r.run_id}, {r.seconds:.2f} s)", soft_wrap=True)
+        if r.replays:
+            first = "fail" if r.outcome == "flaky" else r.outcome
+            console.print(f"  {outcomes_line([first, *(x.outcome for x in r.replays)])}", markup=False, soft_wrap=True)
         for w in r.workers:
             how = f"signal {w['signal']}" if w["signal"] is not None else f"exit {w['returncode']}"
             console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else "")
                           + (f"; toxic removed {w['healed']}" if w.get("healed") else ""), markup=False, soft_wrap=True)
         if r.error:
-            console.print(f"  harness error: {r.error}", markup=False, soft_wrap=True)
+            label = "harness error" if r.outcome == "harness-error" else "note"
+            console.print(f"  {label}: {r.error}", markup=False, soft_wrap=True)
         for v in r.verdicts:
             mark = {True: "[green]valid[/green]", False: "[red]invalid[/red]", None: "[yellow]unknown[/yellow]"}[v.valid]
             console.print(f"  {v.phase:5} {escape(v.check):34} {mark}  ", end="")
             console.print(v.details, markup=False, highlight=False, soft_wrap=True)
             for line in v.diff[:20]:
                 console.print(f"        {line}", markup=False, soft_wrap=True)
-    if report is not None:
-        write_json(result, report)
-    _write_html(result, html)
+    _write_reports(result, report, html)
     raise typer.Exit(result.exit_code)
+
+
+@app.command("upgrade-check")
+def upgrade_check(
+    workload: Annotated[str, typer.Argument(help="Workload to run (as for run).")] = "checkout",
+    subject: Annotated[str, typer.Option(help="Subject as both builds import it: a registered name or module:AdapterClass.")] = "reference",
+    base: Annotated[str, typer.Option(help="The ref whose build the runs crash under (the working tree's resumes them).")] = "main",
+    repo: Annotated[Path, typer.Option(help="The git repository the base ref is in.")] = Path("."),
+    base_dir: Annotated[Optional[Path], typer.Option(help="Where to check the base out and build it (reused when it holds the same commit). Default: REPO/.crashmatrix_cache/upgrade/COMMIT.")] = None,
+    install: Annotated[str, typer.Option(help="Command that installs the base into its virtual environment; {python} and {dir} are filled in.")] = "{python} -m pip install -q {dir}",
+    kinds: Annotated[str, typer.Option(help="Comma-separated fault kinds.")] = "kill",
+    sources: Annotated[str, typer.Option(help="Comma-separated crash-point sources.")] = ",".join(DEFAULT_SOURCES),
+    conversation: Annotated[Optional[list[str]], typer.Option(help="Only this conversation (repeatable). Default: all.")] = None,
+    jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once; 0: twice the number of cores.")] = 0,
+    shard: Annotated[Optional[str], typer.Option(help="Run shard K/N of the matrix.")] = None,
+    report: Annotated[Optional[Path], typer.Option(help="Write the JSON report here.")] = None,
+    html: Annotated[Optional[Path], typer.Option(help="Write the HTML report here.")] = None,
+    worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed.")] = 60.0,
+    replay_failures: Annotated[int, typer.Option(min=0, help="Replays of a failing case (flaky when one passes).")] = 1,
+) -> None:
+    """Crash under the base commit, resume under the working tree: the deploy gate.
+
+    Checks the base ref out into a directory of its own, builds its virtual environment
+    (the install command), then runs the matrix with --subject base=SUBJECT@DIR/.venv
+    --resume-with head=SUBJECT: every run the base leaves must be finished by the new
+    build or parked by it with a reason (upgrade.migrated). Exit codes as for run.
+    """
+    from .upgrade_check import prepare_base
+
+    try:
+        _, venv = prepare_base(repo, base, base_dir, install, log=lambda line: console.print(line, markup=False))
+    except CrashmatrixError as exc:
+        raise typer.Exit(_fail(exc)) from None
+    run(workload=workload, subject=f"base={subject}@{venv}", kinds=kinds, sources=sources, conversation=conversation,
+        jobs=jobs, report=report, html=html, dsn=None, worker_timeout=worker_timeout, term_grace=10.0,
+        max_failures_shown=20, plan=None, shard=shard, depth=1, sample=None, seed=0, keep_failed=None,
+        replay_failures=replay_failures, resume_with=f"head={subject}")
 
 
 @app.command()
@@ -204,6 +378,7 @@ def selftest(
     report: Annotated[Optional[Path], typer.Option(help="Write the JSON report (every mutant and baseline, first catch, check, seconds, replay commands) here.")] = None,
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN to use instead of an embedded server (also: $CRASHMATRIX_PG_DSN).")] = None,
     worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed and the case fails.")] = 60.0,
+    prune: Annotated[bool, typer.Option("--prune/--no-prune", help="Kill cases by crash state and shared resumes, as `run` does; --no-prune runs every case whole.")] = True,
 ) -> None:
     """Run the mutant catalogue and the clean runtime: say which defects were caught.
 
@@ -213,6 +388,7 @@ def selftest(
     mutant caught and the clean runtime clean; 1 a mutant missed or a clean case failed;
     2 bad input; 3 a harness error left something unjudged; 130 interrupted.
     """
+    from .pruning import options_of
     from .selftest import catalogue, run_selftest, selftest_table
 
     try:
@@ -244,13 +420,15 @@ def selftest(
     try:
         with status:
             result = _run_async(run_selftest([s.subject for s in specs], fast=fast, jobs=jobs or None, dsn=dsn,
-                                             options=Options(worker_timeout=worker_timeout), on_outcome=on_outcome,
+                                             options=Options(worker_timeout=worker_timeout, prune=options_of(prune)),
+                                             on_outcome=on_outcome,
                                              on_case=on_case))
     except CrashmatrixError as exc:
         raise typer.Exit(_fail(exc)) from None
-    except KeyboardInterrupt:
-        err.print("crashmatrix: interrupted; services stopped")
-        raise typer.Exit(130) from None
+    except (Stopped, KeyboardInterrupt) as exc:
+        stopped = exc if isinstance(exc, Stopped) else Stopped(signal.SIGINT)
+        err.print(f"crashmatrix: {stopped.reason}; services stopped")
+        raise typer.Exit(stopped.exit_code) from None
     from .report import print_failures
     from .selftest import SelftestReport
 
@@ -341,6 +519,64 @@ def certify_probe(
         cert.write(report)
         console.print(f"certificate: {report}")
     raise typer.Exit(cert.exit_code)
+
+
+@app.command()
+def conformance(
+    out: Annotated[Path, typer.Option(help="Directory for conformance.md and conformance.json (rewritten after every runtime).")] = Path("docs"),
+    runtime: Annotated[Optional[list[str]], typer.Option(help="Only this runtime (repeatable): reference, langgraph, langgraph-aio, dbos, burr, pydantic-ai, openai-agents, llamaindex, restate, absurd, prefect, crewai. Default: all.")] = None,
+    conversation: Annotated[Optional[list[str]], typer.Option(help="Conversations of the checkout workload (repeatable). Default: conv1.")] = None,
+    shard: Annotated[Optional[str], typer.Option(help="Run shard K/N of each runtime's matrix (every N-th case; N prime to each runtime's number of fault kinds, e.g. 11): a reduced sample, stated in the table.")] = None,
+    jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once; 0: twice the number of cores.")] = 0,
+) -> None:
+    """Run every installed runtime's keyed checkout over the fault kinds it can take and
+    write the resume-conformance table: runtimes x (property, fault kind), each cell
+    failed/judged with the replay line of its first failure (docs/conformance.md).
+
+    Exit codes: 0 the table was written (failing cells are findings, not errors); 2 bad
+    input; 130/143 interrupted: the rows that finished are written, the rest 'not run'.
+    """
+    import time
+
+    from .conformance import (
+        CONVERSATIONS, Row, check_conversations, check_shard, command_line, headline, run_row, runtimes_named, write,
+    )
+
+    try:
+        chosen = runtimes_named(runtime)
+        if shard:
+            check_shard(shard, chosen)
+        convs = tuple(conversation) if conversation else CONVERSATIONS
+        check_conversations(convs)
+    except CrashmatrixError as exc:
+        raise typer.Exit(_fail(exc)) from None
+    line = command_line(runtime, convs, shard, None if out == Path("docs") else str(out), jobs)
+    rows: list[Row] = [Row(rt, "not run") if rt.installed() else Row(rt, "not installed", rt.versions())
+                       for rt in chosen]
+    t0 = time.monotonic()
+
+    def save() -> None:
+        write(rows, out, line, convs, shard, seconds=time.monotonic() - t0)
+
+    async def main() -> None:
+        for i, rt in enumerate(chosen):
+            console.print(f"crashmatrix conformance: {rt.label} ...", highlight=False)
+            row = await run_row(rt, conversations=convs, jobs=jobs or None, shard_spec=shard)
+            console.print(f"  {row.status}: {row.cases} cases, {row.failing_cells} failing cells of "
+                          f"{row.cell_count}, {row.harness_errors} harness errors, {row.seconds:.0f} s"
+                          + (f"; {row.error}" if row.error else ""), markup=False, highlight=False)
+            rows[i] = row
+            save()
+
+    try:
+        _run_async(main())
+    except (Stopped, KeyboardInterrupt) as exc:
+        save()
+        console.print(f"table (partial): {out / 'conformance.md'}; {headline(rows)}", markup=False, highlight=False)
+        raise typer.Exit(exc.exit_code if isinstance(exc, Stopped) else 130) from None
+    save()
+    console.print(f"table: {out / 'conformance.md'}, {out / 'conformance.json'}; {headline(rows)}; "
+                  f"{time.monotonic() - t0:.0f} s", markup=False, highlight=False)
 
 
 @app.command("list")

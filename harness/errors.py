@@ -35,3 +35,15 @@ class HarnessError(CrashmatrixError):
     """The harness itself failed to carry out a case: a fault that never fired, a worker
     that vanished without a report, a trace that diverged from the golden run before the
     fault. Reported separately from oracle failures (exit code 3, not 1)."""
+
+
+class NondeterministicWorkload(CrashmatrixError):
+    """The two golden runs of a conversation differ in something the oracle compares,
+    once their identifiers are renamed (docs/design.md, "Determinism"): the workload (or
+    the subject) is not deterministic, so no case could be judged against the golden run.
+    Raised before the first case (exit code 2). ``differences``: every place that
+    differs, in words (the message names the first)."""
+
+    def __init__(self, message: str, differences: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.differences = differences or []

@@ -1,21 +1,30 @@
-"""The crash-point explorer: golden runs, the matrix, and one case end to end.
+"""The crash-point explorer: golden runs and one case end to end.
 
 For each conversation the explorer runs the workload once with no fault (the golden
-run) and records its crash-point trace; :func:`enumerate_cases` turns the trace into
-the matrix (every recorded point x every fault kind); :meth:`Explorer.run_case` runs one
-case:
+run) and records its crash-point trace; :func:`.enumeration.enumerate_cases` turns the
+trace into the matrix (every recorded point x every fault kind); :meth:`Explorer.run_case`
+runs one case:
 
-1. start the run in a forked worker with the plan armed; the worker reports
-   ``fired`` before the fault acts;
-2. check the fault fired and that the worker's trace equals the golden trace up to the
-   fault, per logical task (else: a harness error, never a pass);
-3. wait until the dead worker's database sessions are gone and no request of its is
-   still in flight at a provider (a COMMIT or a charge in flight can still land);
-4. read the crash state and run the crash-state checks;
-5. resume in new workers until the run reaches a terminal status (bounded); before
-   each, the adapter's ``between_crash_and_resume`` hook (the subject's background
-   jobs acting on the waiting run);
-6. read the final state (rehydrated) and the providers' ledgers, run the end checks.
+1. enter the setting of every fault kind of the plan that has one (a ``net`` fault's
+   link proxies, a ``db-restart`` fault's PostgreSQL of its own: :mod:`.faults`);
+2. start the run in a forked worker with the plan's first fault armed; the worker
+   reports ``fired`` before the fault acts (:mod:`.history`);
+3. check the fault fired and, for the first worker, that its trace equals the golden
+   trace up to the fault, per logical task (else: a harness error, never a pass);
+4. wait until the worker's database sessions are gone and no request of its is still
+   in flight at a provider (a COMMIT or a charge in flight can still land);
+5. read the crash state and run the crash-state checks (the generic ones, then the
+   fault kind's);
+6. resume in new workers until the run reaches a terminal status (bounded), fault
+   *i + 1* armed in the *i*-th resume; before each, the adapter's
+   ``between_crash_and_resume`` hook (the subject's background jobs acting on the
+   waiting run). A fault kind that stops its worker (pause, db-restart) acts while the
+   worker sleeps: a pause lets the next workers take the run over and finish it, then
+   wakes the zombie;
+7. read the final state (rehydrated) and the providers' ledgers, run the end checks.
+
+One generic runner (:meth:`Explorer._drive`) does this for every plan; what differs
+between kinds is the kinds' (:class:`.faults.FaultKind` and its abilities).
 """
 
 from __future__ import annotations
@@ -25,35 +34,40 @@ import contextlib
 import contextvars
 import copy
 import dataclasses
-import os
+import re
 import shlex
-import signal
+import shutil
 import time
 import uuid
-from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 import asyncpg
 
-from . import oracle, registry
+from . import coverage, faults, invariants, oracle, policies, registry
 from .adapter import Environment, Observation
-from .errors import HarnessError, PlanError
-from .plan import Case, CrashPoint, Fault, FaultPlan
-from .pool import WorkerExit, WorkerPool, _has_fired, _kill
-from .worker import Job, read_events
+from .errors import HarnessError
+from .faults import CaseSetting, Drains, ObservesBefore, SessionResource, Stops
+from .golden import GoldenRun, determinism_gate, trace_divergence
+from .history import End, Trace, WorkerReport
+from .iostate import GoldenIo
+from .plan import Case, Fault, FaultPlan
+from .pool import WorkerExit, WorkerPool
+from .worker import Job
 
-TraceEntry = tuple[str, str, str, int]
 _CASE_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("crashmatrix_case_env", default=None)
 #: the environment the case's *workers* get when it differs from the one the controller
-#: reads (a network case: links through its proxies; set by :mod:`.netfaults`)
+#: reads (a network case: links through its proxies; set by :mod:`.faults.net`)
 WORKER_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("crashmatrix_worker_env", default=None)
+#: the controller's pool on the case's PostgreSQL when it is not the session's (a
+#: db-restart case's server of its own; set by :mod:`.faults.db_restart`)
+_CASE_DB: contextvars.ContextVar[asyncpg.Pool | None] = contextvars.ContextVar("crashmatrix_case_db", default=None)
+#: the recovery scope the case's workers file its run under (a discovery case's)
+_CASE_SCOPE: contextvars.ContextVar[str | None] = contextvars.ContextVar("crashmatrix_case_scope", default=None)
 TERMINAL = ("completed", "failed", "needs_human", "limit_exceeded")
-DEFAULT_KINDS = ("kill", "term", "cancel")
-DEFAULT_SOURCES = ("step", "label")
 
 
 @dataclass
@@ -69,23 +83,23 @@ class Options:
     #: slicer's sizes, toxicity below 1), passed as its ``--seed``; not sent to an
     #: external server ($TOXIPROXY_URL), whose randomness is its own
     proxy_seed: int = 0
-
-
-@dataclass
-class GoldenRun:
-    """A conversation run once without faults: its run id, crash-point trace (entries
-    ``(source, name, task, occurrence)``), end evidence and wall seconds."""
-
-    conversation: str
-    run_id: str
-    trace: list[TraceEntry]
-    evidence: oracle.Evidence
-    seconds: float
+    #: where a case that did not pass keeps its directory (its workers' event files and
+    #: logs, its plan: :attr:`CaseResult.artifacts`); None: in the session's directory,
+    #: removed with it. A passing case's directory is always removed.
+    keep_failed: Path | None = None
+    #: crash-state pruning of kill cases and shared resumes (:class:`.pruning.PruneOptions`;
+    #: None: its defaults, on; :data:`.pruning.OFF`: every case runs whole)
+    prune: Any = None
+    #: resumes a ``recurring`` case may start before the harness stops it (its own
+    #: bound, reported as such: :mod:`.policies`)
+    recurring_bound: int = policies.RECURRING_BOUND
 
 
 @dataclass
 class CaseResult:
-    """One case's outcome: ``outcome`` is ``pass``, ``fail`` or ``harness-error``."""
+    """One case's outcome: ``outcome`` is ``pass``, ``fail`` or ``harness-error``, or
+    ``flaky`` when the case failed and a replay of it on the same session did not
+    (:func:`.matrix.run_cases`; ``replays`` holds each replay's own result)."""
 
     case: Case
     subject: str
@@ -95,8 +109,17 @@ class CaseResult:
     workers: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     run_id: str = ""
-    #: the trace of the first resume that ran without a fault: where double faults land
-    resume_trace: list[TraceEntry] = field(default_factory=list)
+    #: the trace of the last resume that ran without a fault: where double faults land
+    resume_trace: Trace = field(default_factory=list)
+    #: labels reached after the case's first fault fired (its faulted worker's rest,
+    #: every later worker): the recovery branches it exercised (:mod:`.coverage`)
+    reached: set[str] = field(default_factory=set)
+    #: the directory kept for a case that did not pass (``Options.keep_failed``): its
+    #: workers' event files (``cmw-*.jsonl``) and logs (``cmw-*.log``), ``plan.json``
+    #: and ``case.txt`` (id, subject, outcome, replay line); None when not kept
+    artifacts: str | None = None
+    #: replays of a failing case, in order (:func:`.matrix.run_cases`' ``replay_failures``)
+    replays: list[CaseResult] = field(default_factory=list)
 
     @property
     def failed(self) -> list[oracle.Verdict]:
@@ -121,103 +144,26 @@ class CaseResult:
             "seconds": round(self.seconds, 4),
             "run_id": self.run_id,
             "replay": self.replay,
+            "artifacts": self.artifacts,
         }
 
 
+def artifact_name(result: CaseResult) -> str:
+    """The name of a kept case directory: conversation, plan and the run id's tail,
+    with every character but letters, digits and ``.@+-`` as ``_`` (at most ~150
+    characters, so a long double-fault plan still makes a file name)."""
+    text = f"{result.case.conversation}--{result.case.plan.label()}"
+    safe = re.sub(r"[^A-Za-z0-9.@+-]+", "_", text).strip("_")[:140]
+    return f"{safe}--{result.run_id.removeprefix('cm-run-')[:8]}"
+
+
 def replay_command(case: Case, subject: str) -> str:
-    """The shell line that re-runs ``case`` on ``subject`` (quoted for POSIX shells)."""
-    cmd = ["crashmatrix", "replay", case.id]
-    if subject != "reference":
-        cmd += ["--subject", subject]
-    return shlex.join(cmd)
+    """The shell line that re-runs ``case`` on ``subject`` (a build pair's as
+    ``--subject A --resume-with B``: :func:`.builds.replay_options`), quoted for POSIX
+    shells."""
+    from .builds import replay_options
 
-
-def enumerate_cases(
-    workload: str, goldens: dict[str, GoldenRun], kinds: tuple[str, ...] = DEFAULT_KINDS,
-    sources: tuple[str, ...] = DEFAULT_SOURCES,
-) -> list[Case]:
-    """The matrix: every point of every golden trace (of the given sources) x ``kinds``,
-    in trace order, then (kind ``net``, labels only) the network section
-    (:func:`.netfaults.net_cases`). Deterministic: the same traces give the same list."""
-    if "net" in kinds:
-        from .netfaults import net_cases
-
-        rest = enumerate_cases(workload, goldens, tuple(k for k in kinds if k != "net"), sources)
-        providers = tuple(registry.workload(workload).providers)
-        return rest + (net_cases(workload, goldens, providers) if "label" in sources else [])
-    cases = []
-    for conv in sorted(goldens):
-        for source, name, task, occ in goldens[conv].trace:
-            if source not in sources:
-                continue
-            point = CrashPoint(source, name, task, occ)
-            for kind in kinds:
-                cases.append(Case(workload, conv, FaultPlan((Fault(kind, point),))))
-    return cases
-
-
-def double_fault_cases(
-    results: list[CaseResult], kinds: tuple[str, ...], *, sample: int | None, seed: int
-) -> list[Case]:
-    """Depth 2: every single-fault case extended with a second fault at each point of
-    its own resume's trace (a crash during recovery) x ``kinds``; the full product is
-    about (points x kinds)^2, so ``sample`` draws that many with a seeded generator
-    (reproducible: the same results, sample and seed give the same cases)."""
-    import random
-
-    pool: list[Case] = []
-    for r in results:
-        if len(r.case.plan.faults) != 1 or r.case.plan.faults[0].kind == "pause" or not r.resume_trace:
-            continue
-        for source, name, task, occ in r.resume_trace:
-            if source == "await" and "await" not in {f.point.source for f in r.case.plan.faults}:
-                continue
-            for kind in kinds:
-                if kind in ("pause", "net"):  # a net fault needs its toxic: not drawn here
-                    continue
-                second = Fault(kind, CrashPoint(source, name, task, occ))
-                pool.append(Case(r.case.workload, r.case.conversation, FaultPlan(r.case.plan.faults + (second,))))
-    if sample is not None and sample < len(pool):
-        pool = random.Random(seed).sample(pool, sample)
-    return pool
-
-
-def shard(cases: list[Case], spec: str) -> list[Case]:
-    """Keep shard ``K/N`` (1-based) of ``cases``: every N-th case from the K-th, so the
-    N shards are disjoint, cover the matrix and are deterministic. Raises
-    :class:`PlanError` for a malformed spec."""
-    try:
-        k, n = (int(x) for x in spec.split("/"))
-    except ValueError:
-        raise PlanError(f"shard={spec!r} must look like K/N, e.g. 2/4") from None
-    if not 1 <= k <= n:
-        raise PlanError(f"shard={spec!r}: K must be between 1 and N")
-    return cases[k - 1::n]
-
-
-def validate_case(case: Case, goldens: dict[str, GoldenRun]) -> None:
-    """Check a case (from a replay id or a plan file) against the golden traces; raises
-    :class:`PlanError` naming what is wrong (conversation, point, occurrence)."""
-    if case.conversation not in goldens:
-        raise PlanError(f"conversation={case.conversation!r} is not one of {', '.join(sorted(goldens))}")
-    trace = goldens[case.conversation].trace
-    # only the first fault lands in the golden trace; later ones land in resumes
-    for i, fault in enumerate(case.plan.faults[:1]):
-        p = fault.point
-        same_point = [e for e in trace if e[1] == p.name and e[2] == p.task]
-        if not same_point:
-            names = sorted({e[1] for e in trace if e[2] == p.task})
-            known = (f"points of {p.task} there: {', '.join(names)}" if names else
-                     f"tasks there: {', '.join(sorted({e[2] for e in trace}))}")
-            raise PlanError(
-                f"plan.faults[{i}].point {p.name}[{p.task}] is not in the golden trace of "
-                f"{case.conversation}; {known}"
-            )
-        if p.occurrence > len(same_point):
-            raise PlanError(
-                f"plan.faults[{i}].point.occurrence={p.occurrence} is out of range: "
-                f"{p.name}[{p.task}] occurs {len(same_point)} time(s) in the golden run"
-            )
+    return shlex.join(["crashmatrix", "replay", case.id, *replay_options(subject)])
 
 
 def _read(path: str) -> str:
@@ -234,78 +180,73 @@ def _tail(text: str, lines: int) -> str:
     return "\n".join("    " + line for line in text.strip().splitlines()[-lines:])
 
 
-def _stopped(pid: int) -> bool:
-    """True when ``pid`` is stopped (SIGSTOP): state ``T`` in /proc/PID/stat."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
-    except (FileNotFoundError, IndexError):
-        return False
+def _labels(trace: Trace) -> set[str]:
+    """The labelled points' names of ``trace``."""
+    return {e[1] for e in trace if e[0] == "label"}
 
 
-def per_task(trace: list[TraceEntry]) -> dict[str, list[tuple[str, int]]]:
-    """A trace split by logical task: ``{task: [(name, occurrence), ...]}``, tasks in
-    order of first appearance (interleaving between tasks may differ between runs;
-    each task's own sequence may not)."""
-    out: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    for _, name, task, occ in trace:
-        out[task].append((name, occ))
-    return out
+@dataclass
+class WorkerRun:
+    """One faulted worker of a case, as the case runner and its fault kind's hooks see
+    it: ``index`` (0 starts the run, *i* is the *i*-th resume), the ``fault`` armed in
+    it, its ``job`` and log path, ``entry`` (its record in :attr:`CaseResult.workers`;
+    hooks add fields), the durable state ``before`` it started (when looked at), its
+    ``pid`` (once it stopped at its fault), how it ended (``exit``, ``report``) and,
+    for a stopped worker, the state and the providers' ledgers just before it was woken
+    (``woke``)."""
+
+    index: int
+    fault: Fault
+    job: Job
+    log: str
+    entry: dict[str, Any]
+    before: Observation | None = None
+    pid: int | None = None
+    exit: WorkerExit | None = None
+    report: WorkerReport = field(default_factory=WorkerReport)
+    woke: oracle.Evidence | None = None
 
 
-def first_departures(reference: dict[str, list[tuple[str, int]]], trace: dict[str, list[tuple[str, int]]]) -> dict[str, int]:
-    """For each logical task of ``trace`` (both split by :func:`per_task`): the index,
-    among that task's points, of the first one that differs from ``reference``'s (or
-    that ``reference`` does not have); the task's length when it follows ``reference``
-    throughout."""
-    out = {}
-    for task, seq in trace.items():
-        theirs = reference.get(task, [])
-        out[task] = next((i for i, item in enumerate(seq) if i >= len(theirs) or theirs[i] != item), len(seq))
-    return out
+@dataclass
+class CaseRun:
+    """One case in progress: what the generic runner and the fault kinds' hooks share.
 
+    ``allowance``: node -> model calls in flight when a fault landed (the end check's
+    margin); ``resumes``: resume steps started so far; ``done``: the run was driven to
+    its end (no worker starts after); ``kind_state``: per fault kind (and resume
+    policy), what it keeps for this case (a net case's links); ``workdir``: the case's
+    own directory (its workers' event files and logs); ``acknowledged``: the subject
+    acknowledged the run."""
 
-def trace_divergence(golden: list[TraceEntry], faulted: list[TraceEntry]) -> str | None:
-    """Where ``faulted`` (a trace up to a fault) stops being a prefix of ``golden``,
-    compared per logical task (:func:`first_departures`); None if it is."""
-    g, mine = per_task(golden), per_task(faulted)
-    for task, i in first_departures(g, mine).items():
-        if i < len(mine[task]):
-            ref, item = g.get(task, []), mine[task][i]
-            want = f"{ref[i][0]}#{ref[i][1]}" if i < len(ref) else "nothing"
-            return f"task {task}: point {i + 1} is {item[0]}#{item[1]}, golden has {want}"
-    return None
+    explorer: Explorer
+    case: Case
+    golden: GoldenRun
+    run_id: str
+    result: CaseResult
+    workdir: Path
+    allowance: dict[str, int] = field(default_factory=dict)
+    resumes: int = 0
+    done: bool = False
+    kind_state: dict[str, Any] = field(default_factory=dict)
+    #: with the pruning hook (``Explorer.crash_states``): the crash state after the last
+    #: faulted worker, read whole (ledgers too), and a final state taken from an equal
+    #: crash state's resume (:mod:`.pruning`)
+    crash: oracle.Evidence | None = None
+    final: oracle.Evidence | None = None
+    #: with the pruning hook: the first faulted worker's trace up to its fault
+    first_trace: Trace | None = None
+    #: some worker reported that the subject acknowledged the run (``RunContext.accepted``)
+    acknowledged: bool = False
 
+    async def observe(self) -> Observation:
+        """The run's durable state now (the adapter's ``observe`` on the case's env)."""
+        return await self.explorer.adapter.observe(self.explorer.case_env, self.run_id)
 
-class CaseHooks(Protocol):
-    """What a fault kind adds to :meth:`Explorer._run_fault_case`, the one path of a case
-    whose first fault is kill, term, cancel or net (:class:`.netfaults.NetCase`: the
-    case's link proxies). The others add nothing (:class:`_NoHooks`)."""
-
-    async def started(self, fault: Fault, events: list[dict[str, Any]], worker: dict[str, Any]) -> None:
-        """The faulted worker ended with ``events``; ``worker`` is its entry in the
-        result (add fields to it). Raises :class:`HarnessError` if the fault did not land."""
-
-    def crash_verdicts(self, observation: Any) -> list[oracle.Verdict]:
-        """Crash checks of the kind, on the state right after the faulted worker."""
-
-    async def resumed(self) -> None:
-        """After the last resume, before the end checks; raises :class:`HarnessError`
-        if the harness left something behind."""
-
-
-class _NoHooks:
-    async def started(self, fault: Fault, events: list[dict[str, Any]], worker: dict[str, Any]) -> None:
-        return None
-
-    def crash_verdicts(self, observation: Any) -> list[oracle.Verdict]:
-        return []
-
-    async def resumed(self) -> None:
-        return None
-
-
-_NO_HOOKS = _NoHooks()
+    async def drive(self, index: int, status: str) -> str:
+        """Run the case's workers from ``index`` on until the run is terminal
+        (:meth:`Explorer._drive`); a stopping kind's hook calls it while its worker
+        sleeps. Returns the last status."""
+        return await self.explorer._drive(self, index, status)
 
 
 class Explorer:
@@ -313,14 +254,18 @@ class Explorer:
 
     def __init__(
         self, env: Environment, pool: WorkerPool, subject: str, workload: str, workdir: Path,
-        http: aiohttp.ClientSession, options: Options | None = None,
+        http: aiohttp.ClientSession, options: Options | None = None, *, adapter: Any = None,
     ) -> None:
         self.env = env
         self.pool = pool
         self.subject = subject
         self.workload_name = workload
         self.workload = registry.workload(workload)
-        self.adapter = registry.subject(subject)
+        #: the controller's adapter; a build pair's is a :class:`.builds.BuildAdapter`
+        #: (``subject`` then names the pair: :mod:`.builds`)
+        self.adapter = adapter if adapter is not None else registry.subject(subject)
+        #: the build pair of a two-build session (:mod:`.builds`): resumes run build B
+        self.upgrade: Any = None
         self.workdir = workdir
         self.http = http
         self.options = options or Options()
@@ -328,21 +273,28 @@ class Explorer:
         #: starts a PostgreSQL that db-restart cases may stop (set by the session); None
         #: when the user gave a DSN: the harness cannot restart someone else's server
         self.start_restartable_pg: Any = None
-        self._restart_pg: Any = None
-        self._restart_lock = asyncio.Lock()
+        #: per fault kind, what it keeps for the session (:mod:`.faults.db_restart`'s
+        #: server); released by :meth:`aclose`
+        self.fault_state: dict[str, Any] = {}
         self._n = 0
         #: the session's fault proxy (:class:`.netfaults.FaultProxyService`), for net faults
         self.fault_proxy: Any = None
+        #: the pruning hook while :func:`.pruning.run_pruned` runs cases on this explorer
+        #: (:class:`.pruning.CrashStates`): crash states read whole, resumes shared
+        self.crash_states: Any = None
 
     # -- plumbing -----------------------------------------------------------------------
 
     def terminal_statuses(self) -> tuple[str, ...]:
         """Statuses after which no resume starts: ``needs_human`` is one, unless the
-        workload brings its own human (``workload.operator``: the adapter hands the
-        run to it and goes on, so a run left waiting by a fault is resumed)."""
-        if getattr(self.workload, "operator", None) is None:
-            return TERMINAL
-        return tuple(s for s in TERMINAL if s != "needs_human")
+        workload brings its own human (``workload.operator``, or a scripted one,
+        ``workload.operator_script``: :mod:`.human`; the adapter hands the run to it and
+        goes on, so a run left waiting by a fault is resumed); and the statuses the
+        subject parks a run in when it cannot migrate it (``cannot_migrate_statuses``)."""
+        parked = tuple(s for s in getattr(self.adapter, "cannot_migrate_statuses", ()) or () if s not in TERMINAL)
+        if getattr(self.workload, "operator", None) is None and getattr(self.workload, "operator_script", None) is None:
+            return TERMINAL + parked
+        return tuple(s for s in TERMINAL if s != "needs_human") + parked
 
     @property
     def case_env(self) -> Environment:
@@ -350,31 +302,52 @@ class Explorer:
         ``db-restart`` case the PostgreSQL of its own."""
         return _CASE_ENV.get() or self.env
 
-    def _job(self, role: str, conversation: str, run_id: str, plan: FaultPlan) -> tuple[Job, str]:
+    @contextlib.contextmanager
+    def scoped(self, *, env: Environment | None = None, worker_env: Environment | None = None,
+               db: asyncpg.Pool | None = None) -> Iterator[None]:
+        """Within the block, in this task: the case's environment (what the controller
+        reads: :attr:`case_env`), its workers' environment (links through a proxy), and
+        the controller's pool on the case's PostgreSQL (:meth:`quiesce`). A fault kind's
+        setting uses it (:class:`.faults.CaseSetting`)."""
+        pairs: tuple[tuple[contextvars.ContextVar[Any], Any], ...] = (
+            (_CASE_ENV, env), (WORKER_ENV, worker_env), (_CASE_DB, db))
+        tokens = [(var, var.set(value)) for var, value in pairs if value is not None]
+        try:
+            yield
+        finally:
+            for var, token in reversed(tokens):
+                var.reset(token)
+
+    def _job(self, role: str, conversation: str, run_id: str, plan: FaultPlan, directory: Path, *,
+             input_given: bool = True, clock_offset_s: float = 0.0) -> tuple[Job, str]:
         self._n += 1
         worker_id = f"cmw-{self._n}-{uuid.uuid4().hex[:8]}"
-        base = self.workdir / worker_id
+        base = directory / worker_id
         env = WORKER_ENV.get() or self.case_env
-        job = Job(role, self.subject, self.workload_name, conversation, run_id, worker_id, env, plan,
-                  f"{base}.jsonl", self.options.await_points)
+        subject, build = self.subject, ""
+        if self.upgrade is not None:  # A starts the run (and the golden runs), B resumes it
+            b = self.upgrade.for_role(role)
+            subject, build = b.subject, b.label
+        job = Job(role, subject, self.workload_name, conversation, run_id, worker_id, env, plan,
+                  f"{base}.jsonl", self.options.await_points, input_given=input_given, scope=_CASE_SCOPE.get(),
+                  clock_offset_s=clock_offset_s, build=build)
         return job, f"{base}.log"
 
-    async def _worker(self, job: Job, log: str, term: bool = False) -> tuple[WorkerExit, list[dict[str, Any]]]:
-        exit_ = await self.pool.run(job, log, timeout=self.options.worker_timeout,
-                                    term_grace=self.options.term_grace if term else None)
-        return exit_, read_events(job.result_path)
+    async def _worker(self, job: Job, log: str) -> tuple[WorkerExit, WorkerReport]:
+        """Run a worker without a fault (a golden run, a plain resume) to its end."""
+        exit_ = await self.pool.run(job, log, timeout=self.options.worker_timeout)
+        return exit_, WorkerReport.from_file(job.result_path)
 
     async def quiesce(self, worker_id: str, *, database: bool = True) -> None:
         """Wait until ``worker_id`` has no database session (unless ``database`` is
         False) and no provider request in flight. Raises :class:`HarnessError` after
         ``quiesce_timeout``."""
-        from crashmatrix.scenarios.providers import clients
+        from .services.providers import clients
 
         deadline = time.monotonic() + self.options.quiesce_timeout
-        assert self.db is not None
-        while database and await self.db.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", worker_id
-        ):
+        db = _CASE_DB.get() or self.db
+        assert db is not None
+        while database and await self._sessions_of(db, worker_id, deadline):
             if time.monotonic() > deadline:
                 raise HarnessError(f"database sessions of dead worker {worker_id} did not go away in {self.options.quiesce_timeout} s")
             await asyncio.sleep(0.005)
@@ -384,45 +357,112 @@ class Explorer:
                     raise HarnessError(f"requests of dead worker {worker_id} still in flight at {kind}")
                 await asyncio.sleep(0.01)
 
+    @staticmethod
+    async def _sessions_of(db: asyncpg.Pool, worker_id: str, deadline: float) -> int:
+        """Sessions of ``worker_id`` on ``db``'s server; a connection the server cut (a
+        db-restart case's server after its restart) is retried until ``deadline``."""
+        while True:
+            try:
+                return int(await db.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", worker_id))
+            except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.01)
+
     async def evidence(self, run_id: str) -> oracle.Evidence:
         """The run's durable state (rehydrated), its provider ledgers and model bills."""
-        from crashmatrix.scenarios.providers import clients
+        from .services.providers import clients
 
         obs = await self.adapter.observe(self.case_env, run_id)
         ledgers = {}
         model_calls: dict[str, int] = {}
+        model_rows: list[dict[str, Any]] = []
         for kind in self.workload.providers:
             rows = await clients.read_ledger(self.http, self.case_env.providers[kind], run_id)
             if kind == "model":
+                model_rows = rows
                 for row in rows:
                     model_calls[row["node_id"]] = model_calls.get(row["node_id"], 0) + 1
             else:
                 ledgers[kind] = rows
-        return oracle.Evidence(obs, ledgers, model_calls)
-
-    @staticmethod
-    def _end(events: list[dict[str, Any]]) -> dict[str, Any] | None:
-        ends = [e for e in events if e.get("event") == "end"]
-        return ends[-1] if ends else None
+        return oracle.Evidence(obs, ledgers, model_calls, model_rows)
 
     # -- golden run ---------------------------------------------------------------------
 
     async def golden(self, conversation: str) -> GoldenRun:
-        """Run ``conversation`` once without faults; raises :class:`HarnessError` if it
-        does not complete."""
+        """Run ``conversation`` twice without faults, at once, in fresh workers with
+        different run ids (the determinism gate, docs/design.md "Determinism"): learn its
+        identifiers from the pair and check the invariants on the first. Returns the
+        first run; one that did not complete (the subject returned another status or
+        raised) is returned broken (``run.ends``: no baseline, reported). Raises
+        :class:`HarnessError` if a worker vanished and
+        :class:`NondeterministicWorkload` if the two differ in their crash-point traces
+        or in anything the oracle compares once identifiers are renamed."""
+        t0 = time.monotonic()
+        # the two workers run at once; the evidence is read one run after the other (an
+        # adapter's observe may set up its pools lazily, and need not be reentrant)
+        runs = await asyncio.gather(self._golden_once(conversation), self._golden_once(conversation))
+        first, second = [GoldenRun(conversation, run_id, end.trace, await self.evidence(run_id), seconds)
+                         for run_id, end, seconds, _ in runs]
+        where = f"{self.workload_name}/{conversation} on {self.subject}"
+        incomplete = next((why for *_, why in runs if why is not None), None)
+        person = self.unanswered_person()
+        if incomplete is not None and person and any(end.status == "needs_human" for _, end, *_ in runs):
+            first.skipped = (f"{where}: the run waits for the workload's person ({person}), which "
+                             f"{self.adapter.name or type(self.adapter).__name__} does not answer "
+                             f"(Adapter.answers_operator; docs/adapters.md, \"A person in the loop\")")
+            first.seconds = time.monotonic() - t0
+            return first
+        if incomplete is not None:  # the subject's own failure with no fault: reported, no baseline
+            first.verdicts = [oracle.Verdict("run.ends", "end", False, f"the golden run (no fault) of {where} did not "
+                                             f"complete: {incomplete}")]
+            first.seconds = time.monotonic() - t0
+            return first
+        first.io = GoldenIo.of(runs[0][1], runs[1][1])
+        first.identifiers = determinism_gate(first, second, self.identifier_fields(), where)
+        first.verdicts = invariants.end_invariants(first.evidence) + self._human_checks(first.evidence, None, 0)
+        first.seconds = time.monotonic() - t0
+        return first
+
+    def unanswered_person(self) -> str | None:
+        """The workload's person in the loop (``operator``: a coroutine on the reference
+        runtime's store; ``operator_script``: scripted answers, :mod:`.human`) that the
+        adapter does not declare it answers (``Adapter.answers_operator``), or None."""
+        for kind in ("operator", "operator_script"):
+            if getattr(self.workload, kind, None) is not None and kind not in tuple(
+                    getattr(self.adapter, "answers_operator", ()) or ()):
+                return f"workload.{kind}"
+        return None
+
+    def identifier_fields(self) -> tuple[str, ...]:
+        """Field names the adapter and the workload declare to hold identifiers
+        (``identifier_fields`` on either; docs/adapters.md, "Identifiers")."""
+        return (tuple(getattr(self.adapter, "identifier_fields", ()) or ())
+                + tuple(getattr(self.workload, "identifier_fields", ()) or ()))
+
+    async def _golden_once(self, conversation: str) -> tuple[str, End, float, str | None]:
+        """One golden worker, measuring its I/O at every point (``Job.record_io``): its
+        run id, ``end`` report (trace and marks), seconds, and why the run did not
+        complete (None: it completed). A subject that returned another status or raised
+        did not complete: its own failure, reported as the golden run's ``run.ends``.
+        Raises :class:`HarnessError` when the worker left no end report (it vanished)."""
         t0 = time.monotonic()
         run_id = f"cm-run-{uuid.uuid4().hex[:16]}"
-        job, log = self._job("start", conversation, run_id, FaultPlan())
-        exit_, events = await self._worker(job, log)
-        end = self._end(events)
-        if end is None or end.get("status") != "completed" or exit_.returncode != 0:
-            detail = (end or {}).get("error") or (end or {}).get("status") or exit_.describe()
-            tail = _tail((end or {}).get("traceback") or _read(log), 12)
+        job, log = self._job("start", conversation, run_id, FaultPlan(), self.workdir)
+        job = dataclasses.replace(job, record_io=True)
+        exit_, report = await self._worker(job, log)
+        end = report.end
+        if end is None:
+            tail = _tail(_read(log), 12)
             raise HarnessError(
-                f"golden run of {self.workload_name}/{conversation} on {self.subject} did not complete: {detail}"
-                + (f"\n{tail}" if tail else ""))
-        trace = [tuple(e) for e in end["trace"]]
-        return GoldenRun(conversation, run_id, trace, await self.evidence(run_id), time.monotonic() - t0)  # type: ignore[arg-type]
+                f"golden run of {self.workload_name}/{conversation} on {self.subject} did not complete: "
+                f"{exit_.describe()}" + (f"\n{tail}" if tail else ""))
+        why = None
+        if end.status != "completed" or exit_.returncode != 0:
+            why = f"it raised {end.error}" if end.error else f"it ended {end.status!r}"
+            tail = _tail(end.traceback or "", 6)
+            why += f"\n{tail}" if tail else ""
+        return run_id, end, time.monotonic() - t0, why
 
     # -- one case -----------------------------------------------------------------------
 
@@ -432,226 +472,249 @@ class Explorer:
         t0 = time.monotonic()
         run_id = f"cm-run-{uuid.uuid4().hex[:16]}"
         result = CaseResult(case, self.subject, "pass", run_id=run_id)
+        if golden.broken:  # not a baseline: judging a case against it would be meaningless
+            result.outcome, result.verdicts = "fail", list(golden.broken)
+            result.error = (f"not run: the golden run of {case.conversation} breaks an invariant "
+                            f"({invariants.summary(golden.broken)})")
+            return result
+        directory = self.workdir / run_id
         try:
-            await self._run_case(case, golden, run_id, result)
+            await self._run_case(case, golden, run_id, result, directory)
         except HarnessError as exc:
             result.outcome, result.error = "harness-error", str(exc)
         except Exception as exc:
             result.outcome, result.error = "harness-error", f"{type(exc).__name__}: {exc}"
         result.seconds = time.monotonic() - t0
+        await asyncio.to_thread(self._keep_or_remove, result, directory)
         return result
 
-    def _fired(self, fault: Fault, events: list[dict[str, Any]], how_ended: str, golden: GoldenRun) -> list[TraceEntry]:
-        """The trace up to the fault; raises :class:`HarnessError` if the fault never
-        fired or the run diverged from the golden run before it."""
-        fired = [e for e in events if e.get("event") == "fired"]
-        if not fired:
-            end = self._end(events)
-            how = f"the run ended {end['status']!r}" if end else f"the worker ended ({how_ended}) without a report"
-            raise HarnessError(f"fault {fault.label()} never fired: its point was not reached; {how}")
-        at_fault = [tuple(e) for e in fired[0]["trace"]]
-        divergence = trace_divergence(golden.trace, at_fault)  # type: ignore[arg-type]
-        if divergence:
-            raise HarnessError(f"the faulted run diverged from the golden run before the fault: {divergence}")
-        return at_fault  # type: ignore[return-value]
-
-    async def _resume_until_terminal(
-        self, case: Case, run_id: str, result: CaseResult, status: str,
-        later_faults: tuple[Fault, ...] = (), allowance: dict[str, int] | None = None,
-    ) -> str:
-        """Resume in new workers until the run is terminal (at most ``max_resumes``).
-
-        ``later_faults[i]`` is armed in the i-th resume worker (a double fault: a crash
-        during recovery); its crash state is checked like the first fault's, and what it
-        left in flight is added to ``allowance``."""
-        resumes = 0
-        while status not in self.terminal_statuses():
-            if resumes >= self.options.max_resumes + len(later_faults):
-                result.verdicts.append(oracle.Verdict(
-                    "run.ends", "end", False, f"the run did not end after {resumes} resume(s); last status {status!r}"))
-                break
-            fault = later_faults[resumes] if resumes < len(later_faults) else None
-            resumes += 1
-            await self.adapter.between_crash_and_resume(self.case_env, run_id)
-            plan = FaultPlan((fault,)) if fault else FaultPlan()
-            # term.drained asks whether a worker drained before it took the run left it as it was
-            before = await self.adapter.observe(self.case_env, run_id) if fault is not None and fault.kind == "term" else None
-            rjob, rlog = self._job("resume", case.conversation, run_id, plan)
-            rexit, revents = await self._worker(rjob, rlog, term=bool(fault and fault.kind == "term"))
-            result.workers.append({"role": "resume", **rexit.to_dict()})
-            rend = self._end(revents)
-            if fault is not None:
-                fired = [e for e in revents if e.get("event") == "fired"]
-                if not fired:
-                    raise HarnessError(f"fault {fault.label()} (in resume {resumes}) never fired: its point was not reached; "
-                                       f"the resume ended {(rend or {}).get('status', rexit.describe())!r}")
-                at_fault = [tuple(e) for e in fired[0]["trace"]]
-                full = [tuple(e) for e in rend["trace"]] if rend else at_fault
-                await self.quiesce(rjob.worker_id)
-                obs = await self.adapter.observe(self.case_env, run_id)
-                result.verdicts += oracle.crash_checks(oracle.CrashEvidence(
-                    fault, at_fault, full, rexit.returncode, rexit.signal, rexit.timed_out, obs, before))  # type: ignore[arg-type]
-                if allowance is not None:
-                    for node, n in oracle.in_flight_model_calls(full).items():  # type: ignore[arg-type]
-                        allowance[node] = allowance.get(node, 0) + n
-                status = obs.status
-                continue
-            if rend is not None:
-                result.resume_trace = [tuple(e) for e in rend["trace"]]  # type: ignore[misc]
-            if rexit.returncode != 0 or rend is None:
-                await self.quiesce(rjob.worker_id)
-                detail = (rend or {}).get("error") or f"{rexit.describe()}; {_tail(_read(rlog), 3)}"
-                result.verdicts.append(oracle.Verdict("resume.runs", "end", False, f"resume {resumes} failed: {detail}"))
-                status = (await self.adapter.observe(self.case_env, run_id)).status
-                break
-            status = rend["status"]
-        return status
-
-    async def _run_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult) -> None:
-        fault, later = case.plan.faults[0], case.plan.faults[1:]
-        if any(f.kind in ("pause", "db-restart") for f in later):
-            raise HarnessError("pause and db-restart can only be the first fault of a plan")
-        if fault.kind == "net":
-            from .netfaults import net_case
-
-            async with net_case(self, case, run_id) as hooks:
-                await self._run_fault_case(case, golden, run_id, result, hooks)
+    def _keep_or_remove(self, result: CaseResult, directory: Path) -> None:
+        """Remove a passing case's directory; keep a failing one's, with its plan and a
+        note, under ``Options.keep_failed`` (named after the case, :func:`artifact_name`)
+        and name it in ``result.artifacts``. A directory that cannot be kept stays where
+        it is (the session removes it) and the failure to keep it is the artifacts'
+        field: ``"not kept: ..."``."""
+        if result.outcome == "pass" or not directory.exists():
+            shutil.rmtree(directory, ignore_errors=True)
             return
-        if fault.kind in ("pause", "db-restart"):
-            if later:
-                raise HarnessError(f"a {fault.kind} plan holds exactly one fault")
-            if fault.kind == "pause":
-                await self._run_pause_case(case, golden, run_id, result, fault)
-            else:
-                await self._run_db_restart_case(case, golden, run_id, result, fault)
+        (directory / "plan.json").write_text(result.case.plan.to_json() + "\n")
+        (directory / "case.txt").write_text(
+            f"{result.case.id}\nsubject: {result.subject}\nrun: {result.run_id}\noutcome: {result.outcome}\n"
+            f"replay: {result.replay}\n")
+        keep = self.options.keep_failed
+        if keep is None:
             return
-        await self._run_fault_case(case, golden, run_id, result, _NO_HOOKS)
+        try:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            target = Path(keep) / artifact_name(result)
+            shutil.move(str(directory), str(target))
+        except OSError as exc:
+            result.artifacts = f"not kept: {exc}"
+            return
+        result.artifacts = str(target)
 
-    async def _run_fault_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, hooks: CaseHooks) -> None:
-        """A case whose first fault is kill, term, cancel or net: start the run with it
-        armed, check that it fired and that the trace matched the golden run up to it,
-        check the crash state, resume until terminal (later faults armed in resumes), end
-        checks; ``hooks`` add what the fault kind needs (:class:`CaseHooks`)."""
-        fault, later = case.plan.faults[0], case.plan.faults[1:]
-        job, log = self._job("start", case.conversation, run_id, FaultPlan((fault,)))
-        exit_, events = await self._worker(job, log, term=fault.kind == "term")
-        worker = {"role": "start", **exit_.to_dict()}
-        result.workers.append(worker)
-        await hooks.started(fault, events, worker)
-        at_fault = self._fired(fault, events, exit_.describe(), golden)
-        end = self._end(events)
-        full = [tuple(e) for e in end["trace"]] if end else at_fault
-        if fault.kind == "kill" and exit_.signal != 9:
-            raise HarnessError(f"kill fault fired but the worker ended otherwise ({exit_.describe()})")
-        await self.quiesce(job.worker_id)
-        crash_obs = await self.adapter.observe(self.case_env, run_id)
-        result.verdicts += oracle.crash_checks(oracle.CrashEvidence(
-            fault, at_fault, full, exit_.returncode, exit_.signal, exit_.timed_out, crash_obs,  # type: ignore[arg-type]
-            before=Observation(run_id, "absent")))  # each case runs a run id of its own
-        result.verdicts += hooks.crash_verdicts(crash_obs)
-        # a cancel or term lands after it fires (at the next await, at the drain): what
-        # was in flight is what the faulted worker's whole trace shows unfinished
-        allowance = oracle.in_flight_model_calls(full)  # type: ignore[arg-type]
-        await self._resume_until_terminal(case, run_id, result, crash_obs.status, later, allowance)
-        await hooks.resumed()
-        await self._finish(result, golden, run_id, allowance)
-
-    async def _finish(self, result: CaseResult, golden: GoldenRun, run_id: str, allowance: dict[str, int]) -> None:
-        """The end checks against the golden run, and the case's outcome."""
-        final = await self.evidence(run_id)
-        result.verdicts += oracle.end_checks(golden.evidence, final, allowance)
+    async def _run_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, directory: Path) -> None:
+        """Every plan's one path: the settings of the plan's kinds, the workers
+        (:meth:`_drive`), the kinds' end-of-case checks, the end checks. The workers'
+        files go to ``directory``."""
+        directory.mkdir(parents=True, exist_ok=True)
+        cx = CaseRun(self, case, golden, run_id, result, directory)
+        policy = policies.policy_of(case.resume)
+        used = {f.kind for f in case.plan.faults}
+        settings = [k for name, k in faults.KINDS.items() if name in used and isinstance(k, CaseSetting)]
+        scope = policies.scope_of(run_id) if case.resume.policy == "discovery" else None
+        token = _CASE_SCOPE.set(scope)
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if scope is not None:  # the controller's reads see it too (an adapter may file runs by it)
+                    env = self.case_env
+                    stack.enter_context(self.scoped(env=dataclasses.replace(
+                        env, options={**env.options, policies.SCOPE_OPTION: scope})))
+                for kind in settings:  # registry order: a db-restart's server before a net case's links to it
+                    await stack.enter_async_context(kind.setting(cx))
+                await self._drive(cx, 0, "absent")
+                for kind in settings:
+                    await kind.case_end(cx)
+                await policy.finish(self, cx)
+        finally:
+            _CASE_SCOPE.reset(token)
         result.outcome = "pass" if oracle.merge(result.verdicts) is True else "fail"
 
-    async def _start_until_stopped(
-        self, case: Case, run_id: str, fault: Fault, golden: GoldenRun
-    ) -> tuple[Job, int, asyncio.Future[dict[str, Any]], float, list[TraceEntry]]:
-        """Start the run with ``fault`` armed and wait until the worker reported firing
-        and stopped itself (pause, db-restart); returns the job, pid, exit future, start
-        time and the trace up to the fault. Raises :class:`HarnessError` otherwise."""
-        job, log = self._job("start", case.conversation, run_id, case.plan)
-        t0 = time.monotonic()
-        pid, exited = await self.pool.spawn(job, log)
-        while not exited.done():
-            if _has_fired(job.result_path) and _stopped(pid):
-                break
-            if time.monotonic() - t0 > self.options.worker_timeout:
-                _kill(pid)
-                break
-            await asyncio.sleep(0.005)
-        if exited.done():
-            raise HarnessError(self._fired_error(fault, job, exited.result()))
-        at_fault = self._fired(fault, read_events(job.result_path), "stopped", golden)
-        return job, pid, exited, t0, at_fault
+    async def _drive(self, cx: CaseRun, index: int, status: str) -> str:
+        """Run workers ``index``, ``index + 1``, ... of the case until the run is
+        terminal: worker *i* gets the plan's fault *i* (:meth:`_faulted_worker`), or runs
+        fault-free once the plan is used up (:meth:`_plain_resume`). Before each resume
+        the adapter's ``between_crash_and_resume``; the case's resume policy
+        (:mod:`.policies`) says which fault each worker gets, how a fault-free resume
+        runs and how many may run (default: ``max_resumes`` beyond the plan's later
+        faults, else ``run.ends`` fails). Marks the case done and returns the last
+        status."""
+        plan = cx.case.plan.faults
+        policy = policies.policy_of(cx.case.resume)
+        while not cx.done:
+            if index > 0:
+                if status in self.terminal_statuses():
+                    break
+                if cx.resumes >= policy.bound(self.options, plan):
+                    cx.result.verdicts.append(policy.over_bound(cx, status))
+                    break
+                if index == len(plan) and self.crash_states is not None and await self.crash_states.share_resume(cx):
+                    break  # an equal crash state was resumed already: its final state stands for this one's
+                cx.resumes += 1
+                await self.adapter.between_crash_and_resume(self.case_env, cx.run_id)
+            fault = policy.fault_for(plan, index)
+            if fault is not None:
+                status = await self._faulted_worker(cx, index, fault)
+            else:
+                status, ran = await policy.resume(self, cx)
+                if not ran:
+                    break
+            index += 1
+        cx.done = True
+        return status
 
-    async def _run_pause_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, fault: Fault) -> None:
-        """``pause``: the worker SIGSTOPs itself at the point; a new worker steals the
-        lease and resumes the run to its end; then the zombie gets SIGCONT. Whatever it
-        does next must be refused: the durable state may not change after it wakes."""
-        job, pid, exited, t0, at_fault = await self._start_until_stopped(case, run_id, fault, golden)
-        await self._resume_until_terminal(case, run_id, result, "paused")
-        await self.quiesce(job.worker_id, database=False)  # the zombie's session stays
-        before = await self.adapter.observe(self.case_env, run_id)
-        os.kill(pid, signal.SIGCONT)
-        try:
-            event = await asyncio.wait_for(asyncio.shield(exited), self.options.worker_timeout)
-        except asyncio.TimeoutError:
-            _kill(pid)
-            event = await exited
-        zombie = WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, False, event.get("cpu_ms"))
-        result.workers.insert(0, {"role": "zombie", **zombie.to_dict()})
-        end = self._end(read_events(job.result_path))
-        full = [tuple(e) for e in end["trace"]] if end else at_fault
-        await self.quiesce(job.worker_id)
-        after = await self.adapter.observe(self.case_env, run_id)
-        result.verdicts.append(oracle.check_zombie_fenced(before, after, end))
-        result.verdicts += [v for v in oracle.crash_checks(oracle.CrashEvidence(
-            fault, at_fault, full, zombie.returncode, zombie.signal, False, after)) if v.phase == "crash"]  # type: ignore[arg-type]
-        allowance = oracle.in_flight_model_calls(full)  # type: ignore[arg-type]
-        await self._finish(result, golden, run_id, allowance)
+    async def _faulted_worker(self, cx: CaseRun, index: int, fault: Fault) -> str:
+        """Worker ``index`` with ``fault`` armed, through its kind's hooks: the state
+        before it (:class:`.faults.ObservesBefore`), its run (with the drain grace,
+        :class:`.faults.Drains`; the kind acting while it is stopped,
+        :class:`.faults.Stops`), what it left (``after_worker``), that the fault fired
+        (and for the first worker, that the run followed the golden run up to it), quiet
+        (:meth:`quiesce`), the crash state and its checks, the model calls it left in
+        flight. Returns the crash state's status. Raises :class:`HarnessError`."""
+        kind = faults.kind(fault.kind)
+        role = "start" if index == 0 else "resume"
+        if index == 0:
+            before: Observation | None = Observation(cx.run_id, "absent")  # each case runs a run id of its own
+        else:
+            before = await cx.observe() if isinstance(kind, ObservesBefore) else None
+        job, log = self._job(role, cx.case.conversation, cx.run_id, FaultPlan((fault,)), cx.workdir,
+                             input_given=policies.hands_input(self.adapter, cx.case.resume, index, cx.acknowledged))
+        entry: dict[str, Any] = {"role": (kind.role if isinstance(kind, Stops) else None) or role}
+        cx.result.workers.append(entry)
+        w = WorkerRun(index, fault, job, log, entry, before)
 
-    async def _run_db_restart_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, fault: Fault) -> None:
-        """``db-restart``: at the point the worker stops itself (SIGSTOP); PostgreSQL is
-        stopped in immediate mode (a crash) and started again; the worker continues on
-        a dead connection (it must reconnect or die) and the run is resumed as usual.
-        These cases run one at a time on a PostgreSQL of their own."""
-        if self.start_restartable_pg is None:
-            raise HarnessError("db-restart is unavailable: PostgreSQL comes from a DSN the harness cannot restart")
-        async with self._restart_lock:
-            if self._restart_pg is None:
-                self._restart_pg = await asyncio.to_thread(self.start_restartable_pg)
-                env = dataclasses.replace(self.env, dsn=self._restart_pg.dsn)
-                await self.adapter.prepare(env)
-            token = _CASE_ENV.set(dataclasses.replace(self.env, dsn=self._restart_pg.dsn))
-            try:
-                await self._run_stopped_case(case, golden, run_id, result, fault)
-            finally:
-                _CASE_ENV.reset(token)
+        async def at_stop(pid: int) -> None:  # the worker sleeps at its fault: check it got there, then act
+            assert isinstance(kind, Stops)
+            w.pid = pid
+            w.report = WorkerReport.from_file(job.result_path)
+            self._fired(w, cx.golden if index == 0 else None)
+            await kind.at_stop(cx, w)
 
-    async def _run_stopped_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, fault: Fault) -> None:
-        job, pid, exited, t0, at_fault = await self._start_until_stopped(case, run_id, fault, golden)
-        pg = self._restart_pg
-        await asyncio.to_thread(pg.stop_immediate)
-        await asyncio.to_thread(pg.start)
-        os.kill(pid, signal.SIGCONT)
-        try:
-            event = await asyncio.wait_for(asyncio.shield(exited), self.options.worker_timeout)
-        except asyncio.TimeoutError:
-            _kill(pid)
-            event = await exited
-        exit_ = WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, False, event.get("cpu_ms"))
-        result.workers.append({"role": "start", **exit_.to_dict()})
-        end = self._end(read_events(job.result_path))
-        full = [tuple(e) for e in end["trace"]] if end else at_fault
-        await self.quiesce(job.worker_id, database=False)
-        crash_obs = await self.adapter.observe(self.case_env, run_id)
-        result.verdicts += oracle.crash_checks(oracle.CrashEvidence(
-            fault, at_fault, full, exit_.returncode, exit_.signal, False, crash_obs))  # type: ignore[arg-type]
-        allowance = oracle.in_flight_model_calls(full)  # type: ignore[arg-type]
-        status = crash_obs.status
-        if status == "running":  # the worker died without a word: like any crash
-            status = "interrupted"
-        await self._resume_until_terminal(case, run_id, result, status, (), allowance)
-        await self._finish(result, golden, run_id, allowance)
+        w.exit = await self.pool.run(
+            job, log, timeout=self.options.worker_timeout,
+            term_grace=self.options.term_grace if isinstance(kind, Drains) else None,
+            at_stop=at_stop if isinstance(kind, Stops) else None)
+        entry.update(w.exit.to_dict())
+        w.report = WorkerReport.from_file(job.result_path)
+        cx.acknowledged = cx.acknowledged or w.report.accepted
+        await kind.after_worker(cx, w)
+        if w.report.fired is None and policies.policy_of(cx.case.resume).optional(cx.case.plan.faults, index):
+            # a repeated fault whose point this worker did not reach: it gave up, or got past it
+            status, ran = await self._without_fault(cx, job, log, w.exit, w.report)
+            cx.done = cx.done or not ran
+            return status
+        at_fault = self._fired(w, cx.golden if index == 0 else None)
+        full = w.report.end.trace if w.report.end is not None else at_fault
+        cx.result.reached |= _labels(full[len(at_fault):] if index == 0 else full)
+        if index == 0:  # a fault that changed nothing makes the case not-run (:mod:`.coverage`)
+            entry["took_effect"] = coverage.took_effect(fault.kind, cx.golden, w.report.end, w.exit.returncode, at_fault)
+        await self.quiesce(job.worker_id, database=kind.quiesce_database if isinstance(kind, Stops) else True)
+        ledgers = None
+        if kind.reads_ledgers or self.crash_states is not None:  # the pruning hook compares crash states
+            if index == 0 and self.crash_states is not None:
+                cx.first_trace = list(at_fault)
+            crash = cx.crash = await self.evidence(cx.run_id)
+            obs, ledgers = crash.observation, crash.ledgers if kind.reads_ledgers else None
+        else:
+            obs = await cx.observe()
+        evidence = oracle.CrashEvidence(fault, at_fault, full, w.exit.returncode, w.exit.signal, w.exit.timed_out, obs,
+                                        before, end=w.report.end, woke=w.woke, ledgers=ledgers,
+                                        acknowledged=cx.acknowledged)
+        cx.result.verdicts += oracle.crash_checks(evidence)
+        # a cancel lands after it fires (at the next await): what was in flight is what
+        # the faulted worker's whole trace shows unfinished (the kind decides: a drain
+        # that had time to finish its nodes leaves nothing to pay again)
+        for node, n in kind.allowance(evidence).items():
+            cx.allowance[node] = cx.allowance.get(node, 0) + n
+        return await kind.settle(cx, w, obs)
+
+    async def _plain_resume(self, cx: CaseRun) -> tuple[str, bool]:
+        """A resume without a fault; its trace becomes the case's ``resume_trace``.
+        Returns its status and whether it ran (exit 0 with an ``end`` report; else
+        ``resume.runs`` fails and the status is read from the store)."""
+        job, log = self._job("resume", cx.case.conversation, cx.run_id, FaultPlan(), cx.workdir,
+                             input_given=policies.hands_input(self.adapter, cx.case.resume, cx.resumes, cx.acknowledged))
+        exit_, report = await self._worker(job, log)
+        cx.result.workers.append({"role": "resume", **exit_.to_dict()})
+        cx.acknowledged = cx.acknowledged or report.accepted
+        return await self._without_fault(cx, job, log, exit_, report)
+
+    async def _without_fault(self, cx: CaseRun, job: Job, log: str, exit_: WorkerExit,
+                             report: WorkerReport) -> tuple[str, bool]:
+        """A resume that ran without a fault firing: its trace becomes the case's
+        ``resume_trace``; its status, and whether it ran (else ``resume.runs`` fails)."""
+        end = report.end
+        if end is not None:
+            cx.result.resume_trace = end.trace
+            cx.result.reached |= _labels(end.trace)
+        if exit_.returncode != 0 or end is None:
+            await self.quiesce(job.worker_id)
+            detail = (end.error if end is not None else None) or f"{exit_.describe()}; {_tail(_read(log), 3)}"
+            cx.result.verdicts.append(oracle.Verdict("resume.runs", "end", False, f"resume {cx.resumes} failed: {detail}"))
+            return (await cx.observe()).status, False
+        return end.status, True
+
+    def _fired(self, w: WorkerRun, golden: GoldenRun | None) -> Trace:
+        """The trace up to the fault; raises :class:`HarnessError` if the fault never
+        fired or (given the ``golden`` run) the run diverged from it before the fault."""
+        fired = w.report.fired
+        if fired is None:
+            end = w.report.end
+            where = f" (in resume {w.index})" if w.index else ""
+            how = (f"the run ended {end.status!r}" if end is not None else
+                   f"the worker ended ({w.exit.describe() if w.exit else '?'}) without a report")
+            raise HarnessError(f"fault {w.fault.label()}{where} never fired: its point was not reached; {how}")
+        if golden is not None:
+            divergence = trace_divergence(golden.trace, fired.trace)
+            if divergence:
+                raise HarnessError(f"the faulted run diverged from the golden run before the fault: {divergence}")
+        return fired.trace
+
+    async def final_evidence(self, cx: CaseRun) -> oracle.Evidence:
+        """The case's final state: read from its run, or an equal crash state's resume's
+        when the pruning hook gave one (``cx.final``); handed to the hook."""
+        final = cx.final or await self.evidence(cx.run_id)
+        if self.crash_states is not None:
+            self.crash_states.finished(cx, final)
+        return final
+
+    def end_verdicts(self, cx: CaseRun, final: oracle.Evidence) -> list[oracle.Verdict]:
+        """The end checks against the golden run (identifiers renamed as the golden pair
+        taught), the invariants, on ``final`` with the case's model-call allowance; the
+        human-in-the-loop checks; and for a build pair (:mod:`.builds`) ``upgrade.migrated``:
+        the run A left, resumed by B."""
+        golden, result = cx.golden, cx.result
+        verdicts = oracle.end_checks(golden.evidence, final, cx.allowance, golden.identifiers)
+        verdicts += invariants.end_invariants(final, cx.allowance)
+        verdicts += self._human_checks(final, golden.evidence, len(result.case.plan.faults))
+        if self.upgrade is not None:
+            from .builds import check_migrated
+
+            declared = tuple(getattr(self.adapter, "cannot_migrate_statuses", ()) or ())
+            upgrade = self.upgrade
+            verdicts.append(oracle.run_check("upgrade.migrated", "end", lambda: check_migrated(
+                golden.evidence, final, result, upgrade, declared)))
+        return verdicts
+
+    def _human_checks(self, final: oracle.Evidence, golden: oracle.Evidence | None, faults: int) -> list[oracle.Verdict]:
+        """A workload with a scripted operator: what the run did with its answers
+        (:mod:`.human`); none for a workload without one."""
+        script = getattr(self.workload, "operator_script", None)
+        if script is None:
+            return []
+        from .human import end_checks
+
+        return end_checks(script, final, golden, faults)
 
     @contextlib.asynccontextmanager
     async def for_subject(self, subject: str) -> AsyncIterator[Explorer]:
@@ -661,7 +724,7 @@ class Explorer:
         (``open_session(preload=...)``). Raises ``RegistryError`` for an unknown name."""
         other = copy.copy(self)  # the session's services (db, fault proxy, ...), shared
         other.subject, other.adapter = subject, registry.subject(subject)
-        other._restart_pg, other._restart_lock, other._n = None, asyncio.Lock(), 0
+        other.fault_state, other._n, other.crash_states = {}, 0, None
         await other.adapter.prepare(self.env)
         try:
             yield other
@@ -671,13 +734,7 @@ class Explorer:
                 await other.adapter.aclose()
 
     async def aclose(self) -> None:
-        """Stop the db-restart PostgreSQL, if one was started."""
-        if self._restart_pg is not None:
-            await self.adapter.aclose()
-            await asyncio.to_thread(self._restart_pg.close)
-            self._restart_pg = None
-
-    def _fired_error(self, fault: Fault, job: Job, event: dict[str, Any]) -> str:
-        end = self._end(read_events(job.result_path))
-        how = f"the run ended {end['status']!r}" if end else f"the worker ended (exit {event['returncode']}, signal {event['signal']})"
-        return f"fault {fault.label()} never fired: its point was not reached; {how}"
+        """Release what the fault kinds kept for the session (the db-restart PostgreSQL)."""
+        for kind in faults.KINDS.values():
+            if isinstance(kind, SessionResource):
+                await kind.close_session(self)

@@ -15,16 +15,17 @@ applies the oracle::
 So the first fault's point is drawn from the golden trace, and fault *i + 1*'s from the
 trace of the first resume that ran after the first *i* faults (that resume's own
 trace, not the golden run's: a recovery passes other points), as
-:func:`.explorer.double_fault_cases` does for depth 2. ``pause`` and ``db-restart``
-plans hold exactly one fault (the explorer's rule), so after one of them nothing more
-is drawn; a ``net`` fault (a toxic on one link, healed by the plan: network toxics) is
-drawn only first, at a point where a link is in use, with one of the network section's
-toxics for that point (:func:`net_toxics_of`).
+:func:`.enumeration.double_fault_cases` does for depth 2. Any kind may follow any kind
+(:mod:`.faults`: a pause's successor takes the run over while it sleeps). A ``net``
+fault (a toxic on one link, healed by the plan) is drawn at a point where a link is in
+use, with one of the network section's toxics for that point (:func:`net_toxics_of`),
+first or later: a later one at a resume's point that has toxics.
 
 **Shrinking** goes toward fewer faults (the count is drawn first, from ``min_faults``),
 earlier points (a point is an index into its trace, shrinking toward 0: the first point
-of the run) and simpler kinds (kinds are ordered simplest first, :data:`SIMPLICITY`,
-and drawn with ``sampled_from``, which shrinks toward the first).
+of the run) and simpler kinds (kinds are ordered simplest first by their
+:attr:`~.faults.FaultKind.rank`, :func:`order_kinds`, and drawn with ``sampled_from``,
+which shrinks toward the first).
 
 **Failures** print the minimal plan as JSON and as a replay command (and a ``run
 --plan`` line), and Hypothesis stores the failing example in its example database
@@ -58,23 +59,13 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, event, given, seed, settings
 from hypothesis import strategies as st
 
+from . import faults as _faults
 from . import plan as _plan
 from .errors import InvalidArgument
-from .explorer import DEFAULT_KINDS, DEFAULT_SOURCES, CaseResult, GoldenRun, TraceEntry
-from .plan import Case, CrashPoint, Fault, FaultPlan, NetToxic
-
-SIMPLICITY = ("kill", "term", "cancel", "pause", "net", "db-restart")
-"""Fault kinds from simplest to most involved: shrinking moves toward the first. A
-kill is a plain death; term adds a drain; cancel delivers cancellation at every await;
-pause adds a second worker and a zombie; net a toxic that lasts until healed;
-db-restart takes the database down. Kinds not listed (added later) come last, in the
-order given."""
-FIRST_ONLY = ("pause", "db-restart")
-"""Kinds that end a plan: the explorer runs them as the only fault of a case."""
-NOT_LATER = (*FIRST_ONLY, "net")
-"""Kinds drawn only as the first fault: a ``net`` fault's link proxies are set up for
-the case by its first fault (:func:`.netfaults.net_case`); later faults may follow
-it."""
+from .explorer import CaseResult
+from .golden import GoldenRun
+from .history import Trace
+from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, Case, CrashPoint, Fault, FaultPlan, NetToxic
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
 # Parent: Hypothesis's own "default" profile, never the "ci" one it loads itself under CI
@@ -90,11 +81,16 @@ settings.register_profile(
 
 
 def order_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
-    """``kinds`` deduplicated and ordered simplest first (:data:`SIMPLICITY`); kinds
-    it does not list keep their given order after the listed ones."""
+    """``kinds`` deduplicated and ordered simplest first, by each registered kind's
+    :attr:`~.faults.FaultKind.rank` (kill 0: a plain death; term: a drain; cancel:
+    cancellation at every await; pause: a second worker and a zombie; net: a toxic that
+    lasts until healed; db-restart 5: the database goes down); equal ranks and kinds
+    not registered keep their given order, the latter last."""
     unique = list(dict.fromkeys(kinds))
-    rank = {k: i for i, k in enumerate(SIMPLICITY)}
-    return tuple(sorted(unique, key=lambda k: (rank.get(k, len(rank)), unique.index(k))))
+    def rank(k: str) -> tuple[int, int, int]:
+        known = _faults.KINDS.get(k)
+        return (0 if known else 1, known.rank if known else 0, unique.index(k))
+    return tuple(sorted(unique, key=rank))
 
 
 def _points(trace: Sequence[Sequence[Any]], sources: tuple[str, ...]) -> list[CrashPoint]:
@@ -118,17 +114,17 @@ def fault_plans(
     """A strategy of fault plans of ``min_faults`` to ``max_faults`` faults.
 
     - ``golden_trace``: the golden run's trace (entries ``(source, name, task,
-      occurrence)``, :attr:`.explorer.GoldenRun.trace`); the first fault lands at one of
+      occurrence)``, :attr:`.golden.GoldenRun.trace`); the first fault lands at one of
       its points of the given ``sources``.
     - ``kinds``: the fault kinds to draw (default: every kind this build injects,
       :data:`.plan.FAULT_KINDS`, read at call time so that kinds added later are drawn
       too; ``net`` only when ``net_toxics`` is given); ordered simplest first
-      (:func:`order_kinds`). ``pause`` and ``db-restart`` are drawn only as the first
-      fault and end the plan; ``net`` only as the first fault.
+      (:func:`order_kinds`). Any kind at any position.
     - ``net_toxics(point)``: the toxics (:class:`~.plan.NetToxic`) that may land at a
-      golden-trace point, none where no link is in use (:func:`net_toxics_of` builds it
-      from a golden run and the matrix's network section); a ``net`` fault is drawn at
-      a point that has one, then one of its toxics (shrinking toward the first).
+      point, none where no link is in use (:func:`net_toxics_of` builds it from a
+      golden run and the matrix's network section); a ``net`` fault is drawn at a point
+      of its trace that has one, then one of its toxics (shrinking toward the first); a
+      position whose trace has none draws the other kinds.
     - ``resume_trace(plan)``: the trace of the first resume that ran without a fault
       after ``plan`` (:attr:`.explorer.CaseResult.resume_trace`); fault *i + 1* lands at
       one of its points. Returning None or an empty trace (the run failed, or it ended
@@ -142,8 +138,9 @@ def fault_plans(
 
     Raises :class:`~.errors.InvalidArgument` when ``min_faults < 1``, ``max_faults <
     min_faults``, ``max_faults > 1`` without ``resume_trace``, a kind is unknown, no
-    kind is left, ``net`` is asked for without ``net_toxics`` or no point has a toxic,
-    or the golden trace has no point of ``sources``.
+    kind is left, a kind needs more than a point and is not ``net``, ``net`` is asked
+    for without ``net_toxics`` or no golden point has a toxic, or the golden trace has
+    no point of ``sources``.
     """
     if not isinstance(min_faults, int) or min_faults < 1:
         raise InvalidArgument(f"min_faults={min_faults!r} must be an integer >= 1")
@@ -159,15 +156,18 @@ def fault_plans(
         raise InvalidArgument(f"kinds={tuple(kinds or ())!r} must be non-empty, each one of {', '.join(_plan.FAULT_KINDS)}")
     if "net" in kinds_t and net_toxics is None:
         raise InvalidArgument("kinds with 'net' need net_toxics= (the toxics that may land at a point)")
-    later_kinds = tuple(k for k in kinds_t if k not in NOT_LATER)
-    if min_faults > 1 and not later_kinds:
-        raise InvalidArgument(f"min_faults={min_faults} needs a kind other than {', '.join(NOT_LATER)}")
+    undrawable = [k for k in kinds_t if k != "net" and not _faults.kind(k).bare]
+    if undrawable:
+        raise InvalidArgument(f"kinds={kinds_t!r}: {', '.join(undrawable)} need(s) more than a point and cannot be drawn")
     sources_t = tuple(sources)
     first_points = _points(golden_trace, sources_t)
     if not first_points:
         raise InvalidArgument(f"sources={sources_t!r}: the golden trace has no point of these sources")
-    net_points = [(p, tuple(t)) for p in first_points for t in [net_toxics(p) if net_toxics else ()] if t]
-    if "net" in kinds_t and not net_points:
+
+    def with_toxics(points: list[CrashPoint]) -> list[tuple[CrashPoint, tuple[NetToxic, ...]]]:
+        return [(p, tuple(t)) for p in points for t in [net_toxics(p) if net_toxics else ()] if t]
+
+    if "net" in kinds_t and not with_toxics(first_points):
         raise InvalidArgument(f"kinds={kinds_t!r}: no point of sources={sources_t!r} has a net toxic")
 
     @st.composite
@@ -176,14 +176,18 @@ def fault_plans(
         faults: list[Fault] = []
         points = first_points
         for i in range(n):
-            kind = draw(st.sampled_from(kinds_t if i == 0 else later_kinds), label=f"fault {i + 1} kind")
+            net_points = with_toxics(points) if "net" in kinds_t else []
+            here = tuple(k for k in kinds_t if k != "net" or net_points)
+            if not here:
+                break
+            kind = draw(st.sampled_from(here), label=f"fault {i + 1} kind")
             if kind == "net":
-                point, toxics = net_points[draw(st.integers(0, len(net_points) - 1), label="fault 1 point")]
-                faults.append(Fault("net", point, toxics[draw(st.integers(0, len(toxics) - 1), label="fault 1 toxic")]))
+                point, toxics = net_points[draw(st.integers(0, len(net_points) - 1), label=f"fault {i + 1} point")]
+                faults.append(Fault("net", point, toxics[draw(st.integers(0, len(toxics) - 1), label=f"fault {i + 1} toxic")]))
             else:
                 point = points[draw(st.integers(0, len(points) - 1), label=f"fault {i + 1} point")]
                 faults.append(Fault(kind, point))
-            if kind in FIRST_ONLY or i == n - 1 or resume_trace is None:
+            if i == n - 1 or resume_trace is None:
                 break
             points = _points(resume_trace(FaultPlan(tuple(faults))) or [], sources_t)
             if not points:
@@ -287,7 +291,7 @@ def resume_property(
                 record_case(request.node, results[key], test=request.node.nodeid, kinds=kinds_t, sources=sources_t)
             return results[key]
 
-        def resume_trace(plan: FaultPlan) -> list[TraceEntry] | None:
+        def resume_trace(plan: FaultPlan) -> Trace | None:
             r = run(plan)
             return r.resume_trace if r.outcome == "pass" else None
 

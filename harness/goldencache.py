@@ -42,10 +42,10 @@ from typing import Any
 from filelock import FileLock
 
 from .errors import InvalidArgument
-from .explorer import trace_divergence
+from .golden import trace_divergence
+from .history import Trace, as_trace
 
 CACHE_VERSION = 1
-TraceEntry = tuple[str, str, str, int]
 LOCK_TIMEOUT_S = 900.0
 
 
@@ -92,7 +92,8 @@ def load_traces(
     ``compute(missing)`` runs the golden runs of the missing conversations and returns
     conversation -> ``{"trace": [...], "seconds": float, "net_cases": [...]}``; it is
     called at most once, under the file lock, and only for conversations the file does
-    not hold. Returns conversation -> entry (``trace`` as a list of tuples) and the list
+    not hold. Returns conversation -> entry (``trace`` as :class:`~.history.TraceEntry`
+    entries) and the list
     of conversations that were computed (empty on a warm cache). Raises what
     ``compute`` raises (nothing is written then), and :class:`InvalidArgument` when the
     lock cannot be taken within 15 minutes (another process hung while computing).
@@ -124,10 +125,10 @@ def load_traces(
 
 
 def _entry(stored: dict[str, Any]) -> dict[str, Any]:
-    return {**stored, "trace": [tuple(e) for e in stored["trace"]], "net_cases": list(stored.get("net_cases", []))}
+    return {**stored, "trace": as_trace(stored["trace"]), "net_cases": list(stored.get("net_cases", []))}
 
 
-def trace_mismatch(cached: list[TraceEntry], live: list[TraceEntry]) -> str | None:
+def trace_mismatch(cached: Trace, live: Trace) -> str | None:
     """Why a session's golden trace ``live`` does not match the ``cached`` one the test
     ids were collected from (compared per logical task, as interleaving between tasks
     may differ), or None when they match."""

@@ -3,11 +3,21 @@
 For each matrix (a CLI run, or each marked test of a pytest run) the page shows a
 heatmap: one row per crash point (grouped by conversation, in golden-trace order), one
 column per fault kind, each cell one single-fault case coloured by its outcome (pass,
-fail, harness error; grey where the matrix has no such case). Plans of several faults
-(``--depth 2``, Hypothesis examples) are listed under the heatmap. Clicking a cell or a
-row opens the case's details: outcome, every failed check with its details and diff,
-the crash point's source location, how each worker ended, timings, the plan as JSON and
-the replay command (with a copy button).
+fail, flaky, harness error; grey where the matrix has no such case). Plans of several
+faults (``--depth 2``, Hypothesis examples) are listed under the heatmap. Clicking a
+cell or a row opens the case's details: outcome (for a replayed failure, each run's
+outcome), every failed check with its details and diff, the crash point's source
+location, how each worker ended, timings, the plan as JSON and the replay command (with
+a copy button). A "failing cases only" box hides the rows with no failing case.
+
+**Links to one case**: each case's cell (or row) carries the case id as its HTML id,
+so ``report.html#CASE_ID`` (the id as printed, e.g.
+``report.html#checkout/conv1/kill@tool.request.after[turn-4.tool-0]#1``, or
+percent-encoded) scrolls to it and opens its details; opening a case puts its id in
+the address bar. When one case id appears in several matrices of a pytest report, the
+first keeps the bare id and the N-th (N > 1, counting from 1) gets ``matrix-N/CASE_ID``
+(:func:`anchor_ids`). A report of a run stopped early (Ctrl-C, SIGTERM) says so above
+its heatmap.
 
 The data is the JSON report itself (:func:`.report.write_json`'s shape, a single matrix,
 or the pytest plugin's ``{"matrices": [...]}``), embedded in the page; CSS and the
@@ -22,7 +32,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-OUTCOMES = ("pass", "fail", "harness-error")
+OUTCOMES = ("pass", "fail", "flaky", "harness-error")
+FAILING = ("fail", "flaky", "harness-error")
+"""Outcomes the "failing cases only" filter keeps."""
 
 
 def _matrices(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -45,6 +57,22 @@ def _add_locations(m: dict[str, Any]) -> None:
             c["location"] = point_location(p["name"], p["source"], srcs)
 
 
+def anchor_ids(matrices: list[dict[str, Any]]) -> list[list[str]]:
+    """The HTML id of each case of each matrix (``[matrix][case]``): the case id, or
+    ``matrix-N/CASE_ID`` for a case id already used by an earlier matrix (N: the
+    matrix's position, from 1). Stable: the same report gives the same ids."""
+    seen: set[str] = set()
+    out = []
+    for mi, m in enumerate(matrices):
+        ids = []
+        for c in m.get("cases", []):
+            anchor = c["id"] if c["id"] not in seen else f"matrix-{mi + 1}/{c['id']}"
+            seen.add(anchor)
+            ids.append(anchor)
+        out.append(ids)
+    return out
+
+
 def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
@@ -57,7 +85,7 @@ def _column(case_id: str, point: str) -> str:
     return label.replace(f"@{point}", "", 1)
 
 
-def _heatmap(mi: int, m: dict[str, Any]) -> str:
+def _heatmap(mi: int, m: dict[str, Any], anchors: list[str]) -> str:
     kinds = [k for k in m.get("kinds") or [] if k != "net"]  # net: a column per toxic, added below
     rows: dict[tuple[str, str], dict[str, int]] = {}
     multi: list[int] = []
@@ -74,23 +102,27 @@ def _heatmap(mi: int, m: dict[str, Any]) -> str:
         rows.setdefault((conv, point), {})[column] = ci
         if column not in kinds:
             kinds.append(column)
+    failing_convs = {conv for (conv, _), cells in rows.items()
+                     if any(m["cases"][ci]["outcome"] in FAILING for ci in cells.values())}
     out = [f'<table class="heatmap" id="heatmap-{mi}"><thead><tr><th>crash point</th>']
     out += [f"<th>{_e(k)}</th>" for k in kinds]
     out.append("</tr></thead><tbody>")
     conv_seen = None
     for (conv, point), cells in rows.items():
         if conv != conv_seen:
-            out.append(f'<tr class="conv"><th colspan="{len(kinds) + 1}">{_e(conv)}</th></tr>')
+            mark = " has-failure" if conv in failing_convs else ""
+            out.append(f'<tr class="conv{mark}"><th colspan="{len(kinds) + 1}">{_e(conv)}</th></tr>')
             conv_seen = conv
-        out.append(f'<tr><th class="point">{_e(point)}</th>')
+        failing = any(m["cases"][ci]["outcome"] in FAILING for ci in cells.values())
+        out.append(f'<tr class="point-row{" has-failure" if failing else ""}"><th class="point">{_e(point)}</th>')
         for k in kinds:
             ci = cells.get(k)
             if ci is None:
                 out.append('<td class="cell none" title="no such case"></td>')
                 continue
             c = m["cases"][ci]
-            mark = {"pass": "", "fail": "&#x2717;", "harness-error": "!"}.get(c["outcome"], "?")
-            out.append(f'<td class="cell {_e(c["outcome"])}" data-matrix="{mi}" data-case="{ci}" '
+            mark = {"pass": "", "fail": "&#x2717;", "flaky": "~", "harness-error": "!"}.get(c["outcome"], "?")
+            out.append(f'<td class="cell {_e(c["outcome"])}" id="{_e(anchors[ci])}" data-matrix="{mi}" data-case="{ci}" '
                        f'title="{_e(c["id"])}: {_e(c["outcome"])}" tabindex="0">{mark}</td>')
         out.append("</tr>")
     out.append("</tbody></table>")
@@ -98,7 +130,9 @@ def _heatmap(mi: int, m: dict[str, Any]) -> str:
         out.append(f'<h3>plans of several faults ({len(multi)})</h3><table class="multi"><tbody>')
         for ci in multi:
             c = m["cases"][ci]
-            out.append(f'<tr class="case-row {_e(c["outcome"])}" data-matrix="{mi}" data-case="{ci}" tabindex="0">'
+            failing = " has-failure" if c["outcome"] in FAILING else ""
+            out.append(f'<tr class="case-row {_e(c["outcome"])}{failing}" id="{_e(anchors[ci])}" data-matrix="{mi}" '
+                       f'data-case="{ci}" tabindex="0">'
                        f'<td class="cell {_e(c["outcome"])}" data-matrix="{mi}" data-case="{ci}"></td>'
                        f"<td>{_e(c['id'])}</td><td>{_e(c['outcome'])}</td></tr>")
         out.append("</tbody></table>")
@@ -117,12 +151,17 @@ table.heatmap thead th{font-family:inherit;font-weight:bold;text-align:center;pa
 tr.conv th{font-weight:bold;padding-top:.6em;font-family:inherit}
 td.cell{width:2.2em;height:1.2em;border:1px solid #fff;text-align:center;cursor:pointer;color:#fff;font-weight:bold}
 td.cell.pass{background:#2e8b57}td.cell.fail{background:#d32f2f}td.cell.harness-error{background:#f0a500}
+td.cell.flaky{background:#8e24aa}
+body.failing-only tr.point-row:not(.has-failure),body.failing-only tr.conv:not(.has-failure),
+body.failing-only tr.case-row:not(.has-failure){display:none}
+p.incomplete{background:#fff3cd;border:1px solid #f0a500;padding:.4em .6em}
+.filter{margin:.5em 0}
 td.cell.none{background:#e4e4e4;cursor:default}
 td.cell.selected{outline:3px solid #1565c0}
 table.multi td{padding:.1em .5em;font-family:monospace;font-size:12px}tr.case-row{cursor:pointer}
 .legend span{display:inline-block;padding:0 .6em;margin-right:.4em;color:#fff}
 pre{background:#fff;border:1px solid #ddd;padding:.5em;overflow:auto;font-size:12px}
-.check{margin:.6em 0}.invalid{color:#d32f2f}.unknown{color:#b07800}.valid{color:#2e8b57}
+.check{margin:.6em 0}.invalid{color:#d32f2f}.unknown{color:#b07800}.valid{color:#2e8b57}.flaky{color:#8e24aa}
 code.replay{display:block;background:#222;color:#eee;padding:.5em;white-space:pre-wrap;word-break:break-all}
 button{margin-top:.3em}
 """
@@ -133,13 +172,26 @@ _JS = """
   var matrices = data.matrices || [data];
   var panel = document.getElementById('details');
   function el(tag, cls, text){var e=document.createElement(tag); if(cls) e.className=cls; if(text!==undefined) e.textContent=text; return e;}
-  function show(mi, ci){
+  var WORDS = {'pass': 'passed', 'fail': 'failed', 'harness-error': 'hit a harness error'};
+  function runs(outcomes){
+    return outcomes.map(function(o, i){ return (WORDS[o] || o) + ' on ' + (i === 0 ? 'the first run' : 'replay ' + i); }).join(', ');
+  }
+  function show(mi, ci, anchor){
     var c = matrices[mi].cases[ci];
     document.querySelectorAll('td.cell.selected').forEach(function(x){x.classList.remove('selected');});
     document.querySelectorAll('[data-matrix="'+mi+'"][data-case="'+ci+'"]').forEach(function(x){ if(x.tagName==='TD') x.classList.add('selected');});
     panel.className=''; panel.innerHTML='';
     panel.appendChild(el('h2', 'case-id', c.id));
     panel.appendChild(el('p', 'outcome ' + c.outcome, 'outcome: ' + c.outcome + (c.failed_check ? ' (' + c.failed_check + ')' : '')));
+    if (c.replays && c.replays.length) {
+      panel.appendChild(el('p', 'runs ' + c.outcome, 'runs: ' + runs(c.outcomes) + (c.outcome === 'flaky' ?
+        ': the verdict differs between runs of the same case (a race in the subject; counted as a failure)' : '')));
+      c.replays.forEach(function(r, i){
+        var checks = (r.verdicts || []).map(function(v){return v.check;});
+        panel.appendChild(el('p', 'replay-run ' + r.outcome, 'replay ' + (i + 1) + ': ' + r.outcome +
+          (checks.length ? ' (' + checks.join(', ') + ')' : '') + (r.error ? '; ' + r.error.split('\\n')[0] : '') + ', run ' + r.run_id));
+      });
+    }
     panel.appendChild(el('p', 'subject', 'subject ' + c.subject + ', run ' + c.run_id + ', ' + c.seconds + ' s'));
     if (c.location) panel.appendChild(el('p', 'location', 'crash point at ' + c.location));
     if (c.error) panel.appendChild(el('pre', 'error', c.error));
@@ -166,14 +218,50 @@ _JS = """
     var b = el('button', 'copy', 'copy replay command');
     b.onclick = function(){ if (navigator.clipboard) navigator.clipboard.writeText(c.replay); b.textContent='copied'; };
     panel.appendChild(b);
+    if (anchor) {
+      var link = el('a', 'permalink', 'link to this case'); link.href = '#' + encodeURIComponent(anchor);
+      panel.appendChild(el('p')).appendChild(link);
+    }
+  }
+  function anchorOf(x){
+    var n = x.id ? x : x.closest('[id]');
+    return n && n.dataset.case !== undefined ? n.id : null;
   }
   document.querySelectorAll('[data-case]').forEach(function(x){
-    var open = function(ev){ ev.stopPropagation(); show(+x.dataset.matrix, +x.dataset.case); };
+    var open = function(ev){
+      ev.stopPropagation();
+      var anchor = anchorOf(x);
+      show(+x.dataset.matrix, +x.dataset.case, anchor);
+      if (anchor && history.replaceState) history.replaceState(null, '', '#' + encodeURIComponent(anchor));
+    };
     x.addEventListener('click', open);
     x.addEventListener('keydown', function(ev){ if (ev.key === 'Enter') open(ev); });
   });
+  function fromHash(){
+    var h = location.hash.slice(1);
+    if (!h) return;
+    var id = h;
+    try { id = decodeURIComponent(h); } catch (e) {}
+    var x = document.getElementById(id) || document.getElementById(h);
+    if (!x || x.dataset.case === undefined) return;
+    show(+x.dataset.matrix, +x.dataset.case, x.id);
+    x.scrollIntoView({block: 'center'});
+  }
+  window.addEventListener('hashchange', fromHash);
+  fromHash();
+  var filter = document.getElementById('failing-only');
+  function applyFilter(){ document.body.classList.toggle('failing-only', filter.checked); }
+  filter.addEventListener('change', applyFilter);
+  applyFilter();
 })();
 """
+
+
+def _incomplete(d: dict[str, Any]) -> str:
+    if d.get("complete", True):
+        return ""
+    planned = f"; {len(d.get('cases', []))} of {d['planned']} case(s) ran" if d.get("planned") else ""
+    return f'<p class="incomplete">incomplete: {_e(d.get("reason") or "the run stopped early")}{_e(planned)}</p>'
 
 
 def render_html(data: dict[str, Any], title: str = "crashmatrix report") -> str:
@@ -181,20 +269,26 @@ def render_html(data: dict[str, Any], title: str = "crashmatrix report") -> str:
     matrices = _matrices(data)
     for m in matrices:
         _add_locations(m)
+    anchors = anchor_ids(matrices)
     body = [f"<h1>{_e(title)}</h1>",
             '<p class="legend"><span style="background:#2e8b57">pass</span><span style="background:#d32f2f">fail</span>'
+            '<span style="background:#8e24aa">flaky</span>'
             '<span style="background:#f0a500">harness error</span><span style="background:#bbb">no case</span>'
-            + (f" seed {_e(data['seed'])}" if "seed" in data else "") + "</p>"]
+            + (f" seed {_e(data['seed'])}" if "seed" in data else "") + "</p>",
+            '<p class="filter"><label><input type="checkbox" id="failing-only"> failing cases only</label></p>']
+    if "matrices" in data:
+        body.append(_incomplete(data))
     for mi, m in enumerate(matrices):
         s = m.get("summary", {})
         heading = f"{m['workload']} on {m['subject']}" + (f" ({m['test']})" if m.get("test") else "")
         body.append(f'<section class="matrix" id="matrix-{mi}"><h2>{_e(heading)}</h2>')
+        body.append(_incomplete(m))
         body.append(f'<p class="summary">{_e(s.get("cases", len(m.get("cases", []))))} cases: '
-                    f'{_e(s.get("pass", 0))} passed, {_e(s.get("fail", 0))} failed, '
+                    f'{_e(s.get("pass", 0))} passed, {_e(s.get("fail", 0))} failed, {_e(s.get("flaky", 0))} flaky, '
                     f'{_e(s.get("harness-error", 0))} harness errors; kinds {_e(", ".join(m.get("kinds", [])))}; '
                     f'sources {_e(", ".join(m.get("sources", [])))}'
                     + (f"; shard {_e(m['shard'])}" if m.get("shard") else "") + "</p>")
-        body.append(_heatmap(mi, m))
+        body.append(_heatmap(mi, m, anchors[mi]))
         body.append("</section>")
     payload = json.dumps(data, sort_keys=True).replace("</", "<\\/")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -11,7 +11,7 @@ CLI runs.
 The loop thread is not a daemon left to die: :meth:`~LiveHarness.close` leaves the
 session (services stopped in reverse order, the working directory removed), stops the
 loop and joins the thread. A controller that is SIGKILLed still leaves nothing behind:
-the session's watchdog cleans up (DESIGN.md, "Processes").
+the session's watchdog cleans up (docs/design.md, "Processes").
 """
 
 from __future__ import annotations
@@ -20,11 +20,16 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .explorer import CaseResult, Explorer, GoldenRun, Options
+from .errors import HarnessError
+from .explorer import CaseResult, Explorer, Options
+from .golden import GoldenRun
 from .plan import Case
+
+if TYPE_CHECKING:
+    from .services.matrixpg import MatrixPostgres
 
 _T = TypeVar("_T")
 
@@ -32,10 +37,10 @@ _T = TypeVar("_T")
 class LiveHarness:
     """One subject and workload on live services, driven from synchronous code.
 
-    ``dsn``: a PostgreSQL to use (else the session starts an embedded one);
-    ``restartable_pg``: a callable that starts a PostgreSQL that ``db-restart`` cases may
-    stop (a :class:`~.services.postgres.PostgresService` factory), for when ``dsn`` is
-    one the harness started itself; ``options``: the explorer's knobs.
+    ``postgres``: a PostgreSQL the caller owns and keeps beyond this harness (a
+    :class:`~.services.matrixpg.MatrixPostgres`: its main server and, for ``db-restart``
+    cases, its restartable ones); else ``dsn``, the user's server, else the session
+    starts an embedded one of its own; ``options``: the explorer's knobs.
 
     Use as a context manager, or call :meth:`open` and :meth:`close`. Raises what
     :func:`~.session.open_session` raises (``ServiceError``, ``RegistryError``) from
@@ -44,13 +49,13 @@ class LiveHarness:
 
     def __init__(
         self, subject: str, workload: str, *, dsn: str | None = None,
-        restartable_pg: Callable[[], Any] | None = None, options: Options | None = None,
+        postgres: MatrixPostgres | None = None, options: Options | None = None,
     ) -> None:
         self.subject = subject
         self.workload = workload
         self.dsn = dsn
         self.options = options
-        self._restartable_pg = restartable_pg
+        self.postgres = postgres
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stack: contextlib.AsyncExitStack | None = None
@@ -74,12 +79,10 @@ class LiveHarness:
         stack = self._stack
         try:
             self.explorer = self._call(stack.enter_async_context(
-                open_session(self.subject, self.workload, dsn=self.dsn, options=self.options)))
+                open_session(self.subject, self.workload, dsn=self.dsn, options=self.options, postgres=self.postgres)))
         except BaseException:
             self.close()
             raise
-        if self._restartable_pg is not None and self.explorer.start_restartable_pg is None:
-            self.explorer.start_restartable_pg = self._restartable_pg
         return self
 
     def close(self) -> None:
@@ -138,7 +141,10 @@ class LiveHarness:
         Raises :class:`~.errors.HarnessError` if it does not complete."""
         with self._golden_lock:
             if conversation not in self._goldens:
-                self._goldens[conversation] = self._call(self._explorer().golden(conversation))
+                golden = self._call(self._explorer().golden(conversation))
+                if golden.incomplete:  # no trace to cache or collect cases from
+                    raise HarnessError(golden.incomplete)
+                self._goldens[conversation] = golden
             return self._goldens[conversation]
 
     def run_case(self, case: Case) -> CaseResult:

@@ -7,28 +7,38 @@ as it finishes, so the caller can draw progress.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import PlanError
-from .explorer import (
-    DEFAULT_KINDS, DEFAULT_SOURCES, CaseResult, Explorer, GoldenRun, Options, double_fault_cases, enumerate_cases,
-    shard, validate_case,
-)
-from .plan import Case
-from . import registry
+from .errors import InvalidArgument, PlanError
+from .enumeration import double_fault_cases, double_fault_note, enumerate_cases, shard, validate_case
+from .explorer import CaseResult, Explorer, Options
+from .golden import GoldenRun
+from .names import Names, resolve
+from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, Case, FaultPlan, Resume
 from .session import open_session
+
+
+OUTCOMES = ("pass", "fail", "flaky", "harness-error", "not-run")
+"""Every outcome a case can have; ``flaky``: it failed, and a replay did not;
+``not-run``: its fault could not take effect (:mod:`.coverage`)."""
 
 
 @dataclass
 class MatrixReport:
     """Everything a matrix run produced. ``seconds``: wall time of the cases only
-    (golden runs and service start excluded); ``setup_seconds``: the rest."""
+    (golden runs and service start excluded); ``setup_seconds``: the rest.
+
+    ``results`` grows as cases finish (finishing order) and is put in case order when
+    each level of the matrix ends. ``planned``: the number of cases enumerated (both
+    levels with ``depth=2``). A run stopped before its end (Ctrl-C, SIGTERM) is marked
+    with :meth:`interrupt`: ``complete`` False and ``reason`` saying why; its results
+    are the cases that finished."""
 
     workload: str
     subject: str
@@ -36,13 +46,38 @@ class MatrixReport:
     sources: tuple[str, ...]
     goldens: dict[str, GoldenRun]
     results: list[CaseResult] = field(default_factory=list)
+    #: golden runs reported as results of their own (:func:`golden_result`, case id
+    #: ``WORKLOAD/CONV/golden``): each that breaks an invariant (no case of its
+    #: conversation ran; it fails the run), and those asked for by a replay of that id
+    golden_results: list[CaseResult] = field(default_factory=list)
     seconds: float = 0.0
     setup_seconds: float = 0.0
     jobs: int = 1
+    #: lines for the reader about how the cases were made (depth 2: how many double
+    #: faults and, when none, why; what pruning did)
+    notes: list[str] = field(default_factory=list)
+    replay_failures: int = 0
+    planned: int = 0
+    complete: bool = True
+    reason: str | None = None
+    #: what crash-state pruning did (:class:`.pruning.PruneSummary`); None: not pruned
+    pruning: Any = None
+    #: the recovery branches the cases reached, the cases not run (:class:`.coverage.Coverage`)
+    coverage: Any = None
+    #: an unreached branch or a not-run case fails the run (``--require-coverage``)
+    require_coverage: bool = False
+
+    def interrupt(self, reason: str) -> None:
+        """Mark the report incomplete: the run stopped before its end, for ``reason``
+        (e.g. ``"stopped by SIGTERM"``)."""
+        self.complete = False
+        self.reason = reason
 
     @property
     def counts(self) -> dict[str, int]:
-        out = {"pass": 0, "fail": 0, "harness-error": 0}
+        """Cases by outcome (:data:`OUTCOMES`; a flaky case is not also counted failed;
+        ``not-run``: its fault could not take effect, :mod:`.coverage`)."""
+        out = dict.fromkeys(OUTCOMES, 0)
         for r in self.results:
             out[r.outcome] += 1
         return out
@@ -53,9 +88,13 @@ class MatrixReport:
 
     @property
     def exit_code(self) -> int:
-        """0 every case passed; 1 some case failed an oracle check; 3 harness errors only."""
+        """0 every case passed (or was not run: its fault could not take effect); 1 some
+        case failed an oracle check, always or on some runs only (flaky: a race is a bug
+        of the subject), or coverage is required and incomplete; 3 harness errors only."""
         c = self.counts
-        if c["fail"]:
+        if c["fail"] or c["flaky"] or any(r.outcome != "pass" for r in self.golden_results):
+            return 1
+        if self.require_coverage and self.coverage is not None and not self.coverage.complete:
             return 1
         if c["harness-error"]:
             return 3
@@ -63,21 +102,31 @@ class MatrixReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: :func:`.report.matrix_dict`'s shape, with the run's wall
-        clock (``summary.seconds``, ``setup_seconds``, ``cases_per_second``), the jobs and
-        each golden run's id, points and seconds."""
-        from .report import matrix_dict
+        clock (``summary.seconds``, ``setup_seconds``, ``cases_per_second``), the jobs,
+        ``replay_failures``, each golden run's id, points and seconds, and whether the
+        run is ``complete`` (else ``reason`` and ``planned``, the cases it meant to
+        run)."""
+        from .report import case_dict, matrix_dict
 
         golden = {c: {"run_id": g.run_id, "points": len(g.trace), "seconds": round(g.seconds, 4)}
                   for c, g in sorted(self.goldens.items())}
-        out = matrix_dict(self.workload, self.subject, self.kinds, self.sources, [r.to_dict() for r in self.results], golden)
+        out = matrix_dict(self.workload, self.subject, self.kinds, self.sources, [case_dict(r) for r in self.results],
+                          golden, complete=self.complete, reason=self.reason, planned=self.planned)
         out["jobs"] = self.jobs
+        out["golden_results"] = [r.to_dict() for r in self.golden_results]
+        out["notes"] = list(self.notes)
+        out["replay_failures"] = self.replay_failures
+        if self.pruning is not None:
+            out["pruning"] = self.pruning.to_dict()
+        if self.coverage is not None:
+            out["coverage"] = self.coverage.to_dict()
         out["summary"].update(seconds=round(self.seconds, 3), setup_seconds=round(self.setup_seconds, 3),
                               cases_per_second=round(self.cases_per_second, 2))
         return out
 
 
 async def run_matrix(
-    workload: str = "checkout",
+    workload: str | Names = "checkout",
     subject: str = "reference",
     *,
     kinds: tuple[str, ...] = DEFAULT_KINDS,
@@ -93,27 +142,63 @@ async def run_matrix(
     sample: int | None = None,
     seed: int = 0,
     shard_spec: str | None = None,
+    replay_failures: int = 1,
+    on_report: Callable[[MatrixReport], None] | None = None,
+    require_coverage: bool = False,
+    resume: Resume = Resume(),
+    sampled_kinds: Mapping[str, int] | None = None,
+    sampled_policies: Mapping[str, int] | None = None,
 ) -> MatrixReport:
     """Start services, run golden runs, then the matrix (or the given ``cases``).
 
-    Raises ``ServiceError``/``RegistryError`` before any case runs when services or
-    names are wrong, and ``PlanError`` when a given case does not fit the golden trace.
+    ``workload``, ``subject``, ``kinds``, ``sources`` and ``conversations`` are resolved
+    and checked by :func:`.names.resolve`; or ``workload`` is the :class:`.names.Names`
+    a caller resolved already (then the other four must be left at their defaults).
+
+    ``sampled_kinds`` (kind -> n): kinds added to the enumerated matrix as a seeded sample
+    of ``n`` cases each (:func:`sample_by_kind`, drawn with ``seed``; the CLI's default:
+    :data:`.plan.SAMPLED_KINDS`); a note says how many of how many. ``sampled_policies``
+    (resume policy -> n): as many kill cases resumed under each policy
+    (:func:`sample_by_policy`; the CLI's default: :data:`.plan.SAMPLED_POLICIES`), when
+    ``resume`` is the default policy.
+
+    Raises ``ServiceError``/``RegistryError``/``InvalidArgument`` before any case runs
+    when services or names are wrong, and ``PlanError`` when a given case does not fit
+    the golden trace.
     ``on_start(n)`` is called with the number of cases once they are enumerated (and
     again for the second level when ``depth`` is 2).
 
     ``depth=2`` adds double faults: after the single-fault cases ran, each is extended
     with a second fault at every point of its resume's trace (``sample`` of them, drawn
     with ``seed``). ``shard_spec`` ``"K/N"`` keeps the K-th of N disjoint shards.
+
+    ``replay_failures``: each failing case is run again up to this many times on the
+    same session; one whose replay disagrees is ``flaky`` (:func:`run_case_replayed`;
+    0: no replay). ``on_report(report)`` is called once the cases are enumerated, with
+    the report that then fills as they finish: a caller interrupted mid-run (cancelled:
+    Ctrl-C, SIGTERM) still holds the cases that ran (:meth:`MatrixReport.interrupt`).
+    Kill cases are pruned by crash state and resumes shared as ``options.prune`` says
+    (:mod:`.pruning`); ``require_coverage``: a recovery branch of the subject no case
+    reached, or a case whose fault could not take effect, fails the run (:mod:`.coverage`).
+    ``resume``: the resume policy of the enumerated cases (:mod:`.policies`; given
+    ``cases`` keep their own).
     """
+    if replay_failures < 0:
+        raise PlanError(f"replay_failures={replay_failures!r} must be >= 0")
     if depth not in (1, 2):
         raise PlanError(f"depth={depth!r} must be 1 or 2")
     # a case mostly waits (fsync, IPC); twice the cores in flight measured fastest
     jobs = jobs or 2 * (os.cpu_count() or 1)
-    wl_obj = registry.workload(workload)
-    registry.subject(subject)
-    for conv in conversations or ():
-        if conv not in wl_obj.conversations:
-            raise PlanError(f"conversation={conv!r} is not one of {', '.join(wl_obj.conversations)}")
+    from .builds import check_case_label, label_cases
+
+    if isinstance(workload, Names):
+        if (subject, kinds, sources, conversations) != ("reference", DEFAULT_KINDS, DEFAULT_SOURCES, None):
+            raise InvalidArgument("run_matrix: give the names either resolved (Names) or one by one, not both")
+        names = workload
+    else:
+        names = resolve(workload, subject, kinds=kinds, sources=sources, conversations=conversations)
+    workload, subject, kinds, sources, conversations = (
+        names.workload, names.subject, names.kinds, names.sources, names.conversations)
     if shard_spec:
         shard(list(range(1)), shard_spec)  # validates K/N before anything starts
     wants_awaits = "await" in sources or any(f.point.source == "await" for c in cases or [] for f in c.plan.faults)
@@ -129,58 +214,175 @@ async def run_matrix(
         goldens = {}
         for conv in wanted:
             goldens[conv] = await explorer.golden(conv)
+        # a golden run that breaks an invariant is a defect of the subject, never a
+        # baseline: it is reported once, and its conversation's cases are not run
+        asked = {c.conversation for c in cases or [] if not c.plan.faults}  # a replay of WORKLOAD/CONV/golden
+        reported = [golden_result(workload, subject, g) for g in goldens.values() if g.broken or g.conversation in asked]
+        healthy = {c: g for c, g in goldens.items() if not g.broken and not g.skipped}
+        notes: list[str] = [f"not applicable, no case run: {g.skipped}" for g in goldens.values() if g.skipped]
         if cases is None:
-            cases = enumerate_cases(workload, goldens, kinds, sources)
+            notes.append(f"kinds at every crash point: {', '.join(kinds) or 'none'}; sources: {', '.join(sources)}")
+            cases = label_cases(enumerate_cases(workload, healthy, kinds, sources, resume), explorer.upgrade)
+            if sampled_kinds:
+                extra = enumerate_cases(workload, healthy, tuple(sampled_kinds), sources, resume)
+                picked, line = sample_by_kind(extra, sampled_kinds, seed)
+                cases += label_cases(picked, explorer.upgrade)
+                notes.append(line)
+            if sampled_policies and resume.policy == "default":
+                picked, line = sample_by_policy(workload, healthy, sampled_policies, sources, seed)
+                cases += label_cases(picked, explorer.upgrade)
+                notes.append(line)
         else:
             from .netfaults import check_links
 
             for case in cases:
+                check_case_label(case, explorer.upgrade)
                 validate_case(case, goldens)
                 check_links(case, tuple(wl.providers))
         if shard_spec:
             cases = shard(cases, shard_spec)
-        report = MatrixReport(workload, subject, kinds, sources, goldens, jobs=jobs)
+        cases = [c for c in cases if c.conversation in healthy and c.plan.faults]
+        all_kinds = kinds + tuple(k for k in (sampled_kinds or {}) if k not in kinds)
+        report = MatrixReport(workload, subject, all_kinds, sources, goldens, jobs=jobs, golden_results=reported,
+                              replay_failures=replay_failures, planned=len(cases),
+                              require_coverage=require_coverage, notes=notes)
+        if on_report:
+            on_report(report)
         if on_start:
             on_start(len(cases))
         t1 = time.monotonic()
-        report.results = await run_cases(explorer, cases, goldens, jobs, on_result)
+
+        def finished(result: CaseResult) -> None:
+            report.results.append(result)
+            report.seconds = time.monotonic() - t1
+            if on_result:
+                on_result(result)
+
+        from .pruning import executed, run_pruned, workers_forked
+
+        results, report.pruning = await run_pruned(explorer, cases, goldens, jobs, finished,
+                                                   replay_failures=replay_failures)
+        report.results[:] = results
+        report.notes += report.pruning.lines()
         if depth == 2:
             doubles = double_fault_cases(report.results, kinds, sample=sample, seed=seed)
+            report.notes.append(double_fault_note(report.results, kinds, len(doubles)))
+            report.planned += len(doubles)
             if on_start:
                 on_start(len(doubles))
-            report.results += await run_cases(explorer, doubles, goldens, jobs, on_result)
+            level = len(report.results)
+            report.results[level:] = await run_cases(explorer, doubles, goldens, jobs, finished,
+                                                     replay_failures=replay_failures)
         report.seconds = time.monotonic() - t1
+        ran = executed(report.results)
+        if report.seconds > 0 and ran < len(report.results):
+            report.notes.append(f"executed {ran:,} of {len(report.results):,} cases ({ran / report.seconds:.1f} "
+                                f"executed cases/s, {workers_forked(report.results):,} workers)")
+        from .coverage import coverage_of
+
+        report.coverage = coverage_of(explorer.adapter, report.results)
+        report.notes += report.coverage.lines()
     report.setup_seconds = time.monotonic() - t0 - report.seconds
     return report
+
+
+def golden_result(workload: str, subject: str, golden: GoldenRun) -> CaseResult:
+    """A golden run as a result of its own: case ``WORKLOAD/CONV/golden``, its invariants
+    as verdicts, outcome ``fail`` when it breaks one (then it is no baseline, and no case
+    of its conversation runs)."""
+    result = CaseResult(Case(workload, golden.conversation, FaultPlan()), subject, "fail" if golden.broken else "pass",
+                        verdicts=list(golden.verdicts), run_id=golden.run_id, seconds=golden.seconds)
+    if golden.broken:
+        what = ("did not complete" if [v.check for v in golden.broken] == ["run.ends"]
+                else f"breaks an invariant ({', '.join(v.check for v in golden.broken)})")
+        result.error = f"the golden run {what}: it is no baseline, so no case of {golden.conversation} was run"
+    return result
+
+
+async def run_case_replayed(
+    explorer: Explorer, case: Case, golden: GoldenRun, replay_failures: int = 0,
+) -> CaseResult:
+    """Run ``case`` against ``golden``; when it fails an oracle check, run it again (the
+    same case id, the same plan, on the same session) up to ``replay_failures`` times,
+    stopping at the first replay whose outcome differs. A case whose replays all fail
+    keeps outcome ``fail``; one whose replay disagrees becomes ``flaky`` (a race in the
+    subject: a failure of the subject, not a deterministic one; issue 15). The replays'
+    own results are in ``result.replays``; the first run's verdicts stay the result's.
+    A harness error is not replayed (it is the harness's failure, not the subject's)."""
+    result = await explorer.run_case(case, golden)
+    if result.outcome != "fail":
+        return result
+    for _ in range(replay_failures):
+        again = await explorer.run_case(case, golden)
+        result.replays.append(again)
+        if again.outcome != "fail":
+            result.outcome = "flaky"
+            break
+    return result
+
+
+def _seeded_sample(indices: list[int], n: int, stream: str) -> list[int]:
+    """``n`` of ``indices`` drawn with the random stream named ``stream`` (all of them when
+    there are fewer), in order."""
+    return indices if len(indices) <= n else sorted(random.Random(stream).sample(indices, n))
+
+
+def sample_by_policy(workload: str, goldens: Mapping[str, GoldenRun], per_policy: Mapping[str, int],
+                     sources: tuple[str, ...], seed: int = 0) -> tuple[list[Case], str]:
+    """For each resume policy of ``per_policy`` (a :meth:`.plan.Resume.parse` spec, e.g.
+    ``"concurrent"``), a seeded sample of that many kill cases of ``goldens`` resumed under
+    it, in enumeration order; deterministic as :func:`sample_by_kind`. Returns the cases
+    and a note (``"sampled resume policies (seed 0; --resume runs a policy at every
+    point): concurrent 24 of 363 kill cases"``). Raises ``PlanError`` for a bad spec."""
+    out: list[Case] = []
+    parts = []
+    for spec, n in per_policy.items():
+        found = enumerate_cases(workload, dict(goldens), ("kill",), sources, Resume.parse(spec))
+        chosen = _seeded_sample(list(range(len(found))), n, f"{seed}:resume:{spec}")
+        out += [found[i] for i in chosen]
+        parts.append(f"{spec} {len(chosen)} of {len(found)} kill cases")
+    return out, f"sampled resume policies (seed {seed}; --resume runs a policy at every point): " + ", ".join(parts)
+
+
+def sample_by_kind(cases: list[Case], per_kind: Mapping[str, int], seed: int = 0) -> tuple[list[Case], str]:
+    """Of ``cases``, keep for each kind of ``per_kind`` a seeded sample of that many cases
+    (all of them when there are fewer), in their enumeration order; cases of other kinds
+    are dropped. Deterministic: the same cases, counts and ``seed`` give the same sample.
+    Returns the sample and a note for the report (``"sampled kinds (seed 0): pause 24 of
+    363, ..."``)."""
+    by_kind: dict[str, list[int]] = {}
+    for i, case in enumerate(cases):
+        by_kind.setdefault(case.plan.faults[0].kind, []).append(i)
+    keep: list[int] = []
+    parts = []
+    for kind, n in per_kind.items():
+        found = by_kind.get(kind, [])
+        chosen = _seeded_sample(found, n, f"{seed}:{kind}")
+        keep += chosen
+        parts.append(f"{kind} {len(chosen)} of {len(found)}")
+    return [cases[i] for i in sorted(keep)], (f"sampled kinds (seed {seed}; --kinds runs a kind at every point): "
+                                              + ", ".join(parts))
 
 
 async def run_cases(
     explorer: Explorer, cases: list[Case], goldens: dict[str, GoldenRun], jobs: int,
     on_result: Callable[[CaseResult], None] | None = None, *, stop: Callable[[CaseResult], bool] | None = None,
+    replay_failures: int = 0,
 ) -> list[CaseResult]:
     """Run ``cases`` on ``explorer``'s session, ``jobs`` at a time, each against the
     golden run of its conversation; results in case order. ``on_result`` sees each as
-    it finishes; once ``stop(result)`` returns True no further case starts (those in
-    flight finish and are returned)."""
-    stopped = False
-    queue: asyncio.Queue[tuple[int, Case]] = asyncio.Queue()
-    for item in enumerate(cases):
-        queue.put_nowait(item)
-    results: list[CaseResult | None] = [None] * len(cases)
+    it finishes (after its replays); once ``stop(result)`` returns True no further case
+    starts (those in flight finish and are returned). ``replay_failures``: replays of
+    each failing case (:func:`run_case_replayed`; 0: none). Pruned as
+    ``explorer.options.prune`` says (:func:`.pruning.run_pruned`: kill cases grouped by
+    crash state, resumes shared); ``Options.prune`` :data:`.pruning.OFF` runs every case
+    whole.
 
-    async def worker() -> None:
-        nonlocal stopped
-        while not stopped:
-            try:
-                i, case = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            result = await explorer.run_case(case, goldens[case.conversation])
-            results[i] = result
-            if on_result:
-                on_result(result)
-            if stop is not None and stop(result):
-                stopped = True
+    Cancelled (Ctrl-C, SIGTERM: :mod:`.cli`), it raises ``CancelledError`` once the
+    cases in flight have unwound; what finished before was given to ``on_result``."""
+    if replay_failures < 0:
+        raise PlanError(f"replay_failures={replay_failures!r} must be >= 0")
+    from .pruning import run_pruned
 
-    await asyncio.gather(*(worker() for _ in range(min(jobs, max(1, len(cases))))))
-    return [r for r in results if r is not None]
+    results, _ = await run_pruned(explorer, cases, goldens, jobs, on_result, stop=stop, replay_failures=replay_failures)
+    return results

@@ -1,5 +1,8 @@
 """Network faults: toxics on the links of one case, and the matrix's network section.
 
+(The ``net`` fault kind itself, its setting, hooks and ``net.resumable``, is
+:mod:`.faults.net`; this module holds the parts it uses.)
+
 Fault model (what the reference runtime claims to survive, so what is injected): a link
 between the subject and a service breaks while it is in use. The subject's answer may be
 lost after the server acted (a COMMIT that landed, a charge that was made), cut in the
@@ -21,9 +24,9 @@ the case, whatever happened.
 the worker writes ``fired``, then adds the toxic through the proxy's HTTP API and only
 then returns to the subject, so the statement or request that follows meets it. At the
 heal point (the runtime's own retry, e.g. ``db.reconnect[db]#1``), or at the end of the
-worker when the plan gives none, the worker removes it and writes ``healed``; the
-controller removes whatever a dead worker left, and checks that every plan ends healed
-before the oracle runs.
+worker when the plan gives none, the worker removes it and writes ``healed``
+(:mod:`.history`); the controller removes whatever a dead worker left, and checks that
+every plan ends healed before the oracle runs (:mod:`.faults.net`).
 
 **The network section** (:func:`net_cases`, ``crashmatrix run --kinds net``): for each
 golden run, each labelled crash point where a link is in use x each row of
@@ -51,25 +54,27 @@ import fnmatch
 import http.client
 import json
 import os
-import selectors
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from .adapter import Environment, Observation
+from .adapter import Environment
+from .crashpoint import (
+    DB_RECONNECT, EFFECT_STARTED_BEFORE, EFFECT_UNKNOWN_BEFORE, LOG_APPEND_BEFORE, MODEL_CALL_BEFORE,
+    PROBE_BEFORE, TOOL_REQUEST_BEFORE,
+)
 from .errors import HarnessError, PlanError, ServiceError
+from .history import Healed, HealError, TraceEntry, WorkerEvent
 from .plan import Case, CrashPoint, Fault, FaultPlan, NetToxic
 
 if TYPE_CHECKING:  # the worker imports this module; the controller's side stays lazy
-    from .explorer import Explorer, GoldenRun
+    from .golden import GoldenRun
     from .faultproxy.client import ProxyHandle, ToxiproxyClient
-
-TraceEntry = tuple[str, str, str, int]
 
 PROVIDER_DEADLINE_MS = 2000
 """Deadline of one provider call (model, effect, probe) in a network case's workers."""
@@ -110,17 +115,17 @@ NET_DEFAULTS: tuple[NetDefault, ...] = (
     NetDefault("db-blip", "db", ("log.append.*", "effect.*"), "reset_peer", (), "retry",
                "the answer to the statement in flight (or the next one) is lost and the connection reset: a COMMIT "
                "whose acknowledgement is lost; the network is back when the runtime reconnects"),
-    NetDefault("db-outage", "db", ("log.append.before", "effect.started.before", "effect.unknown.before"),
+    NetDefault("db-outage", "db", (LOG_APPEND_BEFORE, EFFECT_STARTED_BEFORE, EFFECT_UNKNOWN_BEFORE),
                "reset_peer", (), "worker-end",
                "as db-blip, and every reconnection is reset too until the worker ends: it must fail loudly, "
                "leaving the run for a resume"),
-    NetDefault("effect-timeout", "effect", ("tool.request.before",), "timeout", (("timeout", 200),), "worker-end",
+    NetDefault("effect-timeout", "effect", (TOOL_REQUEST_BEFORE,), "timeout", (("timeout", 200),), "worker-end",
                "the request reaches the provider, its answer never comes back and the link closes 200 ms later; "
                "the probe meets the same broken link (cannot tell yet) until the worker ends"),
-    NetDefault("provider-cut", "provider", ("tool.request.before", "model.call.before"), "limit_data",
+    NetDefault("provider-cut", "provider", (TOOL_REQUEST_BEFORE, MODEL_CALL_BEFORE), "limit_data",
                (("bytes", RESPONSE_CUT_BYTES),), "retry",
                "the provider's answer is cut after the status line, in the middle of its body"),
-    NetDefault("provider-late", "provider", ("tool.request.before", "model.call.before"), "latency",
+    NetDefault("provider-late", "provider", (TOOL_REQUEST_BEFORE, MODEL_CALL_BEFORE), "latency",
                (("latency", 2 * PROVIDER_DEADLINE_MS),), "retry",
                "the answer arrives after twice the caller's deadline"),
 )
@@ -154,11 +159,11 @@ def _link_of(entry: TraceEntry, effects: dict[str, str], providers: tuple[str, .
 def _retry_heal(link_class: str, entry: TraceEntry, trace: list[TraceEntry]) -> CrashPoint:
     _, name, task, occ = entry
     if link_class == "db":
-        return CrashPoint("label", "db.reconnect", "db", 1)
+        return CrashPoint("label", DB_RECONNECT, "db", 1)
     if link_class == "model":
-        return CrashPoint("label", "model.call.before", task, occ + 1)
-    probes = sum(1 for e in trace[:trace.index(entry)] if e[1] == "probe.before" and e[2] == task)
-    return CrashPoint("label", "probe.before", task, probes + 1)
+        return CrashPoint("label", MODEL_CALL_BEFORE, task, occ + 1)
+    probes = sum(1 for e in trace[:trace.index(entry)] if e[1] == PROBE_BEFORE and e[2] == task)
+    return CrashPoint("label", PROBE_BEFORE, task, probes + 1)
 
 
 def net_cases(workload: str, goldens: dict[str, GoldenRun], providers: tuple[str, ...],
@@ -256,9 +261,10 @@ class LinkToxic:
         """Whether the point just reached is this toxic's heal point."""
         return not self.healed and self._heal_key == (name, task, occurrence)
 
-    def heal(self, emit: Callable[[dict[str, Any]], None], at: Any) -> None:
-        """Remove the toxic (once) and report ``{"event": "healed", "at": at}``; a
-        failure is reported as ``heal-error`` (the controller removes it then)."""
+    def heal(self, emit: Callable[[WorkerEvent], None], at: TraceEntry | str) -> None:
+        """Remove the toxic (once) and report :class:`~.history.Healed` ``at`` the heal
+        point reached (or ``"worker-end"``); a failure is reported as
+        :class:`~.history.HealError` (the controller removes it then)."""
         if self.healed:
             return
         self.healed = True
@@ -267,9 +273,9 @@ class LinkToxic:
             if status not in (200, 204):
                 raise OSError(f"answered {status}: {text[:200]!r}")
         except OSError as exc:
-            emit({"event": "heal-error", "error": f"removing toxic {TOXIC_NAME} from {self.proxy}: {exc}"})
+            emit(HealError(f"removing toxic {TOXIC_NAME} from {self.proxy}: {exc}"))
             return
-        emit({"event": "healed", "at": at, "t": time.time()})
+        emit(Healed(at, time.time()))
 
 
 # -- controller side: the fault proxy and a case's links ----------------------------------
@@ -321,41 +327,30 @@ class FaultProxyService:
         return client
 
     def _spawn(self, ready_timeout: float = 15.0) -> str:
+        from .services.process import NotReady, first_lines, spawn, stderr_tail
+
         stderr_path = self.workdir / "faultproxy.stderr.log"
-        with open(stderr_path, "wb") as stderr:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-P", "-m", "crashmatrix.harness.faultproxy", "--host", "127.0.0.1", "--port", "0",
-                 "--seed", str(self.seed)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
-        if self.watchdog is not None:
-            self.watchdog.watch_pgid(self.proc.pid)
-        assert self.proc.stdout is not None
-        line = b""
-        deadline = time.monotonic() + ready_timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while b"\n" not in line and time.monotonic() < deadline:
-                if sel.select(max(0.0, deadline - time.monotonic())):
-                    chunk = os.read(self.proc.stdout.fileno(), 4096)
-                    if not chunk:
-                        break
-                    line += chunk
-        text = line.decode("utf-8", "replace").strip()
+        self.proc = spawn(
+            [sys.executable, "-P", "-m", "crashmatrix.harness.faultproxy", "--host", "127.0.0.1", "--port", "0",
+             "--seed", str(self.seed)],
+            stderr_path=stderr_path, register_pgid=self.watchdog.watch_pgid if self.watchdog is not None else None)
+        try:
+            text = first_lines({"faultproxy": self.proc}, ready_timeout)["faultproxy"]
+        except NotReady as exc:
+            text = "" if exc.why == "exited" else f"no line within {ready_timeout:g} s"
         if not text.startswith("listening on "):
             self.close()
-            from crashmatrix.scenarios.providers.launcher import stderr_tail
-
             raise ServiceError(f"embedded fault proxy did not start: {text or 'no output'}; {stderr_tail(stderr_path)}")
         return text.removeprefix("listening on ")
 
     def close(self) -> None:
         """Stop the embedded server (SIGTERM, then SIGKILL after 5 s) and reap it. Idempotent."""
+        from .services.process import stop_process_groups
+
         proc, self.proc = self.proc, None
         self._client = None
         if proc is None:
             return
-        from crashmatrix.scenarios.providers.launcher import stop_process_groups
-
         stop_process_groups({"faultproxy": proc}, 5.0)
         if self.watchdog is not None:
             self.watchdog.forget_pgid(proc.pid)
@@ -438,78 +433,3 @@ class CaseLinks:
                     proxy.destroy()
 
         await asyncio.to_thread(destroy)
-
-
-# -- controller side: one network case ----------------------------------------------------
-
-
-def check_resumable(obs: Observation) -> Any:
-    """``net.resumable`` (crash state of a ``net`` fault): a broken link is never a reason
-    to give up: after the faulted worker the run is finished (``completed``) or left for
-    a resume (``running``, ``interrupted``, ``paused``), not ``failed``, not handed to a
-    human (``needs_human``: a probe that could not reach its provider is "cannot tell
-    yet", not "cannot tell")."""
-    from . import oracle
-
-    if obs.status in ("completed", "running", "interrupted", "paused", "pending"):
-        return oracle.Verdict("net.resumable", "crash", True, f"status {obs.status}")
-    return oracle.Verdict("net.resumable", "crash", False,
-                          f"the run ended {obs.status!r} after a network fault; it should have been left resumable")
-
-
-def _heal_report(fault: Fault, events: list[dict[str, Any]], leftovers: list[str]) -> str:
-    healed = [e for e in events if e.get("event") == "healed"]
-    if healed:
-        at = healed[0]["at"]
-        where = at if isinstance(at, str) else f"{at[1]}[{at[2]}]#{at[3]}"
-        missed = (fault.net and fault.net.heal and where == "worker-end")
-        return f"at {where}" + (f" (heal point {fault.net.heal.label()} not reached)" if missed else "")  # type: ignore[union-attr]
-    return "by the controller after the worker ended" if leftovers else "never added"
-
-
-class NetCase:
-    """What a ``net`` case adds to the explorer's case path (the
-    :class:`~.explorer.CaseHooks` interface): once the faulted worker ended, every toxic
-    it left is removed (the worker's entry says where it was healed) and a fault that
-    fired without landing is a harness error; the crash state gets ``net.resumable``;
-    after the last resume no toxic may be left."""
-
-    def __init__(self, links: CaseLinks) -> None:
-        self.links = links
-
-    async def started(self, fault: Fault, events: list[dict[str, Any]], worker: dict[str, Any]) -> None:
-        leftovers = await self.links.heal_all()
-        worker["healed"] = _heal_report(fault, events, leftovers)
-        errors = [e for e in events if e.get("event") == "fault-error"]
-        if errors:
-            raise HarnessError(f"fault {fault.label()} fired but did not land: {errors[0].get('error')}")
-
-    def crash_verdicts(self, observation: Observation) -> list[Any]:
-        return [check_resumable(observation)]
-
-    async def resumed(self) -> None:
-        if await self.links.heal_all():
-            raise HarnessError("a toxic was still on a link after the last resume")
-
-
-@contextlib.asynccontextmanager
-async def net_case(ex: Explorer, case: Case, run_id: str) -> AsyncIterator[NetCase]:
-    """The setting of a case whose first fault is ``net`` (:meth:`Explorer.run_case`
-    runs it inside): the case's link proxies on the session's fault proxy, and the
-    workers' environment pointing the poisoned links at them (``WORKER_ENV``; later
-    faults, armed in resumes, go through the same proxies). The proxies are removed on
-    exit. Raises :class:`HarnessError` for a link the workload does not have or when
-    the session has no fault proxy."""
-    from . import explorer as explorer_module
-
-    check_links(case, ex.workload.providers)
-    if ex.fault_proxy is None:
-        raise HarnessError("net faults need the session's fault proxy (Explorer.fault_proxy is not set)")
-    client = await ex.fault_proxy.client()
-    links = {f.net.link for f in case.plan.faults if f.net is not None}
-    async with CaseLinks(client, ex.case_env, links, run_id.removeprefix("cm-run-")) as case_links:
-        token = explorer_module.WORKER_ENV.set(case_links.worker_env)
-        try:
-            yield NetCase(case_links)
-        finally:
-            explorer_module.WORKER_ENV.reset(token)

@@ -15,15 +15,18 @@ Checks at the **crash state** (read after the fault, before any resume):
   acknowledged (it passed ``log.append.after`` for that node before it died) has its
   record in the log: an acknowledged append is durable, never a few turns behind
   (not applicable when the adapter exposes no log);
-- ``cancel.left_unknown`` (cancel faults): no effect is left ``started``; a cancel that
-  landed during a tool request left that node's effect ``unknown``;
-- ``term.drained`` (term faults): no node launched after the signal was recorded, the
-  worker exited 0 by itself, the run is ``paused`` (or ``completed`` if the drain
-  finished the last node, or ``needs_human`` if an in-flight node handed it to a person,
-  or exactly as it was before the worker if the SIGTERM came before the worker took it
-  (a first worker may have submitted it: ``pending``, nothing recorded));
-- ``pause.zombie_fenced`` (pause faults): once another worker took the lease and
-  finished the run, the woken zombie changed nothing durable.
+- ``run.acknowledged_durable``: once the subject acknowledged the run (a worker's
+  ``RunContext.accepted``, or the label ``run.accepted``), it exists after any crash (docs/design.md, invariants: "an
+  acknowledged run exists after any crash"; LangGraph issue 8764);
+- the fault kind's own checks, defined in its module (:mod:`.faults`):
+  ``cancel.left_unknown`` (:mod:`.faults.cancel`: no effect is left ``started``; a cancel
+  that landed during a tool request left that node's effect ``unknown``),
+  ``term.drained`` (:mod:`.faults.term`: no node launched after the signal was recorded,
+  the worker exited 0 by itself, the run is ``paused``, or completed, or handed to a
+  person, or exactly as it was before the worker if the SIGTERM came before the worker
+  took it), ``pause.zombie_fenced`` (:mod:`.faults.pause`: once another worker took the
+  lease and finished the run, the woken zombie changed nothing durable),
+  ``net.resumable`` (:mod:`.faults.net`: a broken link leaves the run resumable).
 
 Checks at the **end** (after the last resume), against the golden run, ids normalised by
 first appearance (:mod:`.normalize`):
@@ -56,11 +59,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .adapter import Observation
-from .normalize import Normalizer
+from .crashpoint import LOG_APPEND_AFTER, MODEL_CALL_BEFORE, RUN_ACCEPTED
+from .history import End, Trace
+from .normalize import Difference, IdentifierModel, Place, Renamer, learn
 from .plan import Fault
 
-TraceEntry = tuple[str, str, str, int]
 VOLATILE_PROVIDER_FIELDS = frozenset({"seq", "attempts", "created_at", "updated_at", "run_id", "metadata", "worker"})
+FAILED_PROVIDER_STATUSES = frozenset({"declined", "failed", "rejected", "error"})
+"""Provider row statuses of an effect that did not take place."""
 
 
 @dataclass
@@ -78,7 +84,12 @@ class Verdict:
         return {True: "valid", False: "invalid", None: "unknown"}[self.valid]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"check": self.check, "phase": self.phase, "verdict": self.word, "details": self.details, "diff": self.diff}
+        """JSON shape: check, phase, verdict word, details, diff, the ``property`` it
+        protects and, when it did not pass, the ``anomaly`` (:mod:`.properties`)."""
+        from .properties import annotate
+
+        return annotate({"check": self.check, "phase": self.phase, "verdict": self.word, "details": self.details,
+                         "diff": self.diff})
 
 
 def merge(verdicts: list[Verdict]) -> bool | None:
@@ -97,6 +108,8 @@ class Evidence:
     observation: Observation
     ledgers: dict[str, list[dict[str, Any]]]
     model_calls: dict[str, int]
+    #: the model provider's rows for the run (each billed call and the answer it got)
+    model_rows: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -105,8 +118,8 @@ class CrashEvidence:
     and after it, how the worker ended, and the durable state."""
 
     fault: Fault
-    trace_at_fault: list[TraceEntry]
-    trace_full: list[TraceEntry]
+    trace_at_fault: Trace
+    trace_full: Trace
     exit_returncode: int | None
     exit_signal: int | None
     timed_out: bool
@@ -114,20 +127,26 @@ class CrashEvidence:
     #: the durable state before the faulted worker started (``absent`` for the first
     #: worker of a case); None when the explorer did not look (only ``term`` needs it)
     before: Observation | None = None
+    #: the worker's ``end`` report (None: it died without one)
+    end: End | None = None
+    #: a stopped worker's (pause): the durable state and the providers' ledgers just
+    #: before it was woken
+    woke: Evidence | None = None
+    #: the providers' own ledgers of the run at the crash state (effect providers, not
+    #: the model's bill), read when the fault kind asks (``FaultKind.reads_ledgers``)
+    ledgers: dict[str, list[dict[str, Any]]] | None = None
+    #: whether some worker of the case had acknowledged the run by the crash state
+    acknowledged: bool = False
 
 
-def _run(check: str, phase: str, fn: Callable[[], Verdict]) -> Verdict:
+def run_check(check: str, phase: str, fn: Callable[[], Verdict]) -> Verdict:
+    """``fn()``, or an unknown verdict of ``check`` naming the exception it raised (a
+    check that raises is unknown, never a pass)."""
     try:
         return fn()
-    except Exception as exc:  # a check that raises is unknown, never a pass
+    except Exception as exc:
         return Verdict(check, phase, None, f"check raised {type(exc).__name__}: {exc}")
 
-
-def _diff(golden: Any, actual: Any, limit: int = 24) -> list[str]:
-    a = json.dumps(golden, indent=1, sort_keys=True, default=str).splitlines()
-    b = json.dumps(actual, indent=1, sort_keys=True, default=str).splitlines()
-    lines = list(difflib.unified_diff(a, b, "golden", "case", n=1, lineterm=""))
-    return lines[:limit] + ([f"... ({len(lines) - limit} more lines)"] if len(lines) > limit else [])
 
 
 # -- crash-state checks ----------------------------------------------------------------
@@ -178,7 +197,7 @@ def check_acknowledged_durable(ev: CrashEvidence) -> Verdict:
     """``log.acknowledged_durable``: each node the worker's whole trace shows past
     ``log.append.after`` (its append returned) has a record in the crash state's log.
 
-    The logical task of the point is the node id (DESIGN.md, "Crash points"); a retried
+    The logical task of the point is the node id (docs/design.md, "Crash points"); a retried
     append of a record already there also passes the label and is also durable. Source:
     a store that acknowledges before the write is durable (records flushed by a
     background task) loses the acknowledged tail on a kill, which no end check sees
@@ -186,7 +205,7 @@ def check_acknowledged_durable(ev: CrashEvidence) -> Verdict:
     name = "log.acknowledged_durable"
     if ev.observation.log is None:
         return Verdict(name, "crash", True, "not applicable: the adapter exposes no log")
-    acknowledged = list(dict.fromkeys(task for _, point, task, _ in ev.trace_full if point == "log.append.after"))
+    acknowledged = list(dict.fromkeys(task for _, point, task, _ in ev.trace_full if point == LOG_APPEND_AFTER))
     recorded = {e.node_id for e in ev.observation.log}
     lost = [task for task in acknowledged if task not in recorded]
     if lost:
@@ -195,106 +214,66 @@ def check_acknowledged_durable(ev: CrashEvidence) -> Verdict:
     return Verdict(name, "crash", True, f"{len(acknowledged)} acknowledged append(s), all in the log")
 
 
-def check_cancel_left_unknown(ev: CrashEvidence) -> Verdict:
-    """``cancel.left_unknown``: no effect left ``started``; a cancel during a tool request left it ``unknown``."""
-    name = "cancel.left_unknown"
-    if ev.observation.effects is None:
-        return Verdict(name, "crash", True, "not applicable: the adapter exposes no effects ledger")
-    effects = ev.observation.effects
-    problems = [f"effect {e.tool} of {e.node_id} left started after the cancellation" for e in effects if e.status == "started"]
-    point = ev.fault.point
-    if point.name == "tool.request.before":
-        mine = [e for e in effects if e.node_id == point.task]
-        for e in mine:
-            if e.status != "unknown":
-                problems.append(f"cancel landed during the request of {e.tool} ({e.node_id}) but its effect is {e.status}, not unknown")
-    if problems:
-        return Verdict(name, "crash", False, "; ".join(problems))
-    return Verdict(name, "crash", True, "no effect left started")
-
-
-def check_term_drained(ev: CrashEvidence) -> Verdict:
-    """``term.drained``: nothing launched after the signal, exit 0, run ``paused`` (or
-    completed, or handed to a person; or untouched, :func:`untouched_by_worker`, if the
-    drain came before the worker took it)."""
-    name = "term.drained"
-    problems = []
-    names = [entry[1] for entry in ev.trace_full]
-    if "drain.begin" in names:
-        after = ev.trace_full[names.index("drain.begin") + 1:]
-        launched = [f"{e[2]}" for e in after if e[1] == "node.launch"]
-        if launched:
-            problems.append(f"{len(launched)} node(s) launched after SIGTERM was recorded: {', '.join(launched)}")
-    else:
-        problems.append("the subject never recorded the SIGTERM (no drain.begin in its trace)")
-    if ev.timed_out:
-        problems.append("the worker outlived the grace period and was SIGKILLed (failed drain)")
-    elif ev.exit_signal is not None:
-        problems.append(f"the worker died of signal {ev.exit_signal} instead of draining")
-    elif ev.exit_returncode != 0:
-        problems.append(f"the worker exited {ev.exit_returncode}, not 0")
-    status = ev.observation.status
-    pending = (ev.observation.state or {}).get("pending")
-    if ev.before is not None and untouched_by_worker(ev.before, ev.observation):
-        launched = [e[2] for e in ev.trace_full if e[1] == "node.launch"]
-        if launched:
-            problems.append(f"run status is {status!r} as before the worker, yet it launched {', '.join(launched)}")
-    elif status not in ("paused", "completed", "needs_human"):  # waiting for a person is a rest state too
-        problems.append(f"run status is {status!r}, not 'paused'")
-    elif status == "completed" and pending:
-        problems.append(f"run says completed with pending nodes {pending}")
-    if problems:
-        return Verdict(name, "crash", False, "; ".join(problems))
-    return Verdict(name, "crash", True, f"drained, status {status}")
-
-
-def untouched_by_worker(before: Observation, after: Observation) -> bool:
-    """Whether a worker left the run's durable state as it found it: the same status,
-    lease epoch, log and effects; or, for a run that did not exist, submitted and nothing
-    more (``pending``, no epoch taken, no record, no effect)."""
-    def durable(o: Observation) -> tuple[Any, ...]:
-        return (o.status, o.lease_epoch or 0, [(e.seq, e.node_id) for e in o.log or []],
-                sorted((e.key, e.status) for e in o.effects or []))
-
-    if before.status == "absent" and after.status == "pending":
-        return not after.log and not after.effects and not after.lease_epoch
-    return durable(before) == durable(after)
-
-
-def check_zombie_fenced(before: Observation, after: Observation, zombie_end: dict[str, Any] | None) -> Verdict:
-    """``pause.zombie_fenced``: after a paused worker's lease was taken over and the run
-    resumed elsewhere, the zombie woke up (SIGCONT); nothing it did may reach the
-    durable state: log, effect rows and run status are exactly as before it woke."""
-    name = "pause.zombie_fenced"
-    problems = []
-    if (before.log or []) != (after.log or []):
-        extra = [f"{e.node_id}@epoch{e.lease_epoch}" for e in (after.log or []) if e not in (before.log or [])]
-        problems.append(f"the log changed after the zombie woke: {', '.join(extra) or 'rows differ'}")
-    if sorted(map(repr, before.effects or [])) != sorted(map(repr, after.effects or [])):
-        problems.append("effect rows changed after the zombie woke")
-    if before.status != after.status:
-        problems.append(f"run status changed from {before.status!r} to {after.status!r} after the zombie woke")
-    if problems:
-        return Verdict(name, "crash", False, "; ".join(problems))
-    how = (zombie_end or {}).get("error") or (zombie_end or {}).get("status") or "no report"
-    return Verdict(name, "crash", True, f"the zombie's writes were refused ({how})")
+def check_acknowledged_run(ev: CrashEvidence) -> Verdict:
+    """``run.acknowledged_durable``: a run the subject acknowledged exists in the crash
+    state (status not ``absent``). Acknowledged: some worker of the case called
+    ``RunContext.accepted`` (its request is stored, a caller would be told "accepted")
+    by the crash, or this worker's trace passed the label ``run.accepted``
+    (:data:`.crashpoint.RUN_ACCEPTED`, for a subject that reports through crash points only).
+    Source: LangGraph issue 8764, an accepted run silently dropped."""
+    name = "run.acknowledged_durable"
+    accepted = ev.acknowledged or any(e[1] == RUN_ACCEPTED for e in ev.trace_full)
+    if not accepted:
+        return Verdict(name, "crash", True, "not acknowledged yet (the adapter reports acceptance with ctx.accepted())")
+    if ev.observation.status == "absent":
+        return Verdict(name, "crash", False, "the subject acknowledged the run, and after the crash it does not exist "
+                                             f"({ev.observation.state_error or 'absent'}): an accepted request was lost")
+    return Verdict(name, "crash", True, f"acknowledged, and there: status {ev.observation.status}")
 
 
 def crash_checks(ev: CrashEvidence) -> list[Verdict]:
-    """Every crash-state check that applies to this fault."""
+    """Every crash-state check that applies to this fault: the generic ones, then the
+    fault kind's own (:meth:`.faults.FaultKind.crash_checks`)."""
+    from . import faults  # lazily: the kinds' modules import this one
+
     out = [
-        _run("log.clean_prefix", "crash", lambda: check_clean_prefix(ev.observation)),
-        _run("effects.commit_with_record", "crash", lambda: check_commit_with_record(ev.observation)),
-        _run("log.acknowledged_durable", "crash", lambda: check_acknowledged_durable(ev)),
+        run_check("log.clean_prefix", "crash", lambda: check_clean_prefix(ev.observation)),
+        run_check("effects.commit_with_record", "crash", lambda: check_commit_with_record(ev.observation)),
+        run_check("log.acknowledged_durable", "crash", lambda: check_acknowledged_durable(ev)),
+        run_check("run.acknowledged_durable", "crash", lambda: check_acknowledged_run(ev)),
     ]
-    if ev.fault.kind == "cancel":
-        out.append(_run("cancel.left_unknown", "crash", lambda: check_cancel_left_unknown(ev)))
-    if ev.fault.kind == "term":
-        out.append(_run("term.drained", "crash", lambda: check_term_drained(ev)))
-    return out
+    return out + faults.kind(ev.fault.kind).crash_checks(ev)
 
 
 # -- end checks ----------------------------------------------------------------------
+
+UNORDERED: tuple[Place, ...] = (("effects",), ("ledgers", "*"))
+"""The row lists of an oracle document whose order carries no meaning (the subject's
+effect ledger, each provider's ledger: two effects in flight at once land in either
+order)."""
+
+
+def evidence_document(ev: Evidence) -> dict[str, Any]:
+    """What the end checks compare, as one JSON-like document (:mod:`.normalize`):
+    ``status``, ``transcript``, ``answer``, ``budget``, ``pending``, ``effects`` (the
+    subject's effect ledger: node, tool, key, status, result; None when it has none) and
+    ``ledgers`` (provider kind -> rows without :data:`VOLATILE_PROVIDER_FIELDS`)."""
+    obs = ev.observation
+    state = obs.state or {}
+    effects = None if obs.effects is None else [
+        {"node": e.node_id, "tool": e.tool, "key": e.key, "status": e.status, "result": e.result} for e in obs.effects]
+    ledgers = {kind: [{k: v for k, v in row.items() if k not in VOLATILE_PROVIDER_FIELDS} for row in rows]
+               for kind, rows in sorted(ev.ledgers.items())}
+    return {"status": obs.status, "transcript": state.get("transcript", []), "answer": state.get("answer"),
+            "budget": state.get("budget"), "pending": state.get("pending"), "effects": effects, "ledgers": ledgers}
+
+
+def learn_identifiers(first: Evidence, second: Evidence, fields: tuple[str, ...] = ()
+                      ) -> tuple[IdentifierModel, list[Difference]]:
+    """The identifiers of a conversation, from its two golden runs, and every difference
+    between them that is not a renaming of identifiers (:func:`.normalize.learn`).
+    ``fields``: field names an adapter or a declared service says hold identifiers."""
+    return learn(evidence_document(first), evidence_document(second), fields=fields, unordered=UNORDERED)
 
 
 @dataclass
@@ -307,39 +286,161 @@ class _Normalised:
     effects: list[dict[str, Any]]
     ledgers: dict[str, list[dict[str, Any]]]
     state_error: str | None
+    #: the renamer of each provider ledger (raw identifier -> label: ``seen``)
+    renamers: dict[str, Renamer] = field(default_factory=dict)
 
 
-def _normalise(ev: Evidence) -> _Normalised:
-    n = Normalizer()
-    obs = ev.observation
-    state = obs.state or {}
-    transcript = n(state.get("transcript", []))
-    answer = n(state.get("answer"))
-    # rows in an order that does not depend on the keys' or results' raw values (a
-    # naive runtime's keys are random per attempt: sorting on them numbered the same two
-    # rows differently from one replay to the next); the raw key only breaks full ties
-    def order(e: Any) -> tuple[Any, ...]:
-        result = json.dumps(n.copy()(e.result), sort_keys=True, default=str)
-        return (e.node_id, e.tool, e.status, result, e.key)
-
-    effects = [
-        n({"node": e.node_id, "tool": e.tool, "key": e.key, "status": e.status, "result": e.result})
-        for e in sorted(obs.effects or [], key=order)
-    ]
-    # each provider's ledger continues the numbering of the transcript and the effects
-    # (so a charge the run never recorded stays visible) but not of the other ledgers
-    # (so an extra mail does not shift the payment ledger's labels)
-    ledgers = {}
-    for kind, rows in sorted(ev.ledgers.items()):
-        nk = n.copy()
-        ledgers[kind] = [nk({k: v for k, v in row.items() if k not in VOLATILE_PROVIDER_FIELDS}) for row in rows]
-    return _Normalised(obs.status, transcript, answer, state.get("budget"), state.get("pending"), effects, ledgers, obs.state_error)
+def _normalise(ev: Evidence, model: IdentifierModel) -> _Normalised:
+    """The run's document with its identifiers renamed in a canonical order: the
+    transcript and final state first; then the effect ledger's rows, and each provider's
+    ledger, each continuing the transcript's numbering (so a charge the run never
+    recorded stays visible) but not each other's (so an extra effect row or an extra
+    mail does not shift the payment ledger's labels: a failure shows where it is)."""
+    doc = evidence_document(ev)
+    r = Renamer(model, doc)
+    transcript = r(doc["transcript"], ("transcript",))
+    answer = r(doc["answer"], ("answer",))
+    budget = r(doc["budget"], ("budget",))
+    pending = r(doc["pending"], ("pending",))
+    effects = r.copy().rows(doc["effects"] or [], ("effects",))
+    renamers = {kind: r.copy() for kind in doc["ledgers"]}
+    ledgers = {kind: renamers[kind].rows(rows, ("ledgers", kind)) for kind, rows in doc["ledgers"].items()}
+    return _Normalised(doc["status"], transcript, answer, budget, pending, effects, ledgers,
+                       ev.observation.state_error, renamers)
 
 
-def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int]) -> list[Verdict]:
-    """Every end check, comparing ``case`` with ``golden``. ``allowance``: node ->
+_IDENTIFYING = ("role", "op", "node", "node_id", "tool", "name", "key", "ref", "status")
+"""Fields shown first when a row or message is printed in a diff: what it is."""
+
+
+def _line(value: Any) -> str:
+    """One row or message as one JSON line, identifying fields first."""
+    if isinstance(value, dict):
+        ordered = {k: value[k] for k in _IDENTIFYING if k in value}
+        ordered.update((k, value[k]) for k in sorted(value, key=str) if k not in ordered)
+        return json.dumps(ordered, default=str)
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _lines(value: Any) -> list[str]:
+    """A value as diff lines: a list one item a line (a row, a message), else indented JSON."""
+    if isinstance(value, list):
+        return [_line(v) for v in value]
+    return json.dumps(value, indent=1, sort_keys=True, default=str).splitlines()
+
+
+def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_leaves(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def _changes(old: Any, new: Any, width: int = 60) -> str:
+    """What differs between two rows, field by field: ``key 'key-1' -> 'key-2'; status
+    'succeeded' -> 'started'`` (nested fields dotted; long values cut)."""
+    a, b = _leaves(old), _leaves(new)
+    parts = []
+    for k in list(a) + [k for k in b if k not in a]:
+        if a.get(k, "<none>") != b.get(k, "<none>"):
+            x, y = (_clip(json.dumps(v, default=str), width) for v in (a.get(k, "<none>"), b.get(k, "<none>")))
+            parts.append(f"{k} {x} -> {y}")
+    return "; ".join(parts)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _what(row: Any) -> str:
+    if not isinstance(row, dict):
+        return "value"
+    shown = [f"{k} {row[k]}" for k in _IDENTIFYING[:6] if k in row and isinstance(row[k], str)]
+    return ", ".join(shown[:3]) or "row"
+
+
+def _diff(golden: Any, actual: Any, limit: int = 24) -> list[str]:
+    """A small diff (golden -> case) that always shows what differs: rows or messages one
+    a line; a row changed in place is shown as the fields that changed (``~ op charge,
+    key key-2: status 'succeeded' -> 'started'``), a row only in one run whole
+    (``-``/``+``, identifying fields first). At most ``limit`` lines; unchanged rows are
+    left out first."""
+    if not (isinstance(golden, list) and isinstance(actual, list)):
+        a, b = _lines(golden), _lines(actual)
+        out = [line for line in difflib.unified_diff(a, b, "golden", "case", n=1, lineterm="")][2:]
+    else:
+        a, b = [_line(v) for v in golden], [_line(v) for v in actual]
+        out = []
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+            if tag == "equal":
+                out += ["  " + _clip(line, 160) for line in a[i1:i2]]
+                continue
+            olds, news = list(range(i1, i2)), list(range(j1, j2))
+            pairs = []
+            for i in olds:  # a changed row pairs with the most similar row of the case
+                best = max(news, key=lambda j: difflib.SequenceMatcher(None, a[i], b[j]).ratio(), default=None)
+                if best is not None and difflib.SequenceMatcher(None, a[i], b[best]).ratio() > 0.6:
+                    pairs.append((i, best))
+                    news.remove(best)
+            paired = {i for i, _ in pairs}
+            out += [f"~ {_what(golden[i])}: {_changes(golden[i], actual[j])}" for i, j in pairs]
+            out += ["- " + _clip(a[i], 240) for i in olds if i not in paired]
+            out += ["+ " + _clip(b[j], 240) for j in news]
+    if len(out) > limit:
+        changed = [line for line in out if line[:1] in "+-~"]
+        out = changed[:limit] + ([f"... ({len(changed) - limit} more changed lines)"] if len(changed) > limit else [])
+    return out
+
+
+def applied_effect(row: dict[str, Any]) -> bool:
+    """Whether a provider ledger row is an effect that took place (not a declined charge,
+    not a model bill, not a request the provider refused)."""
+    return (row.get("op") != "completion" and row.get("status") not in FAILED_PROVIDER_STATUSES
+            and (row.get("http_status") or 200) < 400)
+
+
+def _explain_duplicates(kind: str, golden_rows: list[dict[str, Any]], case_rows: list[dict[str, Any]],
+                        key_nodes: dict[str, str]) -> str:
+    """What an extra provider row means, in words: ``mail: message applied twice where the
+    golden run applied it once: keys key-2 and key-5 (the key changed between attempts),
+    tool call turn-5.tool-0``. Rows are renamed; effects with the same fields but their
+    identifiers are one effect applied again."""
+    def effect(row: dict[str, Any]) -> str:
+        bare = {k: v for k, v in row.items() if k not in ("key", "ref", "result", "http_status")}
+        return json.dumps(bare, sort_keys=True, default=str)
+
+    golden_count: Counter[str] = Counter(effect(r) for r in golden_rows if applied_effect(r))
+    by_effect: dict[str, list[dict[str, Any]]] = {}
+    for r in case_rows:
+        if applied_effect(r):
+            by_effect.setdefault(effect(r), []).append(r)
+    parts = []
+    for what, rows in by_effect.items():
+        if len(rows) > golden_count.get(what, 0) and len(rows) > 1:
+            keys = [str(r.get("key")) for r in rows]
+            times = {2: "twice", 3: "three times"}.get(len(rows), f"{len(rows)} times")
+            was = {0: "never applied it", 1: "applied it once"}.get(golden_count.get(what, 0),
+                                                                   f"applied it {golden_count.get(what, 0)} times")
+            text = f"{kind}: {rows[0].get('op', 'effect')} applied {times} where the golden run {was}: keys {', '.join(keys)}"
+            if len(set(keys)) > 1:
+                text += " (the key changed between attempts)"
+            nodes = sorted({key_nodes[k] for k in keys if k in key_nodes})
+            if nodes:
+                text += f", tool call {', '.join(nodes)}"
+            parts.append(text)
+    return "; ".join(parts)
+
+
+def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int],
+               identifiers: IdentifierModel | None = None) -> list[Verdict]:
+    """Every end check, comparing ``case`` with ``golden`` up to a renaming of the
+    identifiers ``identifiers`` names (learned from the golden pair,
+    :func:`learn_identifiers`; None: only the declared places). ``allowance``: node ->
     model calls that were in flight when a fault landed."""
-    g, c = _normalise(golden), _normalise(case)
+    model = identifiers or IdentifierModel()
+    g, c = _normalise(golden, model), _normalise(case, model)
     out: list[Verdict] = []
 
     def status() -> Verdict:
@@ -384,8 +485,8 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int]) -> l
             details += f"; left unresolved: {', '.join(e['node'] + ' ' + e['status'] for e in left)}"
         return Verdict("effects.ledger_equal", "end", False, details, _diff(g.effects, c.effects))
 
-    out += [_run("run.status", "end", status), _run("state.equal", "end", state),
-            _run("transcript.exact", "end", transcript), _run("effects.ledger_equal", "end", effects)]
+    out += [run_check("run.status", "end", status), run_check("state.equal", "end", state),
+            run_check("transcript.exact", "end", transcript), run_check("effects.ledger_equal", "end", effects)]
 
     for kind in sorted(set(g.ledgers) | set(c.ledgers)):
         name = f"provider.{kind}.ledger_equal"
@@ -397,9 +498,12 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int]) -> l
             extra = len(cl) - len(gl)
             what = (f"{extra} more row(s) than golden (applied twice?)" if extra > 0
                     else f"{-extra} fewer row(s) than golden (lost?)" if extra < 0 else "rows differ")
-            return Verdict(name, "end", False, f"{kind} ledger: {what}", _diff(gl, cl))
+            seen = c.renamers[kind].seen if kind in c.renamers else {}
+            key_nodes = {seen[e.key]: e.node_id for e in case.observation.effects or [] if e.key in seen}
+            why = _explain_duplicates(kind, gl, cl, key_nodes)
+            return Verdict(name, "end", False, why or f"{kind} ledger: {what}", _diff(gl, cl))
 
-        out.append(_run(name, "end", provider))
+        out.append(run_check(name, "end", provider))
 
     def billed() -> Verdict:
         over = []
@@ -412,15 +516,15 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int]) -> l
         total, gtotal = sum(case.model_calls.values()), sum(golden.model_calls.values())
         return Verdict("model.calls_billed", "end", True, f"{total} calls billed (golden {gtotal}, in flight at faults {sum(allowance.values())})")
 
-    out.append(_run("model.calls_billed", "end", billed))
+    out.append(run_check("model.calls_billed", "end", billed))
     if case.observation.invocations is not None:
         from .trace_check import check_trace_continues
 
-        out.append(_run("trace.continues", "end", lambda: check_trace_continues(case.observation)))
+        out.append(run_check("trace.continues", "end", lambda: check_trace_continues(case.observation)))
     return out
 
 
-def in_flight_model_calls(trace: list[TraceEntry]) -> dict[str, int]:
+def in_flight_model_calls(trace: Trace) -> dict[str, int]:
     """Model calls the faulted worker made whose reply it did not record, per node, by
     the time it ended (``trace`` is its whole trace: a kill ends it at the fault, a
     cancel lands at the next await, a term after the drain, a broken link after the
@@ -430,9 +534,9 @@ def in_flight_model_calls(trace: list[TraceEntry]) -> dict[str, int]:
     started: dict[str, int] = {}
     appended: set[str] = set()
     for _, name, task, _ in trace:
-        if name == "model.call.before":
+        if name == MODEL_CALL_BEFORE:
             started[task] = started.get(task, 0) + 1
-        elif name == "log.append.after":
+        elif name == LOG_APPEND_AFTER:
             appended.add(task)
     out = {node: n - (node in appended) for node, n in started.items()}
     return {node: n for node, n in out.items() if n > 0}

@@ -1,7 +1,7 @@
 """Crash points, faults, fault plans and case ids: the data every other part shares.
 
 A **crash point** is a place in a run where a fault can land, named so that the same
-place has the same name in every run (DESIGN.md, "Crash points"):
+place has the same name in every run (docs/design.md, "Crash points"):
 
 - ``source``: ``"step"`` (a node boundary the adapter reports: ``step.before``,
   ``step.after``), ``"label"`` (a ``crashpoint("...")`` call) or ``"await"`` (a task
@@ -39,7 +39,12 @@ parseable (a pytest id, a replay argument)::
 
     checkout/conv3/kill@effect.started.after[turn-4.tool-0]#1
 
-that is ``WORKLOAD/CONVERSATION/KIND@NAME[TASK]#OCCURRENCE``, faults joined with ``+``.
+that is ``WORKLOAD/CONVERSATION/KIND@NAME[TASK]#OCCURRENCE``, faults joined with ``+``;
+a case of a build pair (crash under build A, resume under build B: :mod:`.builds`) ends
+in ``/upgrade:A>B``::
+
+    checkout/conv1/kill@log.append.after[turn-4]#1/upgrade:reference>reference-next
+
 The source is implied by the name (``step.*`` names are steps, names with ``:`` and
 ``@`` are await points, the rest labels). A ``net`` fault's kind carries its link and
 toxic, the attributes that are not 0 and a non-default stream in parentheses, and a heal
@@ -47,6 +52,18 @@ point after ``~`` (none: the end of the worker)::
 
     checkout/conv1/net:db.reset_peer@log.append.before[turn-4]#1~db.reconnect[db]#1
     checkout/conv1/net:payment.timeout(timeout=200)@tool.request.before[turn-4.tool-0]#1
+
+A case may carry a **resume policy** (:class:`Resume`; how the workers after the first
+fault resume, as production does it: :mod:`.policies`), as a last component of its id;
+none is the subject's default (resumers get the run id, one after another, with the
+input unless the adapter declares it expects none)::
+
+    checkout/conv1/kill@log.append.before[turn-4]#1/concurrent      # 2 resumers at once
+    checkout/conv1/kill@log.append.before[turn-4]#1/concurrent=3
+    checkout/conv1/kill@log.append.before[turn-4]#1/recurring       # the fault in every worker
+    checkout/conv1/kill@log.append.before[turn-4]#1/discovery       # no run id: the runtime's sweep
+    checkout/conv1/kill@log.append.before[turn-4]#1/input-once      # input to the first worker only
+    checkout/conv1/kill@log.append.before[turn-4]#1/redelivery      # input to every worker
 """
 
 from __future__ import annotations
@@ -59,9 +76,45 @@ from typing import Any
 from .errors import PlanError
 
 PLAN_VERSION = 1
-FAULT_KINDS = ("kill", "term", "cancel", "pause", "db-restart", "net")
-"""Fault kinds this build injects (DESIGN.md, "Fault kinds, precisely")."""
+
+
+def fault_kinds() -> tuple[str, ...]:
+    """Fault kinds this build injects (docs/design.md, "Fault kinds, precisely"): the
+    names of the fault-kind registry (:mod:`.faults`), in its order. Also readable as
+    ``plan.FAULT_KINDS`` (computed at each access, so a kind registered later counts)."""
+    from . import faults  # lazily: the kinds' modules import this one
+
+    return faults.names()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FAULT_KINDS":
+        return fault_kinds()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 POINT_SOURCES = ("step", "label", "await")
+DEFAULT_KINDS = ("kill", "term", "cancel")
+"""The fault kinds a matrix runs at every point when none are named (``crashmatrix run``,
+the plugin)."""
+SAMPLED_KINDS = ("pause", "db-restart", "net", "cancel-edge")
+"""The fault kinds ``crashmatrix run`` adds when no ``--kinds`` is given, each as a seeded
+sample of :data:`DEFAULT_KIND_SAMPLE` cases (issue 16: the kinds that find recovery bugs,
+a paused zombie, a lost acknowledgement, a restarted database, a cancelled task, at a
+bounded cost). ``--kinds`` names kinds to run whole instead."""
+SAMPLED_POLICIES = ("concurrent",)
+"""The resume policies ``crashmatrix run`` adds when no ``--kinds`` or ``--resume`` is
+given: :data:`DEFAULT_KIND_SAMPLE` kill cases each, resumed that way (two workers
+resuming the crashed run at once: a queue that redelivers, overlapping recovery passes;
+issue 17, docs/adapters.md "Resume policies"). The other policies ask what not every
+correct runtime offers (a crash-loop bound, recovery without the run id, input read
+from its own store), so they run only when named."""
+DEFAULT_WORKLOADS = ("checkout", "support_desk")
+"""What ``crashmatrix run`` runs when no workload is named, one after the other: checkout
+and the workload with production's shapes (issue 16, docs/runtime.md "support_desk")."""
+DEFAULT_KIND_SAMPLE = 24
+"""Cases per sampled kind in the CLI's default matrix (``--kind-sample``)."""
+DEFAULT_SOURCES = ("step", "label")
+"""The crash-point sources of a matrix when none are named."""
 TOXIC_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "latency": ("latency", "jitter"),
     "bandwidth": ("rate",),
@@ -227,8 +280,9 @@ class Fault:
     net: NetToxic | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in FAULT_KINDS:
-            raise PlanError(f"fault.kind={self.kind!r} must be one of {', '.join(FAULT_KINDS)}")
+        kinds = fault_kinds()
+        if self.kind not in kinds:
+            raise PlanError(f"fault.kind={self.kind!r} must be one of {', '.join(kinds)}")
         if (self.kind == "net") != (self.net is not None):
             raise PlanError("fault.net is required with kind 'net' (its link and toxic: net:LINK.TOXIC@...)"
                             if self.kind == "net" else f"fault.net is only for kind 'net', not {self.kind!r}")
@@ -285,8 +339,8 @@ class FaultPlan:
                 raise PlanError(f"{where} has unknown field(s) {', '.join(sorted(unknown))}")
             if "kind" not in f:
                 raise PlanError(f"{where}.kind is missing")
-            if f["kind"] not in FAULT_KINDS:
-                raise PlanError(f"{where}.kind={f['kind']!r} must be one of {', '.join(FAULT_KINDS)}")
+            if f["kind"] not in fault_kinds():
+                raise PlanError(f"{where}.kind={f['kind']!r} must be one of {', '.join(fault_kinds())}")
             if (f["kind"] == "net") != (f.get("net") is not None):
                 raise PlanError(f"{where}.net is required with kind 'net'" if f["kind"] == "net"
                                 else f"{where}.net is only for kind 'net', not {f['kind']!r}")
@@ -310,23 +364,78 @@ class FaultPlan:
         return "+".join(f.label() for f in self.faults) or "golden"
 
 
+RESUME_POLICIES = ("default", "concurrent", "recurring", "discovery", "input-once", "redelivery")
+"""Resume policies (:mod:`.policies`): ``default`` is the subject's (by id, one resumer
+at a time, input as the adapter declares)."""
+MAX_CONCURRENT = 16
+"""The most resumers a concurrent policy starts at once."""
+_RESUME_RE = re.compile(r"(?P<policy>[a-z-]+)(?:=(?P<workers>[0-9]+))?")
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A case's resume policy: ``policy`` one of :data:`RESUME_POLICIES`; ``workers``
+    the resumers a ``concurrent`` policy starts at once (2 to :data:`MAX_CONCURRENT`).
+    Raises :class:`PlanError` naming the bad field."""
+
+    policy: str = "default"
+    workers: int = 2
+
+    def __post_init__(self) -> None:
+        if self.policy not in RESUME_POLICIES:
+            raise PlanError(f"resume={self.policy!r} must be one of {', '.join(RESUME_POLICIES)}")
+        if not isinstance(self.workers, int) or isinstance(self.workers, bool) or not 2 <= self.workers <= MAX_CONCURRENT:
+            raise PlanError(f"resume workers={self.workers!r} must be an integer from 2 to {MAX_CONCURRENT}")
+        if self.policy != "concurrent" and self.workers != 2:
+            raise PlanError(f"resume={self.policy}={self.workers}: only 'concurrent' takes a number of workers")
+
+    def label(self) -> str:
+        """The id component: ``""`` for the default, ``concurrent=3`` (``concurrent`` for
+        2), else the policy's name."""
+        if self.policy == "default":
+            return ""
+        if self.policy == "concurrent" and self.workers != 2:
+            return f"concurrent={self.workers}"
+        return self.policy
+
+    @classmethod
+    def parse(cls, text: str) -> Resume:
+        """``POLICY`` or ``concurrent=N`` (an id component, a CLI value); raises
+        :class:`PlanError`."""
+        m = _RESUME_RE.fullmatch(text.strip())
+        if m is None:
+            raise PlanError(f"resume={text!r} must be one of {', '.join(RESUME_POLICIES)} (or concurrent=N)")
+        workers = m["workers"]
+        if workers is not None and m["policy"] != "concurrent":
+            raise PlanError(f"resume={text!r}: only 'concurrent' takes a number of workers")
+        return cls(m["policy"], int(workers) if workers is not None else 2)
+
+
 @dataclass(frozen=True)
 class Case:
-    """One workload conversation under one fault plan, on one subject."""
+    """One workload conversation under one fault plan and resume policy, on one subject;
+    ``upgrade``: the labels ``A>B`` of a build pair it crashes and resumes under (None:
+    one build)."""
 
     workload: str
     conversation: str
     plan: FaultPlan
+    resume: Resume = field(default_factory=Resume)
+    upgrade: str | None = None
 
     def __post_init__(self) -> None:
         for field_name in ("workload", "conversation"):
             value = getattr(self, field_name)
             if not _is_id(value):
                 raise PlanError(f"case.{field_name}={value!r} must be a non-empty name without []#/+ or whitespace")
+        if self.upgrade is not None and not _UPGRADE_RE.fullmatch(self.upgrade):
+            raise PlanError(f"case.upgrade={self.upgrade!r} must be two build labels, A>B")
 
     @property
     def id(self) -> str:
-        return f"{self.workload}/{self.conversation}/{self.plan.label()}"
+        policy = self.resume.label()
+        tail = f"/upgrade:{self.upgrade}" if self.upgrade else ""
+        return f"{self.workload}/{self.conversation}/{self.plan.label()}" + (f"/{policy}" if policy else "") + tail
 
     @classmethod
     def parse(cls, case_id: str) -> Case:
@@ -335,8 +444,21 @@ class Case:
         if len(parts) != 3 or not all(parts):
             raise PlanError(f"case id {case_id!r} must look like WORKLOAD/CONVERSATION/KIND@NAME[TASK]#N")
         workload, conversation, faults = parts
+        faults, sep, builds = faults.partition("/upgrade:")
+        upgrade = builds if sep else None
+        if sep and not _UPGRADE_RE.fullmatch(builds):
+            raise PlanError(f"case id {case_id!r}: its builds {builds!r} must look like upgrade:A>B")
+        resume = Resume()
+        if "/" in faults:
+            faults, _, policy = faults.partition("/")
+            try:
+                resume = Resume.parse(policy)
+            except PlanError as exc:
+                raise PlanError(f"{exc} (in case id {case_id!r})") from None
+            if resume.policy == "default":
+                raise PlanError(f"case id {case_id!r}: the default resume policy is written as no component")
         if faults == "golden":
-            return cls(workload, conversation, FaultPlan())
+            return cls(workload, conversation, FaultPlan(), resume, upgrade)
         out = []
         for text in faults.split("+"):
             if text.startswith("net:"):
@@ -346,12 +468,13 @@ class Case:
             if m is None:
                 raise PlanError(f"fault {text!r} in case id {case_id!r} must look like KIND@NAME[TASK]#N")
             kind, name, task, occ = m.group("kind", "name", "task", "occ")
-            if kind not in FAULT_KINDS:
-                raise PlanError(f"fault kind {kind!r} in case id {case_id!r} must be one of {', '.join(FAULT_KINDS)}")
+            if kind not in fault_kinds():
+                raise PlanError(f"fault kind {kind!r} in case id {case_id!r} must be one of {', '.join(fault_kinds())}")
             out.append(Fault(kind, CrashPoint(source_of(name), name, task, int(occ))))
-        return cls(workload, conversation, FaultPlan(tuple(out)))
+        return cls(workload, conversation, FaultPlan(tuple(out)), resume, upgrade)
 
 
+_UPGRADE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*>[A-Za-z0-9][A-Za-z0-9_.-]*")
 _FAULT_RE = re.compile(r"(?P<kind>[a-z-]+)@(?P<name>[^\[\]#/+\s]+)\[(?P<task>[^\[\]#/+\s]+)\]#(?P<occ>[1-9][0-9]*)")
 
 _POINT = r"(?P<{p}name>[^\[\]#/+\s]+)\[(?P<{p}task>[^\[\]#/+\s]+)\]#(?P<{p}occ>[1-9][0-9]*)"

@@ -2,7 +2,9 @@
 
 :class:`WorkerPool` starts the zygote (:mod:`.zygote`) as a child in its own session,
 sends it fork requests and turns its ``started``/``exit`` events into awaitables.
-A worker that outlives its deadline is SIGKILLed and reported as timed out.
+A worker that outlives its deadline is SIGKILLed and reported as timed out. A worker
+whose fault stops it (SIGSTOP: pause, db-restart) is handed to the controller while it
+sleeps, then woken (:meth:`WorkerPool.run`'s ``at_stop``).
 """
 
 from __future__ import annotations
@@ -13,11 +15,17 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import HarnessError
+from .history import has_fired
+from .services.process import proc_stat, sigkill_group
 from .worker import Job
+
+STOP_POLL_S = 0.005
+"""How often a worker armed with a stopping fault is checked for having stopped (s)."""
 
 
 @dataclass
@@ -47,10 +55,15 @@ class WorkerExit:
 class WorkerPool:
     """Forks workers through a preloaded zygote. Use as ``async with``."""
 
-    def __init__(self, subject: str, workload: str, *, register_pgid: Any = None, preload: tuple[str, ...] = ()) -> None:
+    def __init__(self, subject: str, workload: str, *, register_pgid: Any = None, preload: tuple[str, ...] = (),
+                 python: str | None = None, pythonpath: tuple[str, ...] = ()) -> None:
         self.subject = subject
         self.workload = workload
         self.preload = preload  # further subjects the zygote imports (one session, several subjects)
+        #: the zygote's interpreter (a build's virtual environment: builds.py) and the
+        #: directories put first on its PYTHONPATH (a build's source tree); default: ours
+        self.python = python or sys.executable
+        self.pythonpath = pythonpath
         self.register_pgid = register_pgid
         self.proc: asyncio.subprocess.Process | None = None
         self._token = 0
@@ -63,8 +76,12 @@ class WorkerPool:
 
     async def __aenter__(self) -> WorkerPool:
         env = dict(os.environ, PYTHONHASHSEED="0")
+        if self.python != sys.executable:  # another environment: it is what it holds, not our PYTHONPATH
+            env.pop("PYTHONPATH", None)
+        if self.pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join([*self.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-P", "-m", "crashmatrix.harness.zygote", self.subject, self.workload, *self.preload,
+            self.python, "-P", "-m", "crashmatrix.harness.zygote", self.subject, self.workload, *self.preload,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
             start_new_session=True, limit=1 << 24,
         )
@@ -75,7 +92,9 @@ class WorkerPool:
         line = await asyncio.wait_for(self.proc.stdout.readline(), 60)
         if not line:
             await self.proc.wait()
-            raise HarnessError(f"worker zygote exited with {self.proc.returncode} before it was ready (subject={self.subject!r}, workload={self.workload!r})")
+            where = "" if self.python == sys.executable else f", interpreter {self.python}"
+            raise HarnessError(f"worker zygote exited with {self.proc.returncode} before it was ready (subject={self.subject!r}, "
+                               f"workload={self.workload!r}{where}{', path ' + os.pathsep.join(self.pythonpath) if self.pythonpath else ''})")
         self.zygote_pid = json.loads(line)["pid"]
         self._reader = asyncio.create_task(self._read())
         return self
@@ -133,10 +152,15 @@ class WorkerPool:
         pid = await self._started[token]
         return pid, exited
 
-    async def run(self, job: Job, log_path: str, *, timeout: float, term_grace: float | None = None) -> WorkerExit:
+    async def run(self, job: Job, log_path: str, *, timeout: float, term_grace: float | None = None,
+                  at_stop: Callable[[int], Awaitable[None]] | None = None) -> WorkerExit:
         """Run ``job`` to its end. ``timeout``: seconds before the worker is SIGKILLed.
         ``term_grace``: after the worker reported firing a ``term`` fault, seconds it may
-        take to drain before it is SIGKILLed (DESIGN.md: ``term``)."""
+        take to drain before it is SIGKILLed (docs/design.md: ``term``). ``at_stop(pid)``:
+        for a fault that stops the worker (SIGSTOP), awaited once the worker reported
+        firing and is stopped; then the worker gets SIGCONT and ``timeout`` seconds
+        afresh. If ``at_stop`` raises, the worker is SIGKILLed and reaped and the error
+        propagates. ``seconds`` counts from the fork, the stop included."""
         t0 = time.monotonic()
         pid, exited = await self.spawn(job, log_path)
         deadline = t0 + timeout
@@ -144,33 +168,41 @@ class WorkerPool:
         fired_at: float | None = None
         while not exited.done():
             now = time.monotonic()
-            if term_grace is not None and fired_at is None and _has_fired(job.result_path):
+            if at_stop is not None and has_fired(job.result_path) and _stopped(pid):
+                try:
+                    await at_stop(pid)
+                except BaseException:
+                    sigkill_group(pid)
+                    await exited
+                    raise
+                at_stop = None
+                _signal(pid, signal.SIGCONT)
+                deadline = time.monotonic() + timeout
+                continue
+            if term_grace is not None and fired_at is None and has_fired(job.result_path):
                 fired_at = now
             limit = deadline if fired_at is None else min(deadline, fired_at + term_grace)
             if now >= limit:
                 timed_out = True
-                _kill(pid)
+                sigkill_group(pid)
                 break
-            wait = min(limit - now, 0.05 if term_grace is not None else limit - now)
+            poll = STOP_POLL_S if at_stop is not None else 0.05 if term_grace is not None else limit - now
             try:
-                await asyncio.wait_for(asyncio.shield(exited), wait)
+                await asyncio.wait_for(asyncio.shield(exited), min(limit - now, poll))
             except asyncio.TimeoutError:
                 pass
         event = await exited
         return WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out, event.get("cpu_ms"))
 
 
-def _has_fired(path: str) -> bool:
+def _stopped(pid: int) -> bool:
+    """True when ``pid`` is stopped (SIGSTOP): state ``T`` (or ``t``) in /proc/PID/stat."""
+    stat = proc_stat(pid)
+    return stat is not None and stat[0] in (b"T", b"t")
+
+
+def _signal(pid: int, signum: int) -> None:
     try:
-        with open(path, "rb") as f:
-            return b'"fired"' in f.read()
-    except FileNotFoundError:
-        return False
-
-
-def _kill(pid: int) -> None:
-    for fn in (os.killpg, os.kill):
-        try:
-            fn(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass

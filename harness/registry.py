@@ -17,6 +17,13 @@ from .errors import RegistryError
 SUBJECTS: dict[str, str] = {
     "reference": "crashmatrix.harness.adapters.reference:ReferenceAdapter",
     "reference-delta": "crashmatrix.harness.adapters.reference:ReferenceDeltaAdapter",
+    # runtimes nobody here wrote, each behind its extra (docs/findings.md); loading one
+    # without its extra raises RegistryError naming the extra to install
+    "pydantic-ai-sqlite": "crashmatrix.harness.adapters.pydantic_ai:PydanticAISqliteAdapter",
+    "pydantic-ai-postgres": "crashmatrix.harness.adapters.pydantic_ai:PydanticAIPostgresAdapter",
+    "openai-agents-sqlite": "crashmatrix.harness.adapters.openai_agents:OpenAIAgentsSqliteAdapter",
+    "openai-agents-postgres": "crashmatrix.harness.adapters.openai_agents:OpenAIAgentsPostgresAdapter",
+    "llamaindex": "crashmatrix.harness.adapters.llamaindex:LlamaIndexAdapter",
 }
 WORKLOADS: dict[str, str] = {
     "checkout": "crashmatrix.scenarios.checkout:WORKLOAD",
@@ -25,6 +32,8 @@ WORKLOADS: dict[str, str] = {
     "long_run": "crashmatrix.scenarios.long_run:WORKLOAD",
     "human_pause": "crashmatrix.scenarios.human_pause:WORKLOAD",
     "report": "crashmatrix.scenarios.report:WORKLOAD",
+    "support_desk": "crashmatrix.scenarios.support_desk:WORKLOAD",
+    "upgrade_shop": "crashmatrix.scenarios.upgrades.shop:WORKLOAD",
 }
 
 
@@ -50,8 +59,9 @@ def load(target: str) -> Any:
 
 def _all_subjects() -> dict[str, str]:
     from crashmatrix.scenarios.defects import MUTANTS
+    from crashmatrix.scenarios.upgrades import BUILDS  # later builds, for build pairs
 
-    return {**SUBJECTS, **{f"defect:{k}": v for k, v in MUTANTS.items()}}
+    return {**SUBJECTS, **BUILDS, **{f"defect:{k}": v for k, v in MUTANTS.items()}}
 
 
 def subject_names() -> list[str]:

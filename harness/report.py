@@ -1,8 +1,12 @@
-"""Reports of a matrix run: the summary table (rich), failure details, the JSON file.
+"""Reports of a matrix run: the summary table (rich), failure details, the JSON file,
+and the pytest plugin's report built from its case records.
 
 The JSON report (``--report PATH``) holds every case: id, plan, outcome, the first
-failed check and its diff, every verdict, how each worker ended, timings and the
-replay command. Its schema is ``MatrixReport.to_dict``.
+failed check and its diff, every verdict, how each worker ended, timings, the replay
+command, and for a failing case each replay's outcome (``outcomes``, ``replays``; a
+case whose replay disagrees is ``flaky``). Its schema is ``MatrixReport.to_dict``; the
+plugin's is :func:`plugin_report`. A run stopped early (Ctrl-C, SIGTERM) writes the
+cases that finished with ``"complete": false`` and the ``reason``.
 """
 
 from __future__ import annotations
@@ -17,13 +21,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from .explorer import CaseResult
-from .matrix import MatrixReport
+from .matrix import OUTCOMES, MatrixReport
+
+_COLUMN = {"pass": 0, "fail": 1, "flaky": 2, "harness-error": 3}
 
 
 def summary_table(report: MatrixReport) -> Table:
     """Cases by crash point (rows) and fault kind (columns): ``passed/total``, with
-    failed and harness-error counts."""
-    cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # pass, fail, herr, total
+    failed, flaky (only when some case is) and harness-error counts. Crash-point names
+    are shown whole (folded over lines when the terminal is narrow): await points of one
+    function differ only in their last characters (``module:Class.method@2``)."""
+    cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])  # pass, fail, flaky, herr, total
     names: list[str] = []
     for r in report.results:
         fault = r.case.plan.faults[0]
@@ -31,44 +39,75 @@ def summary_table(report: MatrixReport) -> Table:
         if name not in names:
             names.append(name)
         cell = cells[(name, fault.kind)]
-        cell[3] += 1
-        cell[{"pass": 0, "fail": 1, "harness-error": 2}[r.outcome]] += 1
-    table = Table(title=escape(f"{report.workload} on {report.subject}: cases by crash point and fault kind (passed/total)"))
-    table.add_column("crash point")
+        cell[4] += 1
+        if r.outcome in _COLUMN:  # not-run: in the total only
+            cell[_COLUMN[r.outcome]] += 1
+    flaky_column = any(r.outcome == "flaky" for r in report.results)
+    title = f"{report.workload} on {report.subject}: cases by crash point and fault kind (passed/total)"
+    if not report.complete:
+        title += f"; INCOMPLETE ({report.reason})"
+    table = Table(title=escape(title))
+    table.add_column("crash point", overflow="fold", min_width=22)
     for kind in report.kinds:
-        table.add_column(kind, justify="right")
-    table.add_column("failed", justify="right")
-    table.add_column("harness errors", justify="right")
-    totals = [0, 0, 0, 0]
+        table.add_column(kind, justify="right", no_wrap=True)
+    table.add_column("failed", justify="right", no_wrap=True)
+    if flaky_column:
+        table.add_column("flaky", justify="right", no_wrap=True)
+    table.add_column("harness errors", justify="right", no_wrap=True)
+    totals = [0, 0, 0, 0, 0]
     for name in names:
         row = [escape(name)]
-        failed = herr = 0
+        failed = flaky = herr = 0
         for kind in report.kinds:
-            p, f, h, t = cells.get((name, kind), [0, 0, 0, 0])
+            p, f, fl, h, t = cells.get((name, kind), [0, 0, 0, 0, 0])
             row.append(f"{p}/{t}" if t else "-")
-            failed += f
-            herr += h
-            for i, v in enumerate((p, f, h, t)):
+            failed, flaky, herr = failed + f, flaky + fl, herr + h
+            for i, v in enumerate((p, f, fl, h, t)):
                 totals[i] += v
-        row += [f"[red]{failed}[/red]" if failed else "0", f"[yellow]{herr}[/yellow]" if herr else "0"]
+        row.append(f"[red]{failed}[/red]" if failed else "0")
+        if flaky_column:
+            row.append(f"[magenta]{flaky}[/magenta]" if flaky else "0")
+        row.append(f"[yellow]{herr}[/yellow]" if herr else "0")
         table.add_row(*row)
     table.add_section()
     per_kind = []
     for kind in report.kinds:
         passed = sum(c[0] for (_, k), c in cells.items() if k == kind)
-        total = sum(c[3] for (_, k), c in cells.items() if k == kind)
+        total = sum(c[4] for (_, k), c in cells.items() if k == kind)
         per_kind.append(f"{passed}/{total}" if total else "-")
-    table.add_row("total", *per_kind, str(totals[1]), str(totals[2]))
+    table.add_row("total", *per_kind, str(totals[1]), *([str(totals[2])] if flaky_column else []), str(totals[3]))
     return table
+
+
+def outcomes_line(outcomes: list[str]) -> str:
+    """How the runs of one case ended, in words: ``failed on the first run, passed on
+    replay 1`` (``outcomes``: the first run's, then each replay's)."""
+    words = {"pass": "passed", "fail": "failed", "harness-error": "hit a harness error"}
+    parts = [f"{words.get(o, o)} on {'the first run' if i == 0 else f'replay {i}'}" for i, o in enumerate(outcomes)]
+    return ", ".join(parts)
+
+
+def _how_replayed(r: CaseResult) -> str:
+    if r.outcome == "flaky":
+        return (f"  flaky: {outcomes_line(['fail', *(x.outcome for x in r.replays)])}: the verdict differs "
+                "between runs of the same case (a race in the subject)")
+    if r.replays:
+        return f"  reproduced: failed on the first run and on {len(r.replays)} replay(s)"
+    return ""
 
 
 def print_failures(console: Console, results: list[CaseResult], limit: int = 20) -> None:
     """Each failing case: the check that failed, details, a small diff, the replay line."""
     bad = [r for r in results if r.outcome != "pass"]
     for r in bad[:limit]:
-        console.print(f"[bold red]{r.outcome.upper()}[/bold red] {escape(r.case.id)}  [dim](subject {escape(r.subject)}, run {r.run_id})[/dim]", soft_wrap=True)
+        color = "magenta" if r.outcome == "flaky" else "red"
+        console.print(f"[bold {color}]{r.outcome.upper()}[/bold {color}] {escape(r.case.id)}  [dim](subject {escape(r.subject)}, run {r.run_id})[/dim]", soft_wrap=True)
+        how = _how_replayed(r)
+        if how:
+            console.print(how, markup=False, soft_wrap=True)
         if r.error:
-            console.print(f"  harness error: {r.error}", markup=False, soft_wrap=True)
+            label = "harness error" if r.outcome == "harness-error" else "note"
+            console.print(f"  {label}: {r.error}", markup=False, soft_wrap=True)
         for v in r.failed:
             console.print(f"  {v.phase} check {v.check}: {v.word}: {v.details}", markup=False, soft_wrap=True)
             for line in v.diff[:12]:
@@ -79,31 +118,67 @@ def print_failures(console: Console, results: list[CaseResult], limit: int = 20)
 
 
 def print_summary(console: Console, report: MatrixReport) -> None:
-    """The summary table and one line of counts and throughput."""
-    console.print(summary_table(report))
+    """The summary table and one line of counts and throughput (and, for a run stopped
+    early, a line saying so)."""
+    if report.results:
+        console.print(summary_table(report))
+    for g in (r for r in report.golden_results if r.outcome != "pass"):
+        what = "did not complete" if [v.check for v in g.failed] == ["run.ends"] else "breaks an invariant"
+        console.print(f"[red]golden run of {escape(g.case.conversation)} {what}[/red]: "
+                      f"{escape(', '.join(v.check for v in g.failed))} (no case of it was run)")
     c = report.counts
     console.print(
         f"{len(report.results)} cases: [green]{c['pass']} passed[/green], "
-        f"[red]{c['fail']} failed[/red], [yellow]{c['harness-error']} harness errors[/yellow] "
+        f"[red]{c['fail']} failed[/red], [magenta]{c['flaky']} flaky[/magenta], "
+        f"[yellow]{c['harness-error']} harness errors[/yellow] "
+        + (f"{c['not-run']} not run " if c.get("not-run") else "") +
         f"in {report.seconds:.1f} s ({report.cases_per_second:.1f} cases/s, {report.jobs} jobs; "
         f"setup and golden runs {report.setup_seconds:.1f} s)",
         soft_wrap=True,
     )
+    if c["flaky"]:
+        console.print(f"[magenta]{c['flaky']} flaky case(s)[/magenta]: failed, then passed on a replay of the same "
+                      "case on the same session; a race in the subject (counted as failures, exit 1)", soft_wrap=True)
+    if not report.complete:
+        console.print(f"[bold yellow]incomplete[/bold yellow]: {escape(report.reason or 'stopped')}; "
+                      f"{len(report.results)} of {report.planned} case(s) ran", soft_wrap=True)
 
 
 def write_json(report: MatrixReport, path: Path) -> None:
     """Write ``report.to_dict()`` to ``path`` as JSON (parents created)."""
+    write_data(report.to_dict(), path)
+
+
+def write_data(data: dict[str, Any], path: Path) -> None:
+    """Write a JSON report (a dict) to ``path``: indented, keys sorted, parents created."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report.to_dict(), indent=1, sort_keys=True) + "\n")
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 # -- case records: the dict form shared by the pytest plugin, the JSON and HTML reports --
 
 
+def _replay_dict(r: CaseResult) -> dict[str, Any]:
+    first = r.failed[0] if r.failed else None
+    return {"outcome": r.outcome, "failed_check": first.check if first else None, "error": r.error,
+            "verdicts": [v.to_dict() for v in r.failed], "seconds": round(r.seconds, 4), "run_id": r.run_id}
+
+
+def case_dict(result: CaseResult) -> dict[str, Any]:
+    """A case as plain data: :meth:`CaseResult.to_dict` (the first run's verdicts) plus
+    ``outcomes`` (the first run's outcome, then each replay's: ``["fail", "pass"]`` for
+    a flaky case) and ``replays`` (each replay's outcome, first failed check, error,
+    failed verdicts, seconds and run id)."""
+    first = "fail" if result.outcome == "flaky" else result.outcome
+    return {**result.to_dict(), "outcomes": [first, *(r.outcome for r in result.replays)],
+            "replays": [_replay_dict(r) for r in result.replays]}
+
+
 def case_record(result: CaseResult, location: str | None = None) -> dict[str, Any]:
-    """A case as plain data: :meth:`CaseResult.to_dict` plus ``location`` (the source
-    location of the first fault's crash point, None when not known)."""
-    return {**result.to_dict(), "location": location}
+    """:func:`case_dict` plus ``location`` (the source location of the first fault's
+    crash point, None when not known): the pytest plugin's record of a case."""
+    return {**case_dict(result), "location": location}
 
 
 def _worker_line(w: dict[str, Any]) -> str:
@@ -118,14 +193,19 @@ def failure_text(record: dict[str, Any], diff_lines: int = 12) -> str:
     and the replay command. Then the crash point and its source location, each failed
     check with its details and up to ``diff_lines`` lines of diff, how each worker
     ended, the run id and the plan as JSON, and the replay command again."""
-    import json
-
     failed = [v for v in record.get("verdicts", []) if v.get("verdict") != "valid"]
     if record.get("outcome") == "harness-error":
         what = f"harness error: {(record.get('error') or '').splitlines()[0] if record.get('error') else '?'}"
     else:
         what = "failed " + ", ".join(dict.fromkeys(v["check"] for v in failed)) if failed else "failed"
+        if record.get("outcome") == "flaky":
+            what = f"FLAKY: {what} on the first run; {outcomes_line(record.get('outcomes', []))}"
     lines = [f"{record['id']} {what} (subject {record['subject']}); replay: {record['replay']}"]
+    if record.get("outcome") == "flaky":
+        lines.append("  the verdict differs between runs of the same case on the same session: a race in the "
+                     "subject (a failure, not a deterministic one)")
+    elif record.get("replays"):
+        lines.append(f"  reproduced: failed on the first run and on {len(record['replays'])} replay(s)")
     faults = record.get("plan", {}).get("faults", [])
     for i, f in enumerate(faults):
         p = f["point"]
@@ -140,6 +220,10 @@ def failure_text(record: dict[str, Any], diff_lines: int = 12) -> str:
         lines += [f"    {line}" for line in v.get("diff", [])[:diff_lines]]
         if len(v.get("diff", [])) > diff_lines:
             lines.append(f"    ... {len(v['diff']) - diff_lines} more diff line(s) in the JSON report")
+    for i, rep in enumerate(record.get("replays", []), 1):
+        checks = ", ".join(dict.fromkeys(v["check"] for v in rep.get("verdicts", [])))
+        lines.append(f"  replay {i}: {rep['outcome']}" + (f" ({checks})" if checks else "")
+                     + (f"; {rep['error'].splitlines()[0]}" if rep.get("error") else "") + f", run {rep.get('run_id')}")
     if record.get("workers"):
         lines.append("  workers: " + "; ".join(_worker_line(w) for w in record["workers"]))
     lines.append(f"  run {record.get('run_id')}; plan: {json.dumps(record.get('plan'), sort_keys=True)}")
@@ -149,16 +233,62 @@ def failure_text(record: dict[str, Any], diff_lines: int = 12) -> str:
 
 def matrix_dict(
     workload: str, subject: str, kinds: list[str] | tuple[str, ...], sources: list[str] | tuple[str, ...],
-    cases: list[dict[str, Any]], golden: dict[str, dict[str, Any]],
+    cases: list[dict[str, Any]], golden: dict[str, dict[str, Any]], *, complete: bool = True,
+    reason: str | None = None, planned: int | None = None,
 ) -> dict[str, Any]:
     """A matrix as plain data from case records, in :meth:`MatrixReport.to_dict`'s
     shape (``summary.seconds`` is the sum of the cases' own seconds: cases run in
-    several processes have no common wall clock)."""
-    counts = {"pass": 0, "fail": 0, "harness-error": 0}
+    several processes have no common wall clock). ``summary`` counts every outcome of
+    :data:`.matrix.OUTCOMES`; ``complete`` False (with ``reason``, and ``planned``,
+    the cases meant to run) marks a run stopped before its end."""
+    counts = dict.fromkeys(OUTCOMES, 0)
     for c in cases:
         counts[c["outcome"]] = counts.get(c["outcome"], 0) + 1
-    return {
+    out = {
         "workload": workload, "subject": subject, "kinds": list(kinds), "sources": list(sources),
         "summary": {**counts, "cases": len(cases), "seconds": round(sum(c.get("seconds", 0) for c in cases), 3)},
-        "golden": golden, "cases": cases,
+        "golden": golden, "cases": cases, "complete": complete,
     }
+    if not complete:
+        out["reason"] = reason
+        out["planned"] = planned
+    return out
+
+
+def plugin_report(records: list[dict[str, Any]], seed: int, *, complete: bool = True,
+                  reason: str | None = None) -> dict[str, Any]:
+    """The pytest plugin's JSON report from its case records (:func:`case_record` plus
+    ``nodeid`` and ``matrix``: the record's test, workload, subject, kinds, sources,
+    conversations, shard and golden points): ``{"version": 1, "seed": int,
+    "complete": bool, "matrices": [matrix]}`` (``reason`` too when not complete: the
+    run was interrupted), each matrix shaped as :func:`matrix_dict` plus ``test`` (the
+    marked test's node id), ``conversations`` and ``shard``; each case as
+    :func:`case_record` plus ``nodeid``."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for rec in records:
+        m = rec["matrix"]
+        groups.setdefault((m["test"], m["workload"], m["subject"]), []).append(rec)
+    matrices = []
+    for (test, workload, subject), recs in groups.items():
+        m = recs[0]["matrix"]
+        cases = [{k: v for k, v in r.items() if k not in ("matrix", "pytest_outcome")} for r in recs]
+        points = {}
+        for r in recs:
+            points.update(r["matrix"].get("golden_points", {}))
+        d = matrix_dict(workload, subject, m["kinds"], m["sources"], cases,
+                        {c: {"points": n} for c, n in sorted(points.items())})
+        d.update(test=test, conversations=m["conversations"], shard=m["shard"])
+        matrices.append(d)
+    out: dict[str, Any] = {"version": 1, "seed": seed, "complete": complete, "matrices": matrices}
+    if not complete:
+        out["reason"] = reason
+    return out
+
+
+def counts_line(records: list[dict[str, Any]]) -> str:
+    """``N cases: a passed, b failed, c flaky, d harness errors`` of case records."""
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for r in records:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    return (f"{len(records)} cases: {counts['pass']} passed, {counts['fail']} failed, {counts['flaky']} flaky, "
+            f"{counts['harness-error']} harness errors")

@@ -44,12 +44,11 @@ from typing import Any
 
 from . import registry
 from .errors import CrashmatrixError, HarnessError, InvalidArgument, PlanError, RegistryError
-from .explorer import (
-    DEFAULT_KINDS, DEFAULT_SOURCES, CaseResult, Explorer, GoldenRun, Options, enumerate_cases, first_departures, per_task,
-    validate_case,
-)
+from .enumeration import enumerate_cases, validate_case
+from .explorer import CaseResult, Explorer, Options
+from .golden import GoldenRun, first_departures, per_task
 from .matrix import run_cases
-from .plan import FAULT_KINDS, POINT_SOURCES, Case
+from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, FAULT_KINDS, POINT_SOURCES, RESUME_POLICIES, Case, Resume
 from .session import open_session
 
 MUTANT_PREFIX = "defect:"
@@ -62,7 +61,8 @@ class MutantSpec:
     ``subject``: its registry name (``defect:NAME``); ``caught_by``: the checks any one
     of which catches it; ``fault_kinds`` / ``point_sources``: what reaches it, most
     telling first; ``conversations``: the smallest set that reaches it; ``baseline``:
-    the clean subject it is a variant of."""
+    the clean subject it is a variant of; ``resume_policies``: the resume policies its
+    cases run under (:mod:`.policies`)."""
 
     subject: str
     defect: str
@@ -73,10 +73,25 @@ class MutantSpec:
     conversations: tuple[str, ...]
     workload: str
     baseline: str
+    resume_policies: tuple[str, ...] = ("default",)
+    #: a mutant of a deploy (a defective new build): the build spec its runs crash
+    #: under, and the source tree of its own build (:mod:`.builds`); None otherwise
+    crash_with: str | None = None
+    build_path: str | None = None
 
     @property
     def name(self) -> str:
         return self.subject.removeprefix(MUTANT_PREFIX)
+
+    @property
+    def session_subject(self) -> str:
+        """What its session runs: the subject, or for a mutant of a deploy the pair
+        ``crash_with`` >> the mutant (from ``build_path`` when it has one)."""
+        if self.crash_with is None:
+            return self.subject
+        from .builds import pair
+
+        return pair(self.crash_with, f"{self.subject}@{self.build_path}" if self.build_path else self.subject)
 
 
 def mutant_spec(name: str) -> MutantSpec:
@@ -115,12 +130,22 @@ def mutant_spec(name: str) -> MutantSpec:
         except CrashmatrixError as exc:
             problems.append(str(exc))
     baseline = text("baseline", "reference")
-    if baseline and baseline not in registry.subject_names():
-        problems.append(f"baseline={baseline!r} is not a registered subject")
+    if baseline:
+        from .builds import check_subject
+
+        try:
+            check_subject(baseline)  # a registered subject, or a clean build pair
+        except CrashmatrixError as exc:
+            problems.append(f"baseline={baseline!r} is not a registered subject or build pair ({exc})")
+    crash_with = getattr(adapter, "crash_with", None)
+    build_path = getattr(adapter, "build_path", None)
+    for attr, value in (("crash_with", crash_with), ("build_path", build_path)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            problems.append(f"{attr} must be None or a non-empty string (got {value!r})")
     spec = MutantSpec(
         subject, text("defect"), text("source"), names("caught_by", None), names("fault_kinds", FAULT_KINDS),
         names("point_sources", POINT_SOURCES, DEFAULT_SOURCES), names("conversations", conversations, ("conv1",)),
-        workload, baseline,
+        workload, baseline, names("resume_policies", RESUME_POLICIES, ("default",)), crash_with, build_path,
     )
     if problems:
         raise InvalidArgument(f"mutant {subject} ({type(adapter).__name__}): " + "; ".join(problems))
@@ -168,7 +193,7 @@ def fast_order(cases: list[Case], spec: MutantSpec, goldens: dict[str, GoldenRun
     3. points where the mutant's golden trace departs from its baseline's (per logical
        task, from the first difference on: a mutant that writes something the clean
        runtime does not, labelled like the runtime labels its writes, shows there);
-    4. points of logical tasks that made an effect in the golden run (DESIGN.md: the
+    4. points of logical tasks that made an effect in the golden run (docs/design.md: the
        expensive bugs live around effects);
     5. within each group, spread over the run (:func:`_spread`), since a defect tends
        to show in one region of the run.
@@ -314,7 +339,13 @@ def _union(*groups: Sequence[str]) -> tuple[str, ...]:
 
 
 async def _goldens(explorer: Explorer, conversations: Sequence[str]) -> dict[str, GoldenRun]:
-    return {c: await explorer.golden(c) for c in conversations}
+    """The golden runs; raises :class:`HarnessError` for one the subject did not complete
+    (``run.ends``): a subject the selftest cannot judge (``SubjectOutcome.error``)."""
+    goldens = {c: await explorer.golden(c) for c in conversations}
+    for g in goldens.values():
+        if g.incomplete:
+            raise HarnessError(g.incomplete)
+    return goldens
 
 
 async def run_selftest(
@@ -338,10 +369,15 @@ async def run_selftest(
     t0 = time.monotonic()
     by_workload: dict[str, list[MutantSpec]] = {}
     for spec in specs:
-        by_workload.setdefault(spec.workload, []).append(spec)
+        if spec.crash_with is None:
+            by_workload.setdefault(spec.workload, []).append(spec)
     for workload, group in by_workload.items():
         await _run_workload(workload, group, report, fast=fast, jobs=jobs, dsn=dsn, options=options,
                             on_outcome=on_outcome, on_case=on_case)
+    deploys = [s for s in specs if s.crash_with is not None]
+    if deploys:
+        await _run_deploys(deploys, report, fast=fast, jobs=jobs, dsn=dsn, options=options, on_outcome=on_outcome,
+                           on_case=on_case)
     report.mutants.sort(key=lambda m: specs.index(m.spec))  # type: ignore[arg-type]
     report.seconds = time.monotonic() - t0
     return report
@@ -384,28 +420,98 @@ async def _run_workload(
                     mine = [s for s in specs if s.baseline == b]
                     if fast:
                         cases = []
+                        seen: dict[str, str] = {}  # a catch as the baseline runs it -> its first catch's id
                         for case in {m.first_catch.case.id: m.first_catch.case for m in report.mutants
                                      if m.spec in mine and m.first_catch is not None}.values():
+                            mine_case = dataclasses.replace(case, upgrade=getattr(clean[b].upgrade, "label", None))
+                            if mine_case.id in seen:  # catches of two pairs at one point: one case here
+                                outcome.skipped[case.id] = f"the same case on this baseline as {seen[mine_case.id]}"
+                                continue
+                            seen[mine_case.id] = case.id
                             try:
                                 validate_case(case, clean_goldens[b])
                                 cases.append(case)
                             except PlanError as exc:
                                 outcome.skipped[case.id] = str(exc)
                     else:
-                        cases = enumerate_cases(workload, clean_goldens[b],
-                                                _union(DEFAULT_KINDS, *[s.fault_kinds for s in mine]),
-                                                _union(DEFAULT_SOURCES, *[s.point_sources for s in mine]))
-                    outcome.results = await run_cases(
-                        clean[b], cases, clean_goldens[b], jobs, (lambda r, b=b: on_case(b, r)) if on_case else None)
+                        cases = [c for policy in _union(*[s.resume_policies for s in mine])
+                                 for c in enumerate_cases(workload, clean_goldens[b],
+                                                          _union(DEFAULT_KINDS, *[s.fault_kinds for s in mine]),
+                                                          _union(DEFAULT_SOURCES, *[s.point_sources for s in mine]),
+                                                          Resume(policy))]
+                    report_case = (lambda r, b=b: on_case(b, r)) if on_case else None
+                    if fast:  # each catch run whole on the clean runtime: a handful, never pruned
+                        from .pruning import OFF, run_pruned
+
+                        outcome.results, _ = await run_pruned(clean[b], cases, clean_goldens[b], jobs, report_case,
+                                                              options=OFF)
+                    else:
+                        outcome.results = await run_cases(clean[b], cases, clean_goldens[b], jobs, report_case)
                 outcome.seconds = time.monotonic() - t0
                 report.baselines.append(outcome)
                 if on_outcome:
                     on_outcome(outcome)
 
 
+async def _run_deploys(
+    specs: list[MutantSpec], report: SelftestReport, *, fast: bool, jobs: int, dsn: str | None,
+    options: Options | None, on_outcome: Callable[[SubjectOutcome], None] | None,
+    on_case: Callable[[str, CaseResult], None] | None,
+) -> None:
+    """The mutants of a deploy (``crash_with``): each in a session of its own pair (one
+    zygote per build: :mod:`.builds`), then each baseline pair on the cases that caught
+    its mutants (relabelled with its own builds) or on its whole matrix."""
+    from .builds import label_cases
+
+    for spec in specs:
+        conversations = spec.conversations if fast else registry.workload(spec.workload).conversations
+        async with open_session(spec.session_subject, spec.workload, dsn=dsn, options=options) as explorer:
+            outcome = await _run_mutant(explorer, spec, None, fast=fast, jobs=jobs, conversations=conversations,
+                                        on_case=on_case, own_session=True)
+        report.mutants.append(outcome)
+        if on_outcome:
+            on_outcome(outcome)
+    for (baseline, workload) in dict.fromkeys((s.baseline, s.workload) for s in specs):
+        mine = [s for s in specs if s.baseline == baseline and s.workload == workload]
+        outcome, t0 = SubjectOutcome(baseline, None), time.monotonic()
+        convs = _union(*[s.conversations for s in mine]) if fast else registry.workload(workload).conversations
+        async with open_session(baseline, workload, dsn=dsn, options=options) as explorer:
+            try:
+                goldens = await _goldens(explorer, convs)
+            except HarnessError as exc:
+                outcome.error = str(exc)
+            else:
+                if fast:
+                    catches = [m.first_catch.case for m in report.mutants if m.spec in mine and m.first_catch]
+                    cases = []
+                    seen: dict[str, str] = {}  # a catch as this baseline runs it -> its first catch's id
+                    for catch, case in zip(catches, label_cases(catches, explorer.upgrade)):
+                        if case.id in seen:  # catches of two build pairs at one point: one case here
+                            if catch.id != seen[case.id]:
+                                outcome.skipped[catch.id] = f"the same case on this baseline as {seen[case.id]}"
+                            continue
+                        seen[case.id] = catch.id
+                        try:
+                            validate_case(case, goldens)
+                            cases.append(case)
+                        except PlanError as exc:
+                            outcome.skipped[case.id] = str(exc)
+                else:
+                    cases = label_cases(enumerate_cases(workload, goldens, _union(DEFAULT_KINDS, *[s.fault_kinds for s in mine]),
+                                                        _union(DEFAULT_SOURCES, *[s.point_sources for s in mine])),
+                                        explorer.upgrade)
+                outcome.results = await run_cases(explorer, cases, goldens, jobs,
+                                                  (lambda r: on_case(baseline, r)) if on_case else None)
+        outcome.seconds = time.monotonic() - t0
+        report.baselines.append(outcome)
+        if on_outcome:
+            on_outcome(outcome)
+
+
 async def _run_mutant(session: Explorer, spec: MutantSpec, baseline_goldens: dict[str, GoldenRun] | None, *,
                       fast: bool, jobs: int, conversations: Sequence[str],
-                      on_case: Callable[[str, CaseResult], None] | None = None) -> SubjectOutcome:
+                      on_case: Callable[[str, CaseResult], None] | None = None,
+                      own_session: bool = False) -> SubjectOutcome:
     outcome = SubjectOutcome(spec.subject, spec)
     t0 = time.monotonic()
 
@@ -418,15 +524,19 @@ async def _run_mutant(session: Explorer, spec: MutantSpec, baseline_goldens: dic
         if on_case:
             on_case(spec.subject, result)
 
-    async with session.for_subject(spec.subject) as explorer:
+    from .builds import label_cases
+
+    async with (contextlib.nullcontext(session) if own_session else session.for_subject(spec.subject)) as explorer:
         try:
             goldens = await _goldens(explorer, conversations)
         except HarnessError as exc:
             outcome.error = str(exc)
             outcome.seconds = time.monotonic() - t0
             return outcome
-        cases = enumerate_cases(spec.workload, goldens, _union(spec.fault_kinds, DEFAULT_KINDS),
-                                _union(spec.point_sources, DEFAULT_SOURCES))
+        cases = label_cases([c for policy in spec.resume_policies
+                             for c in enumerate_cases(spec.workload, goldens, _union(spec.fault_kinds, DEFAULT_KINDS),
+                                                      _union(spec.point_sources, DEFAULT_SOURCES), Resume(policy))],
+                            explorer.upgrade)
         if fast:
             cases = fast_order(cases, spec, goldens, baseline_goldens)
         outcome.results = await run_cases(explorer, cases, goldens, jobs, on_result, stop=catches if fast else None)

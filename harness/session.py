@@ -1,66 +1,82 @@
 """Bring-up and tear-down of everything a matrix needs, in one context manager.
 
 :func:`open_session` starts, in order: the watchdog (so a SIGKILLed controller still
-leaves nothing behind), PostgreSQL (the user's DSN, else embedded), the providers of the
-workload, the worker zygote, one HTTP session; then applies the subject's migrations.
+leaves nothing behind), PostgreSQL (the caller's, else its own: the user's DSN or embedded,
+:mod:`.services.matrixpg`), the providers of the
+workload (the built-in kinds it lists and the services it declares), the worker zygote,
+one HTTP session; then applies the subject's migrations.
 The fault proxy (network faults) starts only when the first ``net`` case needs it.
 Leaving the context stops them in reverse order and removes the working directory;
 whatever the controller cannot clean (it was SIGKILLed) the watchdog does.
+
+A ``subject`` that names a build pair (``A_SPEC>>B_SPEC``: :mod:`.builds`) gets one
+zygote per build (each from its build's interpreter and path) and an explorer whose
+adapter calls go to workers of the builds (:class:`.builds.BuildAdapter`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 import asyncpg
 
 from . import registry
 from .adapter import Environment
-from .errors import ServiceError
+from .errors import InvalidArgument, ServiceError
 from .explorer import Explorer, Options
 from .pool import WorkerPool
+from .services.matrixpg import MATRIX_PG_SETTINGS, MatrixPostgres, Workdir
+
+__all__ = ["MATRIX_PG_SETTINGS", "open_session"]
 
 
 @contextlib.asynccontextmanager
 async def open_session(
     subject: str = "reference", workload: str = "checkout", *, dsn: str | None = None,
-    options: Options | None = None, preload: tuple[str, ...] = (),
+    options: Options | None = None, preload: tuple[str, ...] = (), pg_settings: dict[str, str] | None = None,
+    postgres: MatrixPostgres | None = None,
 ) -> AsyncIterator[Explorer]:
     """Yield an :class:`Explorer` on live services. Raises :class:`ServiceError` (one
     line) when PostgreSQL or a provider cannot be started or reached, and
     :class:`~crashmatrix.harness.errors.RegistryError` for an unknown subject or
-    workload, before starting anything. ``preload``: further subjects the worker zygote
-    imports, for :meth:`Explorer.for_subject` (one session serving several subjects)."""
-    from crashmatrix.scenarios.providers.launcher import start_providers
+    workload and :class:`~crashmatrix.harness.errors.InvalidArgument` for a workload
+    whose declared services (``workload.services``, :mod:`.services.providers.declared`)
+    are malformed or not in its ``providers``, before starting anything. ``preload``: further subjects the worker zygote
+    imports, for :meth:`Explorer.for_subject` (one session serving several subjects).
+    ``pg_settings``: the embedded PostgreSQL's settings (default
+    :data:`MATRIX_PG_SETTINGS`; ``{"fsync": "on"}`` to measure with durable commits).
+    ``postgres``: a PostgreSQL the caller owns (:class:`.services.matrixpg.MatrixPostgres`,
+    started here if it is not yet, never stopped here), instead of one of the session's
+    own from ``dsn`` and ``pg_settings`` (then both must be None; else
+    :class:`~.errors.InvalidArgument`). A build pair's builds are checked by
+    :func:`.builds.check_subject`."""
+    from .builds import BuildAdapter, BuildPools, check_subject, parse_subject
+    from .services.providers.declared import workload_services
+    from .services.providers.launcher import start_providers
 
-    from .services.postgres import start_postgres
-    from .services.watchdog import Watchdog
-
-    for name in (subject, *preload):
+    if postgres is not None and (dsn is not None or pg_settings is not None):
+        raise InvalidArgument("open_session: give postgres, or dsn and pg_settings, not both")
+    check_subject(subject)
+    for name in preload:
         registry.subject(name)
+    upgrade = parse_subject(subject)
     wl = registry.workload(workload)
-    workdir = Path(tempfile.mkdtemp(prefix="crashmatrix-"))
+    services = workload_services(wl)  # a bad declaration is bad input, before anything starts
     async with contextlib.AsyncExitStack() as stack:
-        watchdog = Watchdog.start()
-        stack.callback(watchdog.close)
-        watchdog.watch_path(workdir)
-
-        def remove_workdir() -> None:
-            shutil.rmtree(workdir, ignore_errors=True)
-            watchdog.forget_path(workdir)
-
-        stack.callback(remove_workdir)
-        pg = await asyncio.to_thread(start_postgres, workdir / "pg", dsn=dsn, watchdog=watchdog)
-        stack.callback(pg.close)
+        home = Workdir("crashmatrix-")
+        stack.callback(home.close)
+        workdir, watchdog = home.path, home.watchdog
+        if postgres is None:
+            postgres = MatrixPostgres(home, dsn=dsn, settings=pg_settings)
+            stack.callback(postgres.close)
+        pg = await asyncio.to_thread(postgres.start)
         try:
             providers = await asyncio.to_thread(
-                start_providers, workdir / "providers", kinds=wl.providers, register_pgid=watchdog.watch_pgid)
+                start_providers, workdir / "providers", kinds=wl.providers, services=services.values(),
+                register_pgid=watchdog.watch_pgid)
         except RuntimeError as exc:
             raise ServiceError(str(exc).splitlines()[0]) from None
         def stop_providers() -> None:
@@ -69,25 +85,39 @@ async def open_session(
                 watchdog.forget_pgid(pid)
 
         stack.callback(stop_providers)
-        env = Environment(pg.dsn, dict(providers.urls), str(workdir))
-        pool = WorkerPool(subject, workload, register_pgid=watchdog.watch_pgid, preload=preload)
-        # registered first, so it runs after the pool has closed (exit stacks unwind LIFO)
-        stack.callback(lambda: pool.closed_cleanly and pool.pid is not None and watchdog.forget_pgid(pool.pid))
-        await stack.enter_async_context(pool)
+        env = Environment(pg.dsn, dict(providers.urls), str(workdir), workload=workload)
+
+        async def enter_pool(pool: WorkerPool) -> WorkerPool:
+            # registered first, so it runs after the pool has closed (exit stacks unwind LIFO)
+            stack.callback(lambda: pool.closed_cleanly and pool.pid is not None and watchdog.forget_pgid(pool.pid))
+            return await stack.enter_async_context(pool)
+
+        adapter = None
+        if upgrade is None:
+            pool: WorkerPool | BuildPools = await enter_pool(
+                WorkerPool(subject, workload, register_pgid=watchdog.watch_pgid, preload=preload))
+        else:  # one zygote per build, each from its own interpreter and path
+            pool = BuildPools(upgrade, {b.label: await enter_pool(WorkerPool(
+                b.subject, workload, register_pgid=watchdog.watch_pgid, python=b.python, pythonpath=b.path))
+                for b in (upgrade.crash, upgrade.resume)})
+            adapter = BuildAdapter(pool, workload, workdir / "builds")
         http = await stack.enter_async_context(aiohttp.ClientSession())
         cases_dir = workdir / "workers"
         cases_dir.mkdir()
-        explorer = Explorer(env, pool, subject, workload, cases_dir, http, options)
+        explorer = Explorer(env, pool, subject, workload, cases_dir, http, options, adapter=adapter)  # type: ignore[arg-type]
+        explorer.upgrade = upgrade
+        if adapter is not None:
+            await adapter.describe()
         from .netfaults import FaultProxyService
 
         # started by the first net case
         explorer.fault_proxy = FaultProxyService(workdir, watchdog, seed=explorer.options.proxy_seed)
         stack.callback(explorer.fault_proxy.close)
-        if pg.restartable:
-            explorer.start_restartable_pg = lambda: start_postgres(workdir / "pg-restart", watchdog=watchdog)
+        if postgres.restartable:
+            explorer.start_restartable_pg = postgres.start_restartable
         stack.push_async_callback(explorer.aclose)
-        explorer.db = await asyncpg.create_pool(
-            pg.dsn, min_size=1, max_size=4, server_settings={"application_name": "crashmatrix-controller"})
+        explorer.db = await asyncpg.create_pool(  # min_size 0: no floor to restore across a db-restart
+            pg.dsn, min_size=0, max_size=4, server_settings={"application_name": "crashmatrix-controller"})
         stack.push_async_callback(explorer.db.close)
         await explorer.adapter.prepare(env)
         stack.push_async_callback(explorer.adapter.aclose)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from . import registry
 
@@ -74,6 +75,8 @@ class SourceSet:
 
     files: dict[str, list[Path]] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
+    #: the source files of the subject's own modules (its adapter's classes, the workload)
+    seed_files: frozenset[Path] = frozenset()
     _labels: dict[str, list[str]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def code_hash(self) -> str:
@@ -96,14 +99,18 @@ class SourceSet:
 
     def label_locations(self) -> dict[str, list[str]]:
         """Label name -> ``path:line`` of every ``crashpoint("label")`` call with a
-        literal name in these files (paths relative to the current directory when
+        literal name, or one of :mod:`.crashpoint`'s label constants, in these files (paths relative to the current directory when
         below it). Built on the first call (parsing every file: ~13 ms for the reference
         runtime's 106) and kept: reports look a location up per case."""
         if self._labels is None:
             out: dict[str, list[str]] = {}
+            adapters_dir = Path(__file__).resolve().parent / "adapters"
             for paths in self.files.values():
                 for path in paths:
                     if path.suffix != ".py":
+                        continue
+                    # the other runtimes' adapters shipped in the harness are not this subject's
+                    if adapters_dir in path.resolve().parents and path.resolve() not in self.seed_files:
                         continue
                     for name, line in _crashpoint_calls(path):
                         out.setdefault(name, []).append(f"{_shown(path)}:{line}")
@@ -124,15 +131,28 @@ def _crashpoint_calls_cached(path: str, mtime_ns: int) -> tuple[tuple[str, int],
         tree = ast.parse(Path(path).read_text(encoding="utf-8"), path)
     except (OSError, SyntaxError, UnicodeDecodeError):
         return ()
+    from . import crashpoint as labels
+
+    # a label named by one of crashpoint's constants (``crashpoint(LOG_APPEND_BEFORE)``,
+    # ``crashpoint(crashpoint_module.LOG_APPEND_BEFORE)``) counts as its literal name
+    constants = {n: getattr(labels, n) for n in labels.__all__ if n.isupper() and isinstance(getattr(labels, n), str)}
     found = []
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str)):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        arg = node.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            label = arg.value
+        elif isinstance(arg, ast.Name | ast.Attribute):
+            label = constants.get(arg.id if isinstance(arg, ast.Name) else arg.attr)
+            if label is None:
+                continue
+        else:
             continue
         fn = node.func
         name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
         if name == "crashpoint":
-            found.append((node.args[0].value, node.lineno))
+            found.append((label, node.lineno))
     return tuple(sorted(found, key=lambda x: x[1]))
 
 
@@ -147,7 +167,13 @@ def _workload_module(workload: str) -> str:
 
 def subject_sources(subject: str, workload: str) -> SourceSet:
     """The :class:`SourceSet` of ``subject`` and ``workload`` (registered names or
-    ``package.module:Attr``). Raises :class:`~.errors.RegistryError` for unknown names."""
+    ``package.module:Attr``; a build pair's, :func:`build_pair_sources`). Raises
+    :class:`~.errors.RegistryError` for unknown names."""
+    from .builds import parse_subject
+
+    upgrade = parse_subject(subject)
+    if upgrade is not None:
+        return build_pair_sources(upgrade, workload)
     adapter = registry.subject(subject)
     registry.workload(workload)
     seeds = [c.__module__ for c in type(adapter).__mro__ if c.__module__ not in ("builtins", "abc")]
@@ -163,6 +189,12 @@ def subject_sources(subject: str, workload: str) -> SourceSet:
                 roots.add(_root_name(owner))
     installed = _installed_dirs()
     out = SourceSet()
+    seed_files = set()
+    for name in seeds:
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            seed_files.add(Path(path).resolve())
+    out.seed_files = frozenset(seed_files)
     for root in sorted(roots):
         if root.split(".")[0] in ("builtins", "__main__"):
             continue
@@ -209,3 +241,25 @@ def point_location(name: str, source: str, sources: SourceSet | None) -> str | N
     if source == "step":
         return "a node boundary reported by the adapter (on_step)"
     return None
+
+
+def build_pair_sources(upgrade: Any, workload: str) -> SourceSet:
+    """The sources of a build pair (:class:`.builds.Upgrade`): a build of the
+    controller's environment counts as a subject does; one from a source tree by its
+    files (``build:LABEL``), one from a virtual environment by the ``RECORD`` files of
+    what is installed there (each installed file's hash: the code exactly, read cheaply)."""
+    out = SourceSet()
+    for build in (upgrade.crash, upgrade.resume):
+        if build.python is None and not build.path:
+            own = subject_sources(build.subject, workload)
+            out.files.update(own.files)
+            out.versions.update(own.versions)
+        elif build.path:
+            out.files[f"build:{build.label}"] = sorted(p for p in Path(build.path[0]).rglob("*")
+                                                     if p.suffix in _SUFFIXES and "__pycache__" not in p.parts)
+        else:
+            env = Path(build.python).parent.parent
+            out.files[f"build:{build.label}"] = sorted(env.glob("lib/python*/site-packages/*.dist-info/RECORD"))
+    return out
+
+

@@ -1,4 +1,4 @@
-"""The ``trace.continues`` check (DESIGN.md, oracle: "the trace continues: each resumed
+"""The ``trace.continues`` check (docs/design.md, oracle: "the trace continues: each resumed
 invocation carries a span link to the one it continues").
 
 Evidence: :attr:`~.adapter.Observation.invocations`, the run's invocations as the

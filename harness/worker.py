@@ -5,32 +5,31 @@ or resume one run of one workload conversation on one subject. It records every 
 point it passes (the trace) and fires the plan's fault when the trace reaches the
 fault's point. Reports go to a per-job result file as JSON lines, written with
 ``os.write`` on an ``O_APPEND`` descriptor, so a report written just before a SIGKILL
-survives it (the page cache outlives the process):
+survives it (the page cache outlives the process). The lines are the events of
+:mod:`.history` (``fired``, written *before* the fault acts: "a fault that
+did not fire is a harness error, never a pass"; ``end`` when the adapter returned or
+raised; ``healed``, ``heal-error`` and ``fault-error`` for a lasting fault), read back
+by :meth:`.history.WorkerReport.from_file`. Trace entries are
+:class:`.history.TraceEntry`.
 
-- ``{"event": "fired", "fault": {...}, "trace": [...]}``: written *before* the fault
-  acts ("a fault that did not fire is a harness error, never a pass");
-- ``{"event": "end", "status": ..., "trace": [...], "error": ...}``: the adapter returned
-  or raised.
-
-Trace entries are ``[source, name, task, occurrence]`` lists.
-
-Fault actions (DESIGN.md, "Fault kinds, precisely"): ``kill`` sends SIGKILL to the
-worker itself; ``term`` sends SIGTERM and carries on (the subject must drain);
+What a fault does in the worker is its kind's (:meth:`.faults.FaultKind.act`; docs/design.md,
+"Fault kinds, precisely"): ``kill`` sends SIGKILL to the worker itself, under the
+recorder's lock; ``term`` sends SIGTERM and carries on (the subject must drain);
 ``cancel`` cancels the anyio ``CancelScope`` the worker runs the subject in, so
 ``CancelledError`` arrives at the next await and every later one until a shield;
-``pause`` sends SIGSTOP to the worker itself (the controller lets another worker take
-the run over, then sends SIGCONT: the worker carries on as a zombie); ``net`` adds the
-plan's toxic to the case's proxy for that link before the subject goes on, and removes
-it at its heal point or when the worker ends, writing ``{"event": "healed"}``
-(:mod:`.netfaults`).
+``cancel-edge`` calls ``task.cancel()`` on the task that runs the subject, once;
+``cancel-api`` stops the worker while the controller cancels the run through the
+runtime's own API;
+``pause`` and ``db-restart`` send SIGSTOP to the worker itself (the controller acts
+while it sleeps, then sends SIGCONT); ``net`` adds the plan's toxic to the case's proxy
+for that link before the subject goes on, and removes it at its heal point or when the
+worker ends (:attr:`Recorder.lasting`, :mod:`.netfaults`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import signal
 import threading
 import time
 import traceback
@@ -40,19 +39,26 @@ from typing import Any
 import anyio
 
 from . import crashpoint as crashpoint_module
-from . import registry
+from . import faults, registry
 from .adapter import Environment, RunContext
+from .faults import FaultKind, UnderLock
+from .history import Accepted, End, Fired, TraceEntry, WorkerEvent, encode
 from .plan import Fault, FaultPlan
-
-TraceEntry = tuple[str, str, str, int]
 
 
 @dataclass(frozen=True)
 class Job:
     """One worker's job; crosses the process boundary as JSON.
 
-    ``role``: ``"start"`` (create and run) or ``"resume"``; ``plan``: faults to arm
-    (empty for the golden run and resumes); ``result_path``: the JSON-lines report.
+    ``role``: ``"start"`` (create and run), ``"resume"`` or ``"recover"`` (no run id:
+    the runtime's own recovery, :meth:`.adapter.Adapter.recover`), or one of
+    :data:`.builds.SERVICE_ROLES` (an adapter call of the controller's, made in a worker
+    of a build); ``plan``: faults to arm (empty for the golden run and fault-free
+    resumes); ``result_path``: the JSON-lines report; ``record_io``: measure the worker's
+    I/O at every crash point (:mod:`.iostate`; golden runs only, the ground of
+    crash-state pruning); ``input_given``, ``scope``, ``clock_offset_s``: as
+    :class:`.adapter.RunContext`'s; ``build``: the label of the build whose zygote forks
+    it (:mod:`.builds`; empty: the session has one build).
     """
 
     role: str
@@ -65,13 +71,19 @@ class Job:
     plan: FaultPlan
     result_path: str
     await_points: bool = False
+    record_io: bool = False
+    input_given: bool = True
+    scope: str | None = None
+    clock_offset_s: float = 0.0
+    build: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "role": self.role, "subject": self.subject, "workload": self.workload,
             "conversation": self.conversation, "run_id": self.run_id, "worker_id": self.worker_id,
             "env": self.env.to_dict(), "plan": self.plan.to_dict(), "result_path": self.result_path,
-            "await_points": self.await_points,
+            "await_points": self.await_points, "record_io": self.record_io, "input_given": self.input_given,
+            "scope": self.scope, "clock_offset_s": self.clock_offset_s, "build": self.build,
         }
 
     @classmethod
@@ -79,14 +91,16 @@ class Job:
         return cls(
             d["role"], d["subject"], d["workload"], d["conversation"], d["run_id"], d["worker_id"],
             Environment.from_dict(d["env"]), FaultPlan.from_dict(d["plan"]), d["result_path"],
-            bool(d.get("await_points", False)),
+            bool(d.get("await_points", False)), bool(d.get("record_io", False)), bool(d.get("input_given", True)),
+            d.get("scope"), float(d.get("clock_offset_s", 0.0)), str(d.get("build", "")),
         )
 
 
 class Recorder:
     """Counts crash points per logical task, keeps the trace, fires armed faults."""
 
-    def __init__(self, plan: FaultPlan, result_fd: int, env: Environment | None = None) -> None:
+    def __init__(self, plan: FaultPlan, result_fd: int, env: Environment | None = None, *,
+                 record_io: bool = False) -> None:
         # subjects may reach points from several threads (LangGraph saves on background
         # threads): counting, recording and firing are one critical section, and a kill
         # holds the lock until the signal lands, so no other thread acts in between
@@ -97,25 +111,57 @@ class Recorder:
         self.result_fd = result_fd
         self.scope: anyio.CancelScope | None = None
         self.env = env
-        self.net: Any = None  # the live toxic of a fired net fault (netfaults.LinkToxic)
+        #: the live part of a fired fault that lasts until a heal point or the worker's
+        #: end (a net fault's toxic, :class:`.netfaults.LinkToxic`): ``due(name, task,
+        #: occurrence)`` and ``heal(emit, at)``
+        self.lasting: Any = None
         #: the event loop the scope lives on: a cancel fired on another thread (a
         #: subject's background thread) is handed to it, CancelScope is not thread-safe
         self.loop: asyncio.AbstractEventLoop | None = None
+        #: the worker's I/O at each point of the trace (``Job.record_io``), and why it
+        #: could not be measured
+        self.meter: Any = None
+        self.marks: list[list[int]] | None = None
+        self.io_note: str | None = None
+        if record_io:
+            from .iostate import IoMeter, Unavailable
+
+            try:
+                self.meter, self.marks = IoMeter(), []
+            except Unavailable as exc:
+                self.io_note = str(exc)
+        #: the asyncio task that runs the subject, and whether a ``cancel-edge`` fault
+        #: cancelled it (its one ``CancelledError`` ends the run: :mod:`.faults.cancel_edge`)
+        self.task: asyncio.Task[Any] | None = None
+        self.edge_cancelled = False
+
+    def _mark(self) -> None:
+        from .iostate import Unavailable
+
+        try:
+            self.marks.append(list(self.meter.mark()))  # type: ignore[union-attr]
+        except Unavailable as exc:
+            self.meter, self.marks, self.io_note = None, None, str(exc)
 
     def point(self, source: str, name: str, task: str) -> None:
         with self.lock:
             key = (name, task)
             n = self.counts.get(key, 0) + 1
             self.counts[key] = n
-            self.trace.append((source, name, task, n))
-            if self.net is not None and self.net.due(name, task, n):
-                self.net.heal(self.emit, [source, name, task, n])
+            entry = TraceEntry(source, name, task, n)
+            self.trace.append(entry)
+            if self.meter is not None:
+                self._mark()
+            if self.lasting is not None and self.lasting.due(name, task, n):
+                self.lasting.heal(self.emit, entry)
             if not (self.pending and self.pending[0].point.key == (name, task, n)):
                 return
             fault = self.pending.pop(0)
-            if fault.kind == "kill":
-                self.fire(fault)  # never returns
-        self.fire(fault)  # outside the lock: a cancel or term lets the subject go on
+            kind = faults.kind(fault.kind)
+            if isinstance(kind, UnderLock):
+                self.fire(fault, kind)  # under the lock: nothing runs before it lands
+                return
+        self.fire(fault, kind)  # outside the lock: a cancel or term lets the subject go on
 
     def label_hook(self, name: str, task: str) -> None:
         self.point("label", name, task)
@@ -126,62 +172,83 @@ class Recorder:
     def await_hook(self, name: str, task: str) -> None:
         self.point("await", name, task)
 
-    def emit(self, event: dict[str, Any]) -> None:
-        os.write(self.result_fd, (json.dumps(event) + "\n").encode())
+    def emit(self, event: WorkerEvent) -> None:
+        os.write(self.result_fd, encode(event))
 
-    def fire(self, fault: Fault) -> None:
-        self.emit({"event": "fired", "fault": fault.to_dict(), "trace": self.trace, "t": time.time()})
-        if fault.kind == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-            while True:  # pragma: no cover - SIGKILL is not delivered asynchronously late
-                time.sleep(1)
-        elif fault.kind == "term":
-            os.kill(os.getpid(), signal.SIGTERM)
-        elif fault.kind == "cancel":
-            assert self.scope is not None, "cancel fault fired outside the run's scope"
-            if self.loop is not None and not _on_loop_thread(self.loop):
-                self.loop.call_soon_threadsafe(self.scope.cancel)
-            else:
-                self.scope.cancel()
-        elif fault.kind in ("pause", "db-restart"):
-            # the controller takes it from here: another worker steals the run (pause),
-            # or PostgreSQL is crashed and restarted (db-restart); then SIGCONT
-            os.kill(os.getpid(), signal.SIGSTOP)
-        elif fault.kind == "net":
-            from .netfaults import LinkToxic
-
-            try:
-                self.net = LinkToxic.from_env(fault, self.env)
-                self.net.add()
-            except Exception as exc:  # the fault did not land: a harness error, never the subject's
-                self.emit({"event": "fault-error", "error": f"{type(exc).__name__}: {exc}"})
-                os._exit(70)
+    def fire(self, fault: Fault, kind: FaultKind) -> None:
+        """Report ``fired`` (with the trace so far), then let the fault's kind act."""
+        self.emit(Fired(fault.to_dict(), self.trace, time.time()))
+        kind.act(self, fault)
 
 
-def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:  # no loop running in this thread
-        return False
+class _WithheldInput:
+    """A workload whose ``run_input`` raises :class:`.adapter.InputWithheld` (the
+    worker was not handed the input); everything else is the workload's."""
+
+    def __init__(self, workload: Any, run_id: str) -> None:
+        self._workload, self._run_id = workload, run_id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._workload, name)
+
+    def run_input(self, conversation: str) -> dict[str, Any]:
+        from .adapter import InputWithheld
+
+        raise InputWithheld(f"run {self._run_id}: this worker was not handed the input (input-once)")
 
 
 def run_job(job: Job) -> int:
     """Run one job in this (forked) process; return the exit code (0: the adapter
     returned, even after a cancellation; 1: the adapter raised)."""
+    from .builds import SERVICE_ROLES
+
+    if job.role in SERVICE_ROLES:  # an adapter call of the controller's, in this build (builds.py)
+        from .builds import run_service_job
+
+        return run_service_job(job)
     fd = os.open(job.result_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    recorder = Recorder(job.plan, fd, job.env)
+    recorder = Recorder(job.plan, fd, job.env, record_io=job.record_io)
     crashpoint_module.arm(recorder.label_hook)
     adapter = registry.subject(job.subject)
     workload = registry.workload(job.workload)
-    ctx = RunContext(job.env, job.run_id, workload, job.conversation, job.worker_id, recorder.step_hook)
+    if not job.input_given:  # an adapter that asks the workload directly is refused too
+        workload = _WithheldInput(workload, job.run_id)
+    acked: list[bool] = []
+
+    def on_accepted() -> None:
+        if not acked:
+            acked.append(True)
+            recorder.emit(Accepted(time.time()))
+            # a crash point right after the caller was told "accepted": a run acknowledged
+            # before it is durable is lost by a fault here (run.acknowledged_durable;
+            # LangGraph issue 8764), whatever labels the subject has
+            crashpoint_module.crashpoint(crashpoint_module.RUN_ACCEPTED)
+
+    ctx = RunContext(job.env, job.run_id, workload, job.conversation, job.worker_id, recorder.step_hook,
+                     input_given=job.input_given, scope=job.scope, clock_offset_s=job.clock_offset_s,
+                     on_accepted=on_accepted)
+
+    async def subject() -> str:
+        """The adapter's start or resume, in the task a ``cancel-edge`` fault cancels:
+        its one ``CancelledError``, reaching here, ends the run as a cancelled request
+        does (``interrupted``); any other cancellation goes on."""
+        recorder.task = asyncio.current_task()
+        try:
+            run = {"start": adapter.start, "resume": adapter.resume, "recover": adapter.recover}[job.role]
+            return await run(ctx)
+        except asyncio.CancelledError:
+            assert recorder.scope is not None and recorder.task is not None
+            if not recorder.edge_cancelled or recorder.scope.cancel_called:
+                raise
+            recorder.task.uncancel()
+            return "interrupted"
 
     async def main() -> str:
-        run = adapter.start if job.role == "start" else adapter.resume
         status = "interrupted"
         with anyio.CancelScope() as scope:
             recorder.scope, recorder.loop = scope, asyncio.get_running_loop()
             if not job.await_points:
-                return await run(ctx)
+                return await subject()
             from .awaitpoints import install
 
             install(recorder.await_hook, tuple(adapter.subject_packages))
@@ -190,7 +257,7 @@ def run_job(job: Job) -> int:
 
             async def traced() -> None:  # a task of its own, so the factory wraps it
                 try:
-                    result.append(await run(ctx))
+                    result.append(await subject())
                 except Exception as exc:  # re-raised below, not as an ExceptionGroup
                     errors.append(exc)
 
@@ -204,30 +271,11 @@ def run_job(job: Job) -> int:
     try:
         status = anyio.run(main)
     except BaseException as exc:  # reported, then the exit code says it
-        recorder.emit({
-            "event": "end", "status": "error", "trace": recorder.trace,
-            "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=20),
-        })
+        recorder.emit(End("error", recorder.trace, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=20)))
         return 1
     finally:
         crashpoint_module.disarm()
-        if recorder.net is not None:
-            recorder.net.heal(recorder.emit, "worker-end")
-    recorder.emit({"event": "end", "status": status, "trace": recorder.trace})
+        if recorder.lasting is not None:
+            recorder.lasting.heal(recorder.emit, "worker-end")
+    recorder.emit(End(status, recorder.trace, marks=recorder.marks, io_note=recorder.io_note))
     return 0
-
-
-def read_events(path: str) -> list[dict[str, Any]]:
-    """The events a worker wrote (a torn last line, from a kill mid-write, is dropped)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out

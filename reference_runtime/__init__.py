@@ -3,7 +3,8 @@ subject and the model other teams compare their runtime against.
 
 Modules, one wall each (docs/architecture.md has the structure): :mod:`.executor`
 (scheduling, cancellation), :mod:`.drain` (the worker's SIGTERM drain), :mod:`.logstore` (append-only run log),
-:mod:`.effects` (effects ledger), :mod:`.leases` (fencing), :mod:`.graph` (rehydrate),
+:mod:`.effects` (effects ledger), :mod:`.leases` (fencing), :mod:`.attempts` (the
+attempt limit of a crash loop), :mod:`.sweep` (finding abandoned runs), :mod:`.graph` (rehydrate),
 :mod:`.codec` (durable payloads), :mod:`.migrations` (schema), :mod:`.state_codec`
 (state schema, transient fields, upgraders), :mod:`.blobs` (blob pointers),
 :mod:`.tracing` (trace links across resumes), :mod:`.budgets` (usage and limits),

@@ -1,6 +1,6 @@
 """Blob pointers: large payloads live outside the log, the record keeps (uri, size, sha256).
 
-Failures this wall prevents (DESIGN.md, "Payloads over a few kilobytes go to a blob store"):
+Failures this wall prevents (docs/design.md, "Payloads over a few kilobytes go to a blob store"):
 
 - **Log bloat**: a 200 KB document copied into a log row makes every rehydrate, backup and
   vacuum of ``cm_run_log`` pay for it, and pushes rows out of line (TOAST). Payloads whose

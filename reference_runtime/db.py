@@ -4,7 +4,7 @@ link breaks.
 asyncpg refuses two concurrent operations on one connection, so every round trip goes
 through :class:`Db`, which serialises them with an ``anyio.Lock``. The lock is also a
 cancellation checkpoint: a write attempted inside a cancelled scope without a shield
-never reaches the server (which is what DESIGN.md's "an unshielded recovery write is
+never reaches the server (which is what docs/design.md's "an unshielded recovery write is
 lost" means in practice).
 
 **Lost connections** (a reset, a server restart, a proxy that cuts the link): the worker
@@ -45,7 +45,7 @@ from typing import Any
 import anyio
 import asyncpg
 
-from crashmatrix.harness.crashpoint import crashpoint, reset_logical_task, set_logical_task
+from crashmatrix.harness.crashpoint import DB_RECONNECT, crashpoint, reset_logical_task, set_logical_task
 
 RECONNECT_DEADLINE_S = 5.0
 """Seconds a worker keeps trying to reconnect after losing its connection."""
@@ -141,7 +141,7 @@ class Db:
         token = set_logical_task("db")
         try:
             while True:
-                crashpoint("db.reconnect")
+                crashpoint(DB_RECONNECT)
                 try:
                     timeout = max(0.05, min(self.connect_timeout_s, deadline - time.monotonic()))
                     conn = await _connect(self.dsn, self.application_name, timeout)

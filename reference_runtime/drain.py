@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from crashmatrix.harness.crashpoint import crashpoint
+from crashmatrix.harness.crashpoint import DRAIN_BEGIN, crashpoint
 
 _INSTALLED: dict[asyncio.AbstractEventLoop, WorkerDrain] = {}
 
@@ -132,6 +132,6 @@ class WorkerDrain:
                 callback()
             except Exception as exc:  # the other subscribers still drain
                 errors.append(exc)
-        crashpoint("drain.begin")
+        crashpoint(DRAIN_BEGIN)
         if errors:
             raise errors[0]

@@ -4,7 +4,7 @@ Entry points: :meth:`Runtime.create_run` and :meth:`Runtime.run` (which both sta
 resumes: it always rehydrates from the log first). One runtime object serves one worker
 process with one database connection.
 
-Walls, and the failure each prevents (DESIGN.md, "reference_runtime"):
+Walls, and the failure each prevents (docs/design.md, "reference_runtime"):
 
 - **Record after the node, not before**: a node's record is appended only once its
   work is done, so a crash mid-node re-runs the node instead of skipping it.
@@ -24,6 +24,10 @@ Walls, and the failure each prevents (DESIGN.md, "reference_runtime"):
   thing is covered while it connects too; a SIGTERM before the run was taken leaves it
   untouched.
 - **Fencing**: every write carries the lease epoch (:mod:`.leases`).
+- **Attempt limit** (:mod:`.attempts`): a run whose last attempts in a row appended
+  nothing (a crash at the same point in every worker) gives up ``failed``, "crash loop".
+- **The sweep** (:mod:`.sweep`): :meth:`Runtime.recover` finds the runs of a queue whose
+  lease expired (their worker died) and takes them over; nobody needs their id.
 - **Blob pointers** (:mod:`.blobs`): outputs over ``blob_threshold`` bytes go to the blob
   store; the record keeps the pointer.
 - **State codec** (:mod:`.state_codec`): the state fields a tool sets are encoded by the
@@ -61,16 +65,20 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
-from crashmatrix.harness.crashpoint import crashpoint, reset_logical_task, set_logical_task
+from crashmatrix.harness.crashpoint import (
+    EFFECT_STARTED_BEFORE, EFFECT_UNKNOWN_BEFORE, LOG_APPEND_AFTER, LOG_APPEND_BEFORE, MODEL_CALL_AFTER,
+    MODEL_CALL_BEFORE, NODE_LAUNCH, PROBE_BEFORE, TOOL_REQUEST_AFTER, TOOL_REQUEST_BEFORE, crashpoint,
+    reset_logical_task, set_logical_task,
+)
 
 from opentelemetry.trace import SpanKind, TracerProvider
 
-from . import budgets, codec, subagents, tracing
+from . import attempts, budgets, codec, subagents, sweep, tracing
 from .agent import Agent, OutcomeUnknown, ProbeOutcome, ToolContext, ToolOutcome, TransientFailure
 from .blobs import DEFAULT_THRESHOLD, BlobStore
 from .db import DatabaseUnavailable, Db
@@ -82,6 +90,10 @@ from .logstore import AppendOnlyLog, EffectOutcome, RunStore
 from .logstore import RECORD_FORMAT_VERSION
 from .records_pb2 import Budget, NodeRecord, NodeSpec
 from .state_codec import TrackedState, UnknownStateField
+
+CANNOT_MIGRATE = "cannot_migrate"
+"""The status of a run whose records this build cannot read (its ``detail`` says why):
+resumable by a build that can, never resumed by this one (``cm_runs.detail``)."""
 
 SHIELD_SECONDS = 10.0
 """Upper bound of a shielded cleanup write (anyio: ``move_on_after(..., shield=True)``)."""
@@ -160,10 +172,14 @@ class Runtime:
         self.draining = False
         self._active_drain: WorkerDrain | None = None
         self._changed: anyio.Event | None = None
+        self._execution: Execution | None = None  # the attempt scheduling now
 
     #: the class that rehydrates a run from its records (a store strategy with its own
     #: payload encoding, or a mutant, passes a subclass)
     graph_class: type[RunGraph] = RunGraph
+    #: attempts in a row without progress after which a run gives up (:mod:`.attempts`);
+    #: None: never
+    max_attempts_without_progress: int | None = attempts.MAX_ATTEMPTS_WITHOUT_PROGRESS
 
     @property
     def execution_class(self) -> type[Execution]:
@@ -171,29 +187,46 @@ class Runtime:
 
     # -- run lifecycle -----------------------------------------------------------------
 
-    async def create_run(self, run_id: str, workload: str, run_input: dict[str, Any]) -> bool:
+    async def create_run(self, run_id: str, workload: str, run_input: dict[str, Any], queue: str | None = None) -> bool:
         """Insert the run (status ``pending``) unless it exists; True if inserted.
+        ``queue``: the queue the sweep finds it in if its worker dies (:mod:`.sweep`;
+        None: resumed by id only).
 
         Idempotent on purpose: a caller that crashed before learning whether its
         INSERT committed submits the same run id again (the run's input is the durable
-        request; nothing before it is)."""
+        request; nothing before it is). Once this returned, the run is stored: a caller
+        may be told it was accepted, and a resume needs no input (it reads it here)."""
         inserted = await self.db.fetchval(
-            "INSERT INTO cm_runs (run_id, workload, input, status) VALUES ($1, $2, $3::jsonb, 'pending') "
+            "INSERT INTO cm_runs (run_id, workload, input, status, queue) VALUES ($1, $2, $3::jsonb, 'pending', $4) "
             "ON CONFLICT (run_id) DO NOTHING RETURNING true",
             run_id,
             workload,
             json.dumps(run_input, sort_keys=True),
+            queue,
         )
         return bool(inserted)
+
+    async def recover(self, queue: str, clock_offset_s: float = 0.0) -> dict[str, str]:
+        """The sweep (:mod:`.sweep`): take over and run every abandoned run of ``queue``
+        (lease expired by ``now() + clock_offset_s``, or never taken); run id -> the
+        status each ended with (``"lease lost"`` when another worker took it first)."""
+        out: dict[str, str] = {}
+        for run_id in await sweep.abandoned_runs(self.db, queue, clock_offset_s):
+            try:
+                out[run_id] = await self.run(run_id)
+            except LeaseLost:
+                out[run_id] = "lease lost"
+        return out
 
     async def run(self, run_id: str) -> str:
         """Take the lease, rehydrate, run until the graph is done, drained or stopped.
 
         Returns the terminal status written (``completed``, ``paused``,
-        ``needs_human``), or ``"drained"`` when a SIGTERM came before the run was taken
-        (nothing is written: the run stays as it was). Re-raises cancellation after
-        writing ``interrupted`` (shielded); raises :class:`LeaseLost` if another worker
-        took the run over.
+        ``needs_human``, ``cannot_migrate``), ``"drained"`` when a SIGTERM came before
+        the run was taken (nothing is written: the run stays as it was), or
+        ``"cancelled"`` when an operator cancelled it (:mod:`.cancellation`; before or
+        while this worker ran it). Re-raises cancellation after writing ``interrupted``
+        (shielded); raises :class:`LeaseLost` if another worker took the run over.
         """
         drain = self.drain or (WorkerDrain.on_running_loop() if self.handle_sigterm else None)
         own = None
@@ -205,7 +238,14 @@ class Runtime:
         try:
             if self.drain_requested():
                 return "drained"
-            return await self._run_leased(run_id)
+            try:
+                return await self._run_leased(run_id)
+            except LeaseLost:
+                # fenced off: by another worker (re-raised), or by an operator's cancel,
+                # which this worker obeys (cancellation.py)
+                if await self.db.fetchval("SELECT status FROM cm_runs WHERE run_id = $1", run_id) == "cancelled":
+                    return "cancelled"
+                raise
         finally:
             if drain is not None:
                 drain.unsubscribe(self.begin_drain)
@@ -215,6 +255,10 @@ class Runtime:
 
     async def _run_leased(self, run_id: str) -> str:
         lease = await self.acquire_lease(run_id)
+        limit = self.max_attempts_without_progress
+        if limit is not None and attempts.attempts_without_progress(lease) >= limit:
+            await set_status(self.db, lease, "failed", attempts.crash_loop_detail(attempts.attempts_without_progress(lease), lease))
+            return "failed"
         row = await self.db.fetchrow("SELECT input, traceparent FROM cm_runs WHERE run_id = $1", run_id)
         previous = row["traceparent"]
         with self.tracer.start_as_current_span(
@@ -230,10 +274,16 @@ class Runtime:
             return status
 
     async def _run_attempt(self, run_id: str, lease: Lease, run_input: dict[str, Any]) -> str:
-        graph = self.graph_class.rehydrate(run_id, run_input, await self.store.read(run_id), blobs=self.blobs)
-        execution = self.execution_class(self, graph, lease)
         try:
+            graph = self.graph_class.rehydrate(run_id, run_input, await self.store.read(run_id), blobs=self.blobs)
+            execution = self._execution = self.execution_class(self, graph, lease)
             status, detail = await execution.schedule()
+        except codec.UnreadablePayload as exc:
+            # a record this build cannot read (written by another build: a newer format,
+            # a missing upgrader, a state field it dropped): the run is parked with the
+            # reason, never failed, never half-read (docs/runtime.md, "Codec versions")
+            await set_status(self.db, lease, CANNOT_MIGRATE, f"cannot migrate: {exc}")
+            return CANNOT_MIGRATE
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(SHIELD_SECONDS, shield=True):
                 await set_status(self.db, lease, "interrupted")
@@ -253,8 +303,13 @@ class Runtime:
         return status
 
     async def acquire_lease(self, run_id: str) -> Lease:
-        """Take the run over (bumping the fencing epoch): :func:`.leases.acquire`."""
-        return await acquire(self.db, run_id, self.worker_id)
+        """Take the run over (bumping the fencing epoch): :func:`.leases.acquire`; label
+        ``lease.taken_over`` when another worker held it (``running``: it died, or it is
+        a zombie), a recovery branch (``ReferenceAdapter.recovery_branches``)."""
+        lease = await acquire(self.db, run_id, self.worker_id)
+        if lease.previous_status == "running":
+            crashpoint("lease.taken_over")
+        return lease
 
     def drain_requested(self) -> bool:
         """True once a SIGTERM came (read before every launch: the drain's flag is set by
@@ -265,8 +320,12 @@ class Runtime:
 
     def begin_drain(self) -> None:
         """Stop launching nodes; in-flight ones finish; the run ends ``paused`` (called
-        by the :class:`~.drain.WorkerDrain` at SIGTERM, which records ``drain.begin``)."""
+        by the :class:`~.drain.WorkerDrain` at SIGTERM, which records ``drain.begin``);
+        label ``drain.in_flight`` when a node is running (it finishes and appends), a
+        recovery branch (``ReferenceAdapter.recovery_branches``)."""
         self.draining = True
+        if self._execution is not None and self._execution.running:
+            crashpoint("drain.in_flight")
         if self._changed is not None:
             self._changed.set()
 
@@ -278,6 +337,8 @@ class _Pending:
     record: NodeRecord
     effect: EffectOutcome | None
     state_updates: dict[str, Any]
+    #: the output as the codec reads it back (the graph keeps it: no decode for the transcript)
+    output: Any = None
     #: set once the record's commit ended; only a record that waits behind another
     #: commit has one (an event per record would cost every append ~10 us)
     done: anyio.Event | None = None
@@ -335,6 +396,14 @@ class Execution:
                     limit = budgets.exceeded(self.rt.agent, self.graph, ready) if ready else None
                     if limit is not None:  # a node boundary: running nodes finish, none starts
                         self.stop = (budgets.LIMIT_STATUS, limit)
+                    elif len(ready) == 1 and not self.running:
+                        # a lone ready node with nothing else running (a chain's next
+                        # turn): run it in this task, not a task of its own (~175,000
+                        # instructions a spawn); the loop has nothing to do meanwhile
+                        spec = ready[0]
+                        self.mark_launched(spec)
+                        await self.run_node(spec)
+                        continue
                     else:
                         for spec in ready:
                             if not self.may_launch():  # a SIGTERM during one launch stops the rest
@@ -355,16 +424,25 @@ class Execution:
         return "paused", "drained after SIGTERM" if self.rt.drain_requested() else None
 
     def launch(self, tg: anyio.abc.TaskGroup, spec: NodeSpec) -> None:
+        """Start ``spec`` in a task of its own (:meth:`mark_launched` first)."""
+        self.mark_launched(spec)
+        tg.start_soon(self.run_node, spec, name=spec.node_id)
+
+    def mark_launched(self, spec: NodeSpec) -> None:
+        """Label ``node.launch`` on the node's logical task; the node is running."""
         token = set_logical_task(spec.node_id)
         try:
-            crashpoint("node.launch")
+            crashpoint(NODE_LAUNCH)
         finally:
             reset_logical_task(token)
         self.running.add(spec.node_id)
-        tg.start_soon(self.run_node, spec, name=spec.node_id)
 
     async def run_node(self, spec: NodeSpec) -> None:
-        set_logical_task(spec.node_id)
+        """Run one launched node to its record, in its own task or in the scheduler's
+        (its logical task is set for the length of the call and then reset). A
+        :class:`NeedsHuman` sets :attr:`stop`, another error :attr:`error`; a
+        cancellation propagates."""
+        token = set_logical_task(spec.node_id)
         self.started_at[spec.node_id] = time.monotonic()
         try:
             self.step("before", spec.node_id)
@@ -384,6 +462,7 @@ class Execution:
                 self.error = exc
         finally:
             self.running.discard(spec.node_id)
+            reset_logical_task(token)
             if self.rt._changed is not None:
                 self.rt._changed.set()
 
@@ -419,16 +498,19 @@ class Execution:
                 if tool is None:
                     raise RuntimeError(f"{node_id}: model called unknown tool {call['name']!r}")
                 tool_node = f"{node_id}.tool-{i}"
+                # the call is part of this node's output, whose encoding (in append, before
+                # anything is recorded) checks it: the spec's copy needs no check of its own
                 kind = "tool"
                 if isinstance(tool, subagents.SubAgent):  # the child's root starts at once (subagents.py)
                     kind = subagents.SUBAGENT_KIND
                     subagents.child_messages(call)  # a call without a task fails here, before anything is recorded
                     children.append(NodeSpec(node_id=subagents.child_root(tool_node), kind="model", parents=[node_id],
-                                             input=codec.encode({})))
-                spawned.append(NodeSpec(node_id=tool_node, kind=kind, parents=[node_id], input=codec.encode({"call": call})))
+                                             input=codec.encode_trusted({})))
+                spawned.append(NodeSpec(node_id=tool_node, kind=kind, parents=[node_id], input=codec.encode_trusted({"call": call})))
             next_turn = subagents.scoped(subagents.scope_of(node_id), f"turn-{turn + 1}")
             spawned.append(
-                NodeSpec(node_id=next_turn, kind="model", parents=[s.node_id for s in spawned], input=codec.encode({}))
+                NodeSpec(node_id=next_turn, kind="model", parents=[s.node_id for s in spawned],
+                         input=codec.encode_trusted({}))
             )
             spawned.extend(children)
         else:
@@ -452,7 +534,7 @@ class Execution:
         :class:`RunInterrupted`."""
         delay = RETRY_BACKOFF_S
         for attempt in range(1, MODEL_ATTEMPTS + 1):
-            crashpoint("model.call.before")
+            crashpoint(MODEL_CALL_BEFORE)
             try:
                 reply = await self.agent_for(node_id).model.complete(self.graph.run_id, node_id, messages)
             except TransientFailure as exc:
@@ -461,7 +543,7 @@ class Execution:
                 await anyio.sleep(delay)
                 delay *= 2
                 continue
-            crashpoint("model.call.after")
+            crashpoint(MODEL_CALL_AFTER)
             return reply
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -470,16 +552,17 @@ class Execution:
         tool = self.agent_for(spec.node_id).tools[call["name"]]
         ctx = ToolContext(self.graph.run_id, spec.node_id, None, self.rt.agent.resources, TrackedState(self.state))
         if not tool.effect:
-            crashpoint("tool.request.before")
+            crashpoint(TOOL_REQUEST_BEFORE)
             outcome = await tool.fn(ctx, call["arguments"])
-            crashpoint("tool.request.after")
+            crashpoint(TOOL_REQUEST_AFTER)
             await self.append(spec, self.tool_output(call, outcome), [], Budget(tool_calls=1), None,
                               state_updates=ctx.state.updates())
             return
         key = ctx.idem_key = self.effect_key(call)
         try:
             outcome = await self.run_effect(tool, ctx, call)
-            effect = EffectOutcome(key, outcome.status, outcome.result)
+            # the key the effect was made under is the context's (the call's own, here)
+            effect = EffectOutcome(ctx.idem_key or key, outcome.status, outcome.result)
             await self.append(spec, self.tool_output(call, outcome), [], Budget(tool_calls=1), effect,
                               state_updates=ctx.state.updates())
         except anyio.get_cancelled_exc_class():
@@ -515,22 +598,24 @@ class Execution:
             if row.resolution.get("applied"):
                 return ToolOutcome(row.resolution["status"], row.resolution["result"])
             # not applied: this attempt makes the call again, from `started`
-            crashpoint("effect.started.before")
+            crashpoint(EFFECT_STARTED_BEFORE)
             await ledger.restart(self.lease, key)
             crashpoint("effect.started.after")
         elif row is None:
-            crashpoint("effect.started.before")
+            crashpoint(EFFECT_STARTED_BEFORE)
             await ledger.mark_started(self.lease, key, ctx.node_id, tool.name, call["arguments"])
             crashpoint("effect.started.after")
         else:  # started or unknown: an earlier attempt may have reached the provider
             resolved = await self.resolve(tool, ctx)
+            if row.status == "unknown":  # a recovery branch (ReferenceAdapter.recovery_branches)
+                crashpoint("effect.unknown.resolved")
             if resolved is not None:
                 return resolved
         for _ in range(MAX_PROBE_ROUNDS):
             try:
-                crashpoint("tool.request.before")
+                crashpoint(TOOL_REQUEST_BEFORE)
                 outcome = await tool.fn(ctx, call["arguments"])
-                crashpoint("tool.request.after")
+                crashpoint(TOOL_REQUEST_AFTER)
                 return outcome
             except OutcomeUnknown:
                 await self.mark_unknown(key)
@@ -542,7 +627,7 @@ class Execution:
     async def mark_unknown(self, key: str) -> None:
         """Record ``unknown`` inside a shielded, bounded scope (see module docstring)."""
         with anyio.move_on_after(SHIELD_SECONDS, shield=True):
-            crashpoint("effect.unknown.before")
+            crashpoint(EFFECT_UNKNOWN_BEFORE)
             await self.rt.ledger.mark_unknown(self.lease, key)
             crashpoint("effect.unknown.after")
 
@@ -564,10 +649,17 @@ class Execution:
         is asked again up to :data:`PROBE_ATTEMPTS`, then :class:`RunInterrupted`."""
         delay = RETRY_BACKOFF_S
         for attempt in range(1, PROBE_ATTEMPTS + 1):
-            crashpoint("probe.before")
+            crashpoint(PROBE_BEFORE)
             answer: ProbeOutcome = await tool.probe(ctx)
             crashpoint("probe.after")
             if answer.outcome != "cannot_tell_yet":
+                # the recovery branch taken (ReferenceAdapter.recovery_branches)
+                if answer.outcome == "applied":
+                    crashpoint("probe.answer.applied")
+                elif answer.outcome == "not_applied":
+                    crashpoint("probe.answer.not_applied")
+                else:
+                    crashpoint("probe.answer.cannot_tell")
                 return answer
             if attempt < PROBE_ATTEMPTS:
                 await anyio.sleep(delay)
@@ -594,28 +686,29 @@ class Execution:
         started = self.started_at.get(spec.node_id)
         if started is not None:
             budget.wall_ms = int((time.monotonic() - started) * 1000)
+        payload, read = codec.encode_read(output, blobs=self.rt.blobs, threshold=self.rt.blob_threshold)
         record = NodeRecord(
             format_version=RECORD_FORMAT_VERSION,
             node_id=spec.node_id,
             parents=list(spec.parents),
             kind=spec.kind,
-            output=codec.encode(output, blobs=self.rt.blobs, threshold=self.rt.blob_threshold),
+            output=payload,
             spawned=spawned,
             budget=budget,
             lease_epoch=self.lease.epoch,
         )
         if state_payload is not None:
             record.state.CopyFrom(state_payload)
-        pending = _Pending(record, effect, state_updates or {})
+        pending = _Pending(record, effect, state_updates or {}, read)
         if not self.rt.group_commit:  # one appender at a time, one record per statement
             async with self.append_lock:
-                crashpoint("log.append.before")
+                crashpoint(LOG_APPEND_BEFORE)
                 await self._write([pending])
-                crashpoint("log.append.after")
+                crashpoint(LOG_APPEND_AFTER)
             return
-        crashpoint("log.append.before")
+        crashpoint(LOG_APPEND_BEFORE)
         await self.commit(pending)
-        crashpoint("log.append.after")
+        crashpoint(LOG_APPEND_AFTER)
 
     async def commit(self, pending: _Pending) -> None:
         """Group commit (:attr:`Runtime.group_commit`): append one node's record, together
@@ -667,7 +760,7 @@ class Execution:
         for item, ok in zip(batch, written):
             if ok:
                 self.seq += 1
-            self.graph.add(item.record)  # seq order: the state folds in it
+            self.graph.add(item.record, output=item.output)  # seq order: the state folds in it
             if item.state_updates:
                 self.state.update(item.state_updates)
             item.finish()

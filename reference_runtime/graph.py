@@ -4,7 +4,7 @@ Completed nodes are those with a record; pending nodes are those some record spa
 (or the root) without a record yet. A pending node is *ready* when all its parents
 completed (and, for a sub-agent node, when its child's scope holds no pending node:
 :mod:`.subagents`). Readiness is returned in a fixed order (natural order of node ids),
-never by iterating a set, so the same log always yields the same schedule (DESIGN.md,
+never by iterating a set, so the same log always yields the same schedule (docs/design.md,
 "Determinism"). The graph keeps its pending nodes (and how many are pending per
 sub-agent scope) as records arrive, so a readiness query costs O(frontier), not O(run).
 """
@@ -63,10 +63,41 @@ class RunGraph:
         """Rebuild the graph from the log; ``blobs`` reads outputs that live in a blob store."""
         graph = cls(run_id, run_input, blobs=blobs)
         graph.add_spec(NodeSpec(node_id=ROOT_NODE, kind="model", input=codec.encode({})))
-        for item in stored:
-            graph.add(item.record)
-            graph.last_seq = item.seq
+        if cls.add is not RunGraph.add or cls.add_spec is not RunGraph.add_spec:
+            for item in stored:  # a subclass that takes records its own way: one at a time
+                graph.add(item.record)
+                graph.last_seq = item.seq
+            return graph
+        graph._rebuild(stored)
         return graph
+
+    def _rebuild(self, stored: list[StoredRecord]) -> None:
+        """What :meth:`add` for each record in ``seq`` order leaves, in bulk: the records
+        (the last of a node id), the totals (its first), the specs (the first of an id,
+        in record order), the pending nodes (specs without a record) and the open count
+        per scope computed once at the end instead of kept up to date record by record."""
+        records = self.records
+        specs = self.specs
+        turns = tokens = wall_ms = 0
+        for item in stored:
+            record = item.record
+            node_id = record.node_id
+            if node_id not in records:
+                budget = record.budget
+                turns += record.kind == "model"
+                tokens += budget.tokens
+                wall_ms += budget.wall_ms
+            records[node_id] = record
+            for spec in record.spawned:
+                if spec.node_id not in specs:
+                    specs[spec.node_id] = spec
+        self.turns_used += turns
+        self.tokens_used += tokens
+        self.wall_ms_used += wall_ms
+        if stored:
+            self.last_seq = stored[-1].seq
+        self._pending = {node_id: spec for node_id, spec in specs.items() if node_id not in records}
+        self._open = Counter(scope_of(node_id) for node_id in self._pending)
 
     def add_spec(self, spec: NodeSpec) -> None:
         """Know a node (the first spec of an id wins; a recorded node is not pending)."""
@@ -77,8 +108,16 @@ class RunGraph:
             self._pending[spec.node_id] = spec
             self._open[scope_of(spec.node_id)] += 1
 
-    def add(self, record: NodeRecord) -> None:
+    def add(self, record: NodeRecord, output: Any = None) -> None:
+        """Take a record (the first of a node counts in the totals). ``output``: its
+        output as :func:`.codec.encode_read` read it back when it was written (kept,
+        so :meth:`output` does not decode it again); None: decoded when first asked."""
         node_id = record.node_id
+        # the output kept is always the latest record's, as ``records`` holds the latest
+        if output is not None:
+            self._outputs[node_id] = output
+        else:
+            self._outputs.pop(node_id, None)
         if node_id not in self.records:
             self.turns_used += record.kind == "model"
             self.tokens_used += record.budget.tokens

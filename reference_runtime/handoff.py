@@ -1,6 +1,6 @@
 """Hand-off to a human: the operator API for effects the runtime cannot decide.
 
-Failure this wall prevents (DESIGN.md, "Effects ledger": "or the run stops for a
+Failure this wall prevents (docs/design.md, "Effects ledger": "or the run stops for a
 human"): when a probe cannot tell whether an effect happened (or the tool has no
 probe), guessing is wrong both ways: "not applied" may charge a card twice, "applied"
 may lose a payment. The executor therefore stops the run in ``needs_human`` with the

@@ -1,13 +1,13 @@
 """Run ownership: a lease with an epoch (a fencing token).
 
-Wall (DESIGN.md, "Run ownership"): a worker that was paused (SIGSTOP, a long GC, a VM
+Wall (docs/design.md, "Run ownership"): a worker that was paused (SIGSTOP, a long GC, a VM
 migration) may wake up after another worker took its run over. Every write the runtime
 makes (log append, effect ledger, run status) carries the writer's epoch and is refused
 when the run's current epoch differs, so the zombie cannot append or mark effects.
 
 :func:`acquire` always takes the lease by bumping the epoch (the harness decides who
-runs, so a resume steals rather than waiting for expiry); ``expires_at`` is recorded for
-operators and for runtimes that poll for abandoned runs.
+runs, so a resume steals rather than waiting for expiry); ``expires_at`` is what the
+sweep (:mod:`.sweep`) reads to find abandoned runs.
 """
 
 from __future__ import annotations
@@ -23,35 +23,53 @@ class LeaseLost(RuntimeError):
     """This worker's lease epoch is stale: another worker owns the run now."""
 
 
+class RunCancelled(LeaseLost):
+    """The run was cancelled by an operator (:mod:`.cancellation`): no worker takes it
+    until it is resumed, and the worker that ran it lost its lease."""
+
+
 @dataclass(frozen=True)
 class Lease:
-    """The lease a worker holds on ``run_id``: ``epoch`` is the fencing token."""
+    """The lease a worker holds on ``run_id``: ``epoch`` is the fencing token;
+    ``previous_status``: the run's status when it was taken (``running``: another
+    worker held it), None when not known; ``progress_epoch`` the epoch of the run's
+    newest record when it was taken (0: none; :mod:`.attempts`)."""
 
     run_id: str
     owner: str
     epoch: int
+    previous_status: str | None = None
+    progress_epoch: int = 0
 
 
 async def acquire(db: Db, run_id: str, owner: str) -> Lease:
-    """Take the lease on ``run_id`` for ``owner`` (stealing it), set status ``running``.
+    """Take the lease on ``run_id`` for ``owner`` (stealing it), set status ``running``;
+    in the same statement, the epoch of the run's newest record (for :mod:`.attempts`).
 
-    Raises ``LookupError`` if the run does not exist.
+    Raises ``LookupError`` if the run does not exist and :class:`RunCancelled` if an
+    operator cancelled it (:mod:`.cancellation`: it waits for their resume). The lease
+    says the status the run had (``running``: taken over from another worker), read in
+    the same statement.
     """
-    epoch = await db.fetchval(
+    row = await db.fetchrow(
         """
-        UPDATE cm_runs
-           SET lease_epoch = lease_epoch + 1, lease_owner = $2, status = 'running',
+        UPDATE cm_runs r
+           SET lease_epoch = r.lease_epoch + 1, lease_owner = $2, status = 'running',
                lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
-         WHERE run_id = $1
-        RETURNING lease_epoch
+          FROM (SELECT status FROM cm_runs WHERE run_id = $1 FOR UPDATE) AS previous
+         WHERE r.run_id = $1 AND previous.status <> 'cancelled'
+        RETURNING r.lease_epoch, previous.status,
+                  (SELECT max(l.lease_epoch) FROM cm_run_log l WHERE l.run_id = $1) AS progress
         """,
         run_id,
         owner,
         LEASE_SECONDS,
     )
-    if epoch is None:
+    if row is None:
+        if await db.fetchval("SELECT status FROM cm_runs WHERE run_id = $1", run_id) == "cancelled":
+            raise RunCancelled(f"run {run_id}: cancelled by an operator; not taken until it is resumed")
         raise LookupError(f"run_id={run_id!r} does not exist")
-    return Lease(run_id, owner, epoch)
+    return Lease(run_id, owner, row[0], row[1], int(row["progress"] or 0))
 
 
 async def set_status(db: Db, lease: Lease, status: str, detail: str | None = None) -> None:

@@ -1,6 +1,6 @@
 """The append-only run log: one protobuf ``NodeRecord`` per completed node.
 
-Walls (DESIGN.md, "reference_runtime"):
+Walls (docs/design.md, "reference_runtime"):
 
 - O(1) bytes per turn: a record holds only what its node produced, never the whole
   state again, so the cost of a turn does not grow with the run.

@@ -11,10 +11,11 @@ from importlib import resources
 
 import asyncpg
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 """2: adds cm_run_invocations, cm_effects.resolution and an index for retention; 3: the
-``limit_exceeded`` status. An older database is brought to 3 by re-running the
-(idempotent) schema.sql."""
+``limit_exceeded`` status; 4: ``cm_runs.queue`` (the sweep's, :mod:`.sweep`); 5: the
+``cannot_migrate`` and ``cancelled`` statuses. An older
+database is brought to 5 by re-running the (idempotent) schema.sql."""
 # An arbitrary, fixed 64-bit key for pg_advisory_lock ("crashmat" in ASCII).
 _ADVISORY_KEY = 0x63726173686D6174
 

@@ -1,6 +1,6 @@
 """Retention: delete finished runs older than a cutoff, and nothing else.
 
-Failure this wall prevents (DESIGN.md, "Retention never deletes a run that is paused or
+Failure this wall prevents (docs/design.md, "Retention never deletes a run that is paused or
 waiting for a human"): a cleanup job keyed on age alone deletes the run that has waited
 three days for an approval, or the one a drained worker left ``paused`` for the next,
 and with it the effects ledger that said which charges were already made, so the

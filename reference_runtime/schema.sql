@@ -1,6 +1,7 @@
--- Schema of the reference runtime (version 3; version 1 lacked cm_run_invocations and
--- cm_effects.resolution, versions 1-2 the 'limit_exceeded' status: the statements below
--- add them to an older database). Applied by migrations.migrate() once per
+-- Schema of the reference runtime (version 5; version 1 lacked cm_run_invocations and
+-- cm_effects.resolution, versions 1-2 the 'limit_exceeded' status, versions 1-3
+-- cm_runs.queue, versions 1-4 the 'cannot_migrate' and 'cancelled' statuses: the
+-- statements below add them to an older database). Applied by migrations.migrate() once per
 -- database under an advisory lock; every statement is idempotent. Cases never truncate or
 -- recreate these tables: each case uses a fresh run id, so cases share one database.
 
@@ -16,7 +17,7 @@ CREATE TABLE IF NOT EXISTS cm_runs (
     input             jsonb NOT NULL,
     status            text NOT NULL CHECK (status IN
                         ('pending', 'running', 'paused', 'interrupted', 'completed',
-                         'failed', 'needs_human', 'limit_exceeded')),
+                         'failed', 'needs_human', 'limit_exceeded', 'cannot_migrate', 'cancelled')),
     lease_owner       text,
     lease_epoch       bigint NOT NULL DEFAULT 0,
     lease_expires_at  timestamptz,
@@ -67,11 +68,14 @@ CREATE TABLE IF NOT EXISTS cm_run_invocations (
 -- {"applied": true, "status": ..., "result": ...} or {"applied": false}.
 ALTER TABLE cm_effects ADD COLUMN IF NOT EXISTS resolution jsonb;
 
--- Version 3: 'limit_exceeded' (budgets.py). The inline CHECK above is named
--- cm_runs_status_check; dropping and re-adding it is idempotent and upgrades v1/v2 tables.
+-- Version 3: 'limit_exceeded' (budgets.py); version 5: 'cannot_migrate' (a record this
+-- build cannot read, executor.py) and 'cancelled' (an operator's cancel, cancellation.py).
+-- The inline CHECK above is named cm_runs_status_check; dropping and re-adding it is
+-- idempotent and upgrades v1-v4 tables.
 ALTER TABLE cm_runs DROP CONSTRAINT IF EXISTS cm_runs_status_check;
 ALTER TABLE cm_runs ADD CONSTRAINT cm_runs_status_check CHECK (status IN
-    ('pending', 'running', 'paused', 'interrupted', 'completed', 'failed', 'needs_human', 'limit_exceeded'));
+    ('pending', 'running', 'paused', 'interrupted', 'completed', 'failed', 'needs_human', 'limit_exceeded',
+     'cannot_migrate', 'cancelled'));
 
 -- Version 3: snapshots of the delta-and-snapshot store strategy (snapshots.py): a full
 -- copy of the log up to upto_seq every k records; the log rows after it are the deltas.
@@ -86,4 +90,9 @@ CREATE TABLE IF NOT EXISTS cm_run_snapshots (
 -- Retention scans finished runs by age (retention.py).
 CREATE INDEX IF NOT EXISTS cm_runs_status_updated ON cm_runs (status, updated_at);
 
-INSERT INTO cm_schema_version (version) VALUES (3) ON CONFLICT DO NOTHING;
+-- Version 4: the queue a run is filed under, for the recovery that looks for abandoned
+-- runs (sweep.py); NULL: filed under none (a caller resumes it by id).
+ALTER TABLE cm_runs ADD COLUMN IF NOT EXISTS queue text;
+CREATE INDEX IF NOT EXISTS cm_runs_queue ON cm_runs (queue, status) WHERE queue IS NOT NULL;
+
+INSERT INTO cm_schema_version (version) VALUES (5) ON CONFLICT DO NOTHING;

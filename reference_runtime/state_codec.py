@@ -4,7 +4,7 @@ Tools may keep values on the run's state (``ToolContext.state``): a cart, a curs
 client. What a node set is written with its log record (``NodeRecord.state``) and
 folded back, in ``seq`` order, on rehydrate. This module decides what may be written.
 
-Failures it prevents (DESIGN.md, "State codec"; seed 000, wall 1):
+Failures it prevents (docs/design.md, "State codec"; seed 000, wall 1):
 
 - **A live object on the state** (an HTTP client, a logger, a tokenizer, a DB session)
   either crashes the checkpoint far from the code that put it there or, worse, gets
@@ -40,6 +40,11 @@ class StateCodecError(codec.CodecError):
 
 class UnknownStateField(StateCodecError):
     """A node set a state field that is neither registered nor declared transient."""
+
+
+class UnreadableState(StateCodecError, codec.UnreadablePayload):
+    """A state document this build cannot read (another schema, a newer version, no
+    upgrader, a field it does not register): a payload it cannot migrate."""
 
 
 def _same(value: Any) -> Any:
@@ -138,26 +143,26 @@ class StateSchema:
         doc = codec.decode(payload, blobs=blobs)
         if not isinstance(doc, dict) or doc.get("schema") != self.name:
             got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
-            raise StateCodecError(f"state document belongs to schema {got!r}, not {self.name!r}")
+            raise UnreadableState(f"state document belongs to schema {got!r}, not {self.name!r}")
         version = doc.get("version")
         if not isinstance(version, int) or version < 1:
-            raise StateCodecError(f"state document of schema {self.name!r} has no valid version ({version!r})")
+            raise UnreadableState(f"state document of schema {self.name!r} has no valid version ({version!r})")
         if version > self.version:
-            raise StateCodecError(
+            raise UnreadableState(
                 f"state document of schema {self.name!r} has version {version}, newer than this build's {self.version}"
             )
         fields: dict[str, Any] = doc.get("fields", {})
         while version < self.version:
             upgrade = self.upgraders.get(version)
             if upgrade is None:
-                raise StateCodecError(f"schema {self.name!r}: no upgrader from version {version} to {version + 1}")
+                raise UnreadableState(f"schema {self.name!r}: no upgrader from version {version} to {version + 1}")
             fields = upgrade(dict(fields))
             version += 1
         out: dict[str, Any] = {}
         for name, value in fields.items():
             field_codec = self.fields.get(name)
             if field_codec is None:
-                raise StateCodecError(
+                raise UnreadableState(
                     f"state document of schema {self.name!r} v{self.version} holds field {name!r}, which this build "
                     f"does not register (add an upgrader that renames or drops it)"
                 )
@@ -174,7 +179,7 @@ def fold(schema: StateSchema | None, payloads: Iterable[Payload], *, blobs: Blob
     state: dict[str, Any] = {}
     for payload in payloads:
         if schema is None:
-            raise StateCodecError("the log holds state updates but the agent declares no state schema")
+            raise UnreadableState("the log holds state updates but the agent declares no state schema")
         state.update(schema.decode(payload, blobs=blobs))
     return state
 

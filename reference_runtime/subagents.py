@@ -1,6 +1,6 @@
 """Sub-agents: a node that runs a sub-graph of its own, and waits for it.
 
-Failures this wall prevents (DESIGN.md, "a sub-agent is a node that runs its own
+Failures this wall prevents (docs/design.md, "a sub-agent is a node that runs its own
 sub-graph"):
 
 - **A crash inside the child re-runs the whole child**: the naive sub-agent is a tool

@@ -1,6 +1,6 @@
 """Trace links across resumes (OpenTelemetry, W3C trace context).
 
-Failure this wall prevents (DESIGN.md, "Trace context"; seed 000, wall 4): a run that
+Failure this wall prevents (docs/design.md, "Trace context"; seed 000, wall 4): a run that
 crashed and was resumed by another worker shows up in tracing as two unrelated traces
 (or, with a naive "parent = stored context", as one trace whose parent span ended hours
 before its child started, which breaks trace views and sampling). Here:

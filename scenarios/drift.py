@@ -102,7 +102,7 @@ class _Model(ScriptedModel):
 
     async def complete(self, run_id: str, node_id: str, messages: list[dict[str, Any]]) -> Any:
         from crashmatrix.reference_runtime.agent import ModelReply, ToolCall
-        from crashmatrix.scenarios.providers import clients
+        from crashmatrix.harness.services.providers import clients
 
         body = await clients.complete(
             self.r.session, self.r.urls["model"], script=SCRIPT, conversation=self.r.conversation,

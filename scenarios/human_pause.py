@@ -23,6 +23,7 @@ Run it: ``crashmatrix run human_pause``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -69,30 +70,46 @@ async def await_approval(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     raise OutcomeUnknown(f"approval request {args['request_id']} is with {APPROVER}; only a person can answer")
 
 
-async def operator(conn: asyncpg.Connection, run_id: str, resources: Any) -> bool:
-    """The human in the loop, for a run in ``needs_human``: wait, then approve.
+Operator = Callable[[asyncpg.Connection, str, Any], Awaitable[bool]]
+"""``operator(conn, run_id, resources) -> bool``: what the reference adapter calls when a
+run stops ``needs_human`` (True: it decided something, run again)."""
 
-    Returns False when the run waits on nothing this operator decides (nothing done).
-    Raises :class:`RetentionDeletedWaitingRun`, or RuntimeError when the approval
-    request did not reach the mail provider exactly once."""
-    from crashmatrix.scenarios.providers import clients
 
-    waiting = [p for p in await handoff.pending(conn, run_id) if p.tool == "await_approval"]
-    if not waiting:
-        return False
-    [effect] = waiting
-    for _day in range(WAIT_DAYS):
-        await CLOCK.advance(conn, run_id, days=1)
-        report = await delete_finished_runs(conn, older_than=RETENTION, workload=NAME)
-        if run_id in report.runs:
-            raise RetentionDeletedWaitingRun(f"retention deleted run {run_id} while it waited for {APPROVER}")
-    request_id = effect.request["request_id"]
-    mails = [r for r in await clients.read_ledger(resources.session, resources.urls["mail"], run_id) if r["ref"] == request_id]
-    if len(mails) != 1:
-        raise RuntimeError(f"run {run_id}: approval request {request_id} reached the mail provider {len(mails)} time(s)")
-    decision = {"approved": True, "by": APPROVER, "request_id": request_id, "waited_days": WAIT_DAYS}
-    await handoff.resolve(conn, run_id, effect.idem_key, applied=True, result=decision, operator=APPROVER)
-    return True
+def approver(workload: str, person: str, *, days: int, retention: timedelta = RETENTION) -> Operator:
+    """The human in the loop of a workload whose run waits on ``await_approval``: let
+    ``days`` simulated days pass with a retention pass of ``workload``'s runs at the end
+    of each, check that the approval request reached the mail provider exactly once,
+    then approve as ``person``. Shared by ``human_pause`` and ``support_desk``."""
+
+    async def operator(conn: asyncpg.Connection, run_id: str, resources: Any) -> bool:
+        """Returns False when the run waits on nothing this operator decides (nothing
+        done). Raises :class:`RetentionDeletedWaitingRun`, or RuntimeError when the
+        approval request did not reach the mail provider exactly once."""
+        from crashmatrix.harness.services.providers import clients
+
+        waiting = [p for p in await handoff.pending(conn, run_id) if p.tool == "await_approval"]
+        if not waiting:
+            return False
+        [effect] = waiting
+        for _day in range(days):
+            await CLOCK.advance(conn, run_id, days=1)
+            report = await delete_finished_runs(conn, older_than=retention, workload=workload)
+            if run_id in report.runs:
+                raise RetentionDeletedWaitingRun(f"retention deleted run {run_id} while it waited for {person}")
+        request_id = effect.request["request_id"]
+        mails = [r for r in await clients.read_ledger(resources.session, resources.urls["mail"], run_id)
+                 if r["ref"] == request_id]
+        if len(mails) != 1:
+            raise RuntimeError(f"run {run_id}: approval request {request_id} reached the mail provider {len(mails)} time(s)")
+        decision = {"approved": True, "by": person, "request_id": request_id, "waited_days": days}
+        await handoff.resolve(conn, run_id, effect.idem_key, applied=True, result=decision, operator=person)
+        return True
+
+    return operator
+
+
+operator = approver(NAME, APPROVER, days=WAIT_DAYS)
+"""The human in the loop of ``human_pause``: three days, then Carol approves."""
 
 
 def respond(conversation: str, messages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """Probe certification examples (docs/probes.md): sandboxes, ground truths, the payment
-probe that certifies, three wrong probes that do not, and a document store with a
-read-back probe.
+probe that certifies, three wrong probes that do not, a document store with a
+read-back probe, and the ticketing workload's declared service with its status-route
+probe (``crashmatrix certify-probe crashmatrix.scenarios.ticketing.tools:OPEN_TICKET
+--truth crashmatrix.scenarios.probes_examples:ticket_truth``).
 
 Certify them with::
 
@@ -28,14 +30,16 @@ from typing import Any
 import aiohttp
 
 from crashmatrix.harness.certify import ProviderSandbox, Truth, ground_truth
+from crashmatrix.harness.services.providers import clients
+from crashmatrix.harness.services.providers.server import derive_id
 from crashmatrix.reference_runtime.agent import OutcomeUnknown, ProbeOutcome, Tool, ToolContext, ToolOutcome
 from crashmatrix.scenarios.checkout import tools as checkout
-from crashmatrix.scenarios.providers import clients
-from crashmatrix.scenarios.providers.server import derive_id
+from crashmatrix.scenarios.ticketing.tools import TICKETS
 
 __all__ = [
     "CHARGE_ARGUMENTS",
     "NOTE_ARGUMENTS",
+    "TICKET_ARGUMENTS",
     "NOTES",
     "NoteResources",
     "charge_logged",
@@ -48,6 +52,8 @@ __all__ = [
     "probe_most_recent",
     "probe_note",
     "probe_sent_log",
+    "ticket_sandbox",
+    "ticket_truth",
     "CREATE_NOTE",
 ]
 
@@ -200,3 +206,24 @@ def notes_sandbox() -> ProviderSandbox:
 def note_truth(sandbox: ProviderSandbox, key: str) -> Truth:
     """The document store ledger's own row for the note named ``key``."""
     return sandbox.truth("document", f"{NOTES}/{key}", lambda row: ToolOutcome("succeeded", row["result"]))
+
+
+# -- a service the workload declares (the ticketing workload) ------------------------------
+
+TICKET_ARGUMENTS = {"queue": "returns", "subject": "Broken USB-C dock, order 1042",
+                    "body": "The dock arrived with a cracked case.", "order": "1042"}
+
+
+def ticket_sandbox() -> ProviderSandbox:
+    """A fresh ticketing service (the workload's :data:`~crashmatrix.scenarios.ticketing.tools.TICKETS`
+    spec, run by the harness) for ``crashmatrix.scenarios.ticketing.tools:OPEN_TICKET``."""
+    return ProviderSandbox(
+        TICKETS, arguments=TICKET_ARGUMENTS,
+        resources=lambda s, url, w: clients.Resources(s, {TICKETS.name: url}, w, "certify",
+                                                      probe_timeout_s=SANDBOX_PROBE_TIMEOUT_S))
+
+
+@ground_truth(ticket_sandbox)
+def ticket_truth(sandbox: ProviderSandbox, key: str) -> Truth:
+    """The ticketing ledger's own row for the ticket with idempotency key ``key``."""
+    return sandbox.truth("ticket", key, lambda row: ToolOutcome("succeeded", row["result"]))

@@ -28,6 +28,7 @@ with no exception), so the resume skips the step.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import threading
@@ -35,26 +36,32 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from burr.core.persistence import SQLitePersister
 
 from crashmatrix.harness.adapter import Adapter, Environment, LogEntry, Observation, RunContext
-from crashmatrix.harness.crashpoint import crashpoint, set_logical_task
-from crashmatrix.scenarios.realworld.common import Clients
+from crashmatrix.harness.crashpoint import (
+    LOG_APPEND_AFTER, LOG_APPEND_BEFORE, MODEL_CALL_BEFORE, crashpoint, set_logical_task,
+)
 
 TABLE = "burr_state"  # SQLitePersister's default table
 _POINT_LOCK = threading.Lock()  # one process-wide lock for points (docs/adapters.md); Burr runs no threads here
 
 
-class CrashpointSQLitePersister(SQLitePersister):
-    """Burr's SQLite persister with ``log.append.before`` / ``log.append.after`` around
-    each save (after: the row is committed)."""
+@functools.cache
+def persister_class() -> type:
+    """``CrashpointSQLitePersister``: Burr's SQLite persister with ``log.append.before`` /
+    ``log.append.after`` around each save (after: the row is committed). Made on first
+    use, so this module imports Burr only when a worker needs it."""
+    from burr.core.persistence import SQLitePersister
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        with _POINT_LOCK:
-            crashpoint("log.append.before")
-        super().save(*args, **kwargs)
-        with _POINT_LOCK:
-            crashpoint("log.append.after")
+    class CrashpointSQLitePersister(SQLitePersister):
+        def save(self, *args: Any, **kwargs: Any) -> None:
+            with _POINT_LOCK:
+                crashpoint(LOG_APPEND_BEFORE)
+            super().save(*args, **kwargs)
+            with _POINT_LOCK:
+                crashpoint(LOG_APPEND_AFTER)
+
+    return CrashpointSQLitePersister
 
 
 class BurrAdapter(Adapter):
@@ -63,6 +70,8 @@ class BurrAdapter(Adapter):
 
     name = "burr"
     subject_packages = ("burr",)
+    requires = ("burr.core.persistence",)
+    extra = "burr"
 
     @staticmethod
     def path(env: Environment, run_id: str) -> Path:
@@ -77,7 +86,7 @@ class BurrAdapter(Adapter):
 
     async def resume(self, ctx: RunContext) -> str:
         workload = ctx.workload
-        persister = CrashpointSQLitePersister(str(self.path(ctx.env, ctx.run_id)))
+        persister = persister_class()(str(self.path(ctx.env, ctx.run_id)))
         persister.initialize()
 
         def hook(phase: str, step: str) -> None:
@@ -85,12 +94,12 @@ class BurrAdapter(Adapter):
                 if phase == "before":
                     set_logical_task(step)
                     if step.startswith("model-"):
-                        crashpoint("model.call.before")
+                        crashpoint(MODEL_CALL_BEFORE)
                 ctx.on_step(phase, step)
 
         try:
             async with aiohttp.ClientSession() as session:
-                clients = Clients(session, ctx.env.providers, ctx.worker_id, ctx.conversation, ctx.run_id)
+                clients = workload.clients(session, ctx.env.providers, ctx.worker_id, ctx.conversation, ctx.run_id)
                 app = (workload.builder(clients, hook, ctx.run_id)
                        .initialize_from(persister, resume_at_next_action=True,
                                         default_state=workload.initial_state(ctx.conversation),

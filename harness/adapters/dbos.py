@@ -1,8 +1,11 @@
 """DBOS Transact as a subject: an async workflow with steps, SQLite or PostgreSQL system
 database, recovery by relaunching with a pinned executor id and application version.
 
-Needs the optional extra ``crashmatrix[dbos]``. The workload is
-:mod:`crashmatrix.scenarios.realworld.dbos_checkout` (``NAIVE`` or ``KEYED``).
+Needs the optional extra ``crashmatrix[dbos]`` (imported only inside the methods). The
+workload is :mod:`crashmatrix.scenarios.realworld.dbos_checkout` (``NAIVE`` or ``KEYED``),
+reached through the workload object: ``worker``, ``workflow``, ``workflow_args`` in a
+worker; ``model_step``, ``transcript`` and ``answer`` in ``observe``
+(:meth:`~.Adapter.workload_of`).
 
 **Start** (a forked worker): ``DBOS(config)`` with ``executor_id = "cm-<run id>"`` and
 ``application_version = "<APP_VERSION>.<run id>"``, ``DBOS.launch()``, then the workflow with
@@ -41,6 +44,14 @@ resume worker takes ~1.2 s, most of it that wait).
 A run with no workflow row yet (killed before ``init_workflow`` committed) is started
 again from its input.
 
+**Recover** (resume policy ``discovery``: a worker given no run id): DBOS's own
+recovery is by executor, not by workflow id: a process that launches with an executor
+id recovers that executor's ``PENDING`` workflows. In a discovery case every worker
+runs under the case's scope (``ctx.scope``) as its executor id and application version
+(and, on SQLite, its file), so the recovering worker launches as "the same executor,
+restarted" and waits until the executor has no workflow left ``PENDING``. DBOS has no
+lease (``lease_seconds`` None): recovery takes them at launch.
+
 Crash points: ``step.before`` / ``step.after`` inside each step (logical task
 ``model-<step id>`` / ``tool-<step id>``), the workload's ``model.call.*`` and
 ``tool.request.*`` labels, and ``log.append.after`` when DBOS has committed a step's
@@ -66,15 +77,9 @@ from typing import Any
 
 import anyio
 
-from crashmatrix.harness.crashpoint import crashpoint, set_logical_task
+from crashmatrix.harness.crashpoint import LOG_APPEND_AFTER, crashpoint, set_logical_task
 
 from ..adapter import Adapter, Environment, LogEntry, Observation, RunContext
-
-try:
-    from dbos import DBOS, DBOSClient, SetWorkflowID
-    from dbos._debug_trigger import DebugAction, DebugTriggers
-except ImportError as exc:  # pragma: no cover - exercised when the extra is missing
-    raise ImportError(f"the DBOS adapter needs the optional extra: pip install 'crashmatrix[dbos]' ({exc})") from exc
 
 APP_NAME = "crashmatrix-checkout"
 APP_VERSION = "crashmatrix-checkout-1"
@@ -90,6 +95,9 @@ STATUS_MAP = {
     "CANCELLED": "needs_human",
     "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "needs_human",
 }
+
+OPERATOR_POLL_SECONDS = 0.02
+"""How often the scripted operator looks at what a workflow waits for."""
 
 POLL_SECONDS = 0.02
 """How often a handle polls the system database for a recovered workflow's outcome
@@ -149,20 +157,31 @@ class DBOSAdapter(Adapter):
 
     name = "dbos-sqlite"
     subject_packages = ("dbos",)
+    #: a ``recv`` wait is answered from ``workload.operator_script`` with ``DBOS.send``
+    answers_operator = ("operator_script",)
     backend = "sqlite"
+    requires: tuple[str, ...] = ("dbos", "dbos._debug_trigger")
+    extra = "dbos"
 
     def __init__(self) -> None:
+        super().__init__()
         self._client: Any = None
         self._client_url: str | None = None
 
     # -- storage ------------------------------------------------------------------
 
+    @staticmethod
+    def _scope(env: Environment, run_id: str) -> str:
+        """What the run is filed under: the case's recovery scope (a discovery case,
+        ``Environment.options["recovery_scope"]``), else the run id."""
+        return str(env.options.get("recovery_scope") or run_id)
+
     def system_database_url(self, env: Environment, run_id: str, application_name: str | None = None) -> str:
-        """SQLite: one file per run (``workdir/dbos/<run id>.sqlite``). PostgreSQL: the
-        harness's database (DBOS's tables live in its ``dbos`` schema), with
-        ``application_name`` so the harness can wait for a killed worker's sessions."""
+        """SQLite: one file per run (``workdir/dbos/<run id or scope>.sqlite``).
+        PostgreSQL: the harness's database (DBOS's tables live in its ``dbos`` schema),
+        with ``application_name`` so the harness can wait for a killed worker's sessions."""
         if self.backend == "sqlite":
-            return f"sqlite:///{Path(env.workdir) / 'dbos' / f'{run_id}.sqlite'}"
+            return f"sqlite:///{Path(env.workdir) / 'dbos' / f'{self._scope(env, run_id)}.sqlite'}"
         url = env.dsn
         if application_name:
             parts = urllib.parse.urlsplit(url)
@@ -175,14 +194,16 @@ class DBOSAdapter(Adapter):
         return {
             "name": APP_NAME,
             "system_database_url": self.system_database_url(env, run_id, worker_id),
-            "executor_id": executor_id(run_id),
-            "application_version": application_version(run_id),
+            "executor_id": executor_id(self._scope(env, run_id)),
+            "application_version": application_version(self._scope(env, run_id)),
             "sys_db_pool_size": 4,
             "log_level": "WARNING",
             "notification_listener_polling_interval_sec": 0.05,
         }
 
     async def prepare(self, env: Environment) -> None:
+        from dbos import DBOS
+
         if self.backend == "postgres":
             await asyncio.to_thread(DBOS.migrate, self.system_database_url(env, "", "crashmatrix-prepare"))
         else:
@@ -192,9 +213,12 @@ class DBOSAdapter(Adapter):
 
     @staticmethod
     def _step_hook(on_step: Any) -> Any:
+        from dbos import DBOS
+
         @contextlib.contextmanager
-        def step(kind: str) -> Iterator[str]:
-            logical = f"{kind}-{DBOS.step_id}"
+        def step(kind: str, step_id: object = None) -> Iterator[str]:
+            # step_id: the workload's own id for work DBOS does not record as a step
+            logical = f"{kind}-{DBOS.step_id if step_id is None else step_id}"
             # Not reset on exit: DBOS records the output from a thread that copies this
             # context, and its commit trigger reads the logical task from it.
             set_logical_task(logical)
@@ -207,14 +231,16 @@ class DBOSAdapter(Adapter):
         return step
 
     def _launch(self, ctx: RunContext) -> None:
-        from crashmatrix.scenarios.realworld import dbos_checkout
+        from dbos import DBOS
+        from dbos._debug_trigger import DebugAction, DebugTriggers
 
-        dbos_checkout.WORKER.urls = dict(ctx.env.providers)
-        dbos_checkout.WORKER.worker_id = ctx.worker_id
-        dbos_checkout.WORKER.step = self._step_hook(ctx.on_step)
-        dbos_checkout.WORKER.point = point
+        worker = ctx.workload.worker  # the workload module's per-process state
+        worker.urls = dict(ctx.env.providers)
+        worker.worker_id = ctx.worker_id
+        worker.step = self._step_hook(ctx.on_step)
+        worker.point = point
         DebugTriggers.set_debug_trigger(
-            DebugTriggers.DEBUG_TRIGGER_STEP_COMMIT, DebugAction(callback=lambda: point("log.append.after")))
+            DebugTriggers.DEBUG_TRIGGER_STEP_COMMIT, DebugAction(callback=lambda: point(LOG_APPEND_AFTER)))
         DBOS(config=self.config(ctx.env, ctx.run_id, ctx.worker_id))  # type: ignore[arg-type]
         _fast_internal_queue()
         DBOS.launch()
@@ -225,7 +251,36 @@ class DBOSAdapter(Adapter):
     async def resume(self, ctx: RunContext) -> str:
         return await self._run(ctx, "resume")
 
+    async def recover(self, ctx: RunContext) -> str:
+        """DBOS's own recovery: launch as the case's executor (``ctx.scope``), which
+        re-enqueues the executor's ``PENDING`` workflows, and wait until none is left
+        (bounded by the worker's deadline). Without a scope: recovery by id only."""
+        from ..adapter import RecoveryByIdOnly
+
+        if ctx.scope is None:
+            raise RecoveryByIdOnly("DBOS recovers by executor id: this worker was given none")
+        from dbos import DBOS
+
+        await asyncio.to_thread(self._launch, ctx)
+        try:
+            pending: list[str] = []
+            for _ in range(int(CANCELLED_WAIT_SECONDS / POLL_SECONDS)):
+                rows = await asyncio.to_thread(lambda: DBOS.list_workflows(
+                    status=["PENDING", "ENQUEUED"], app_version=application_version(ctx.scope or ""),
+                    load_input=False, load_output=False))
+                pending = [r.workflow_id for r in rows]
+                if not pending:
+                    break
+                await asyncio.sleep(POLL_SECONDS)
+            return f"recovered by executor {executor_id(ctx.scope)}; still pending: {', '.join(pending) or 'none'}"
+        finally:
+            with anyio.CancelScope(shield=True):
+                await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
+
     async def _run(self, ctx: RunContext, role: str) -> str:
+        from dbos import DBOS, SetWorkflowID
+        from dbos._error import DBOSAwaitedWorkflowCancelledError
+
         # launch in a thread: it runs migrations and starts DBOS's threads (blocking)
         await asyncio.to_thread(self._launch, ctx)
         try:
@@ -243,8 +298,12 @@ class DBOSAdapter(Adapter):
                 handle = await DBOS.retrieve_workflow_async(ctx.run_id)
             else:
                 return STATUS_MAP.get(status, status.lower())
+            script = getattr(workload, "operator_script", None)  # a person in the loop (harness/human.py)
+            operator = asyncio.ensure_future(self._operate(ctx.run_id, script)) if script is not None else None
             try:
                 await handle.get_result(polling_interval_sec=POLL_SECONDS)
+            except DBOSAwaitedWorkflowCancelledError:
+                pass  # DBOS.cancel_workflow (a cancel-api fault): the status says CANCELLED
             except anyio.get_cancelled_exc_class():
                 # a cancel fault: DBOS shields the workflow task from its caller
                 # (asyncio.shield in start_workflow_async), so only this wait ends. The
@@ -254,6 +313,11 @@ class DBOSAdapter(Adapter):
                     with contextlib.suppress(Exception):
                         await handle.get_result(polling_interval_sec=POLL_SECONDS)
                 raise
+            finally:
+                if operator is not None:
+                    operator.cancel()
+                    with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
+                        await operator
             final = await handle.get_status()
             return STATUS_MAP.get(final.status, final.status.lower())
         finally:
@@ -261,11 +325,43 @@ class DBOSAdapter(Adapter):
             with anyio.CancelScope(shield=True):
                 await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
 
+    @staticmethod
+    async def _operate(run_id: str, script: Any) -> None:
+        """The workload's scripted operator, beside the workflow (DBOS's own mechanism:
+        the workflow publishes what it waits for with ``set_event("waiting", ...)``, the
+        person answers with ``send``, which the workflow gets with ``recv``). Each answer is sent
+        once per worker under an idempotency key per interrupt, so a resumed worker that
+        sends it again adds no second message; the operator's turn is labelled as in
+        :mod:`crashmatrix.harness.human`. Runs until cancelled (the workflow ended)."""
+        from dbos import DBOS
+
+        from crashmatrix.harness.crashpoint import reset_logical_task, set_logical_task
+        from crashmatrix.harness.human import ANSWER_AFTER, ANSWER_BEFORE, WAIT, record
+
+        answered: set[str] = set()
+        while True:
+            waiting = await DBOS.get_event_async(run_id, "waiting", timeout_seconds=OPERATOR_POLL_SECONDS)
+            answer = script.find(waiting["node"], waiting["ordinal"]) if isinstance(waiting, dict) else None
+            if answer is not None and answer.label not in answered:
+                token = set_logical_task(answer.task)
+                try:
+                    point(WAIT)
+                    point(ANSWER_BEFORE)
+                    await DBOS.send_async(run_id, record(answer.node, answer.ordinal, script.delivered(answer)),
+                                          topic=answer.label, idempotency_key=f"{run_id}:{answer.label}")
+                    point(ANSWER_AFTER)
+                finally:
+                    reset_logical_task(token)
+                answered.add(answer.label)
+            await asyncio.sleep(OPERATOR_POLL_SECONDS)
+
     # -- controller side ----------------------------------------------------------
 
     def _client_for(self, env: Environment, run_id: str) -> tuple[Any, bool]:
         """``(client, owned)``: SQLite: a client on the run's own file (owned: the caller
         destroys it); PostgreSQL: one cached client."""
+        from dbos import DBOSClient
+
         url = self.system_database_url(env, run_id, "crashmatrix-oracle")
         if self.backend == "sqlite":
             return DBOSClient(system_database_url=url), True
@@ -280,11 +376,41 @@ class DBOSAdapter(Adapter):
             client, self._client = self._client, None
             await asyncio.to_thread(client.destroy)
 
-    async def observe(self, env: Environment, run_id: str) -> Observation:
-        from crashmatrix.scenarios.realworld.dbos_checkout import transcript
-        from crashmatrix.scenarios.realworld.common import final_answer
+    @staticmethod
+    def step_kind(workload: Any, function_name: str) -> str:
+        """The kind of a recorded step (``model``, ``tool``), from the name DBOS recorded
+        it under (the workload's ``model_step`` is a model turn: an integration built on
+        DBOS names its own): the log's ``node_id`` is ``<kind>-<step id>``, the logical
+        task the step's points counted under."""
+        return "model" if function_name == workload.model_step else function_name
 
-        if self.backend == "sqlite" and not (Path(env.workdir) / "dbos" / f"{run_id}.sqlite").exists():
+    async def _with_client(self, env: Environment, run_id: str, call: Any) -> Any:
+        def go() -> Any:
+            client, owned = self._client_for(env, run_id)
+            try:
+                return call(client)
+            finally:
+                if owned:
+                    client.destroy()
+
+        return await asyncio.to_thread(go)
+
+    async def cancel_run(self, env: Environment, run_id: str) -> None:
+        """DBOS's own cancel, ``DBOSClient.cancel_workflow``: the workflow is
+        ``CANCELLED`` and stops at its next step (the step in flight runs to its end)."""
+        await self._with_client(env, run_id, lambda client: client.cancel_workflow(run_id))
+
+    async def resume_cancelled(self, env: Environment, run_id: str) -> None:
+        """DBOS's own resume, ``DBOSClient.resume_workflow``: ``ENQUEUED`` on the internal
+        queue, whose next poll by a worker of this run's application version continues it
+        from its recorded steps."""
+        await self._with_client(env, run_id, lambda client: client.resume_workflow(run_id))
+
+    async def observe(self, env: Environment, run_id: str) -> Observation:
+        # the workload reads its recorded steps: ``model_step``, ``transcript(run_input,
+        # steps)`` (an integration's response objects), ``answer(messages)``
+        workload = self.workload_of(env)
+        if self.backend == "sqlite" and not (Path(env.workdir) / "dbos" / f"{self._scope(env, run_id)}.sqlite").exists():
             return Observation(run_id, "absent", log=[], state=None, state_error="no system database file")
 
         def read() -> Observation:
@@ -299,13 +425,17 @@ class DBOSAdapter(Adapter):
                 if owned:
                     client.destroy()
             status = STATUS_MAP.get(wf.status, wf.status.lower())
-            log = [LogEntry(s["function_id"], f"{s['function_name']}-{s['function_id']}", (), s["function_name"], 0,
+            # seq is the step's position: DBOS's function ids are its own numbering, and a
+            # workflow recovered inside ``recv`` may leave one unused (a kill at
+            # human.wait: ids 1-5, then 7); the node id keeps DBOS's id
+            log = [LogEntry(i, f"{self.step_kind(workload, s['function_name'])}-{s['function_id']}", (),
+                            self.step_kind(workload, s["function_name"]), 0,
                             None if s.get("error") is None else f"step raised {s['error']!r}")
-                   for s in sorted(steps, key=lambda s: s["function_id"])]
+                   for i, s in enumerate(sorted(steps, key=lambda s: s["function_id"]), 1)]
             args = tuple((wf.input or {}).get("args") or ())
             run_input = args[1] if len(args) > 1 and isinstance(args[1], dict) else {}
-            messages = transcript(run_input, [dict(s) for s in steps])
-            state = {"transcript": messages, "answer": final_answer(messages), "budget": None,
+            messages = workload.transcript(run_input, [dict(s) for s in steps])
+            state = {"transcript": messages, "answer": workload.answer(messages), "budget": None,
                      "pending": [] if status in ("completed", "failed") else ["workflow"]}
             return Observation(run_id, status, log=log, effects=None, state=state)
 

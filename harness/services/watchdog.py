@@ -30,7 +30,8 @@ ignores SIGINT and SIGHUP, treats SIGTERM like EOF (clean up, exit), and also cl
 when its parent process changes (the controller died but a forked descendant still holds
 the write end of the pipe, so EOF would come late). It never outlives its cleanup.
 
-This module uses the standard library only, so ``python -m`` starts it in ~30 ms.
+This module uses the standard library only (and :mod:`.process`, the harness's process
+toolkit, which does too), so ``python -m`` starts it in ~30 ms.
 """
 
 from __future__ import annotations
@@ -42,11 +43,21 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from types import TracebackType
 from typing import IO, Any
 
 from crashmatrix.harness.errors import InvalidArgument, ServiceError
+from crashmatrix.harness.services.process import (
+    NotReady,
+    first_lines,
+    kill_group,
+    kill_processes,
+    pid_alive,
+    proc_stat,
+    run,
+    spawn,
+    wait_gone,
+)
 
 __all__ = ["Watchdog", "main"]
 
@@ -89,17 +100,14 @@ class Watchdog:
         does not report ready in time or exits first. Takes ~30-60 ms (an interpreter
         start with stdlib imports only).
         """
-        process = subprocess.Popen(
-            [sys.executable, "-P", "-m", _MODULE],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            start_new_session=True,
-        )
+        process = spawn([sys.executable, "-P", "-m", _MODULE], stdin=subprocess.PIPE)
         assert process.stdout is not None
         try:
-            ready, _, _ = select.select([process.stdout], [], [], ready_timeout)
-            line = os.read(process.stdout.fileno(), len(_READY)) if ready else b""
-            if line != _READY:
+            try:
+                line = first_lines({"watchdog": process}, ready_timeout)["watchdog"]
+            except NotReady as exc:
+                line = f"nothing ({exc.why})"
+            if line != _READY.decode().strip():
                 raise ServiceError(
                     f"watchdog (pid {process.pid}) did not report ready within "
                     f"{ready_timeout} s (exit code {process.poll()}, got {line!r})"
@@ -232,67 +240,6 @@ def _log(message: str) -> None:
         pass  # the controller's stderr may be gone with it
 
 
-def _group_alive(pgid: int) -> bool:
-    """True while process group ``pgid`` has a member that is not a zombie."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:  # no procfs: fall back to kill(0), which counts zombies too
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for entry in entries:
-        if entry.isdigit():
-            info = _proc_stat(int(entry))
-            if info is not None and info[2] == pgid and info[0] not in (b"Z", b"X"):
-                return True
-    return False
-
-
-def _kill_group(pgid: int, grace: float = _TERM_GRACE) -> None:
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not _group_alive(pgid):
-            return
-        time.sleep(0.02)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _proc_stat(pid: int) -> tuple[bytes, int, int] | None:
-    """(state, ppid, pgrp) of ``pid`` from /proc, or None if it does not exist."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return fields[0], int(fields[1]), int(fields[2])
-
-
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    if not os.path.isdir("/proc/self"):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    info = _proc_stat(pid)
-    return info is not None and info[0] not in (b"Z", b"X")
-
-
 def _children(pid: int) -> list[int]:
     """Direct children of ``pid`` (Linux /proc; empty elsewhere)."""
     try:
@@ -302,7 +249,7 @@ def _children(pid: int) -> list[int]:
     children = []
     for entry in entries:
         if entry.isdigit():
-            info = _proc_stat(int(entry))
+            info = proc_stat(int(entry))
             if info is not None and info[1] == pid:
                 children.append(int(entry))
     return children
@@ -329,44 +276,18 @@ def postgres_processes(datadir: str | os.PathLike[str]) -> list[int]:
     return [pid, *_children(pid)]
 
 
-def wait_gone(pids: list[int], timeout: float) -> bool:
-    """Poll (10 ms) until none of ``pids`` is alive; True if so within ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if not any(pid_alive(p) for p in pids):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.01)
-
-
-def kill_processes(pids: list[int], timeout: float = 5.0) -> bool:
-    """SIGKILL ``pids`` (postmaster first) and wait up to ``timeout`` s for them."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return wait_gone(pids, timeout)
-
-
 def _stop_postgres(pg_ctl: str, datadir: str, user: str | None) -> None:
     processes = postgres_processes(datadir)
     if not processes:
         return
     command = [pg_ctl, "stop", "-m", "immediate", "-w", "-t", str(int(_PG_STOP_TIMEOUT)),
                "-D", datadir]
-    kwargs: dict[str, Any] = {}
-    if user is not None and os.geteuid() == 0:
-        kwargs["user"] = user
     try:
-        result = subprocess.run(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, timeout=_PG_STOP_TIMEOUT + 2, check=False, **kwargs,
-        )
+        result = run(command, timeout=_PG_STOP_TIMEOUT + 2,
+                     user=user if user is not None and os.geteuid() == 0 else None)
         if result.returncode != 0:
             _log(f"pg_ctl stop -D {datadir} exited {result.returncode}: "
-                 f"{result.stderr.decode(errors='replace').strip()}")
+                 f"{(result.stderr or result.stdout or '').strip()}")
     except (OSError, subprocess.SubprocessError) as exc:
         _log(f"pg_ctl stop -D {datadir} failed: {exc}")
     processes += [p for p in postgres_processes(datadir) if p not in processes]
@@ -438,7 +359,7 @@ class _Registry:
         ok = True
         for pgid in list(self.pgids):
             try:
-                _kill_group(pgid)
+                kill_group(pgid, _TERM_GRACE)
             except OSError as exc:
                 ok = False
                 _log(f"cannot kill process group {pgid}: {exc}")

@@ -1,4 +1,4 @@
-"""The checkout workload (``cases/checkout.md``): an eleven-step purchase agent in four
+"""The checkout workload (docs/design.md, "The checkout workload"): an eleven-step purchase agent in four
 conversations, against payment, mail and model providers in their own processes.
 
 ``WORKLOAD`` is what the registry hands out: conversations, the providers to start, the
@@ -35,7 +35,7 @@ class ScriptedModel:
         self.script = script
 
     async def complete(self, run_id: str, node_id: str, messages: list[dict[str, Any]]) -> ModelReply:
-        from crashmatrix.scenarios.providers import clients
+        from crashmatrix.harness.services.providers import clients
 
         try:
             body = await clients.complete(

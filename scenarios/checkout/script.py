@@ -1,4 +1,4 @@
-"""The scripted model of the checkout workload (``cases/checkout.md``).
+"""The scripted model of the checkout workload (docs/design.md, "The checkout workload").
 
 :func:`respond` runs inside the model provider's process: given the conversation name
 and the transcript so far, it returns the next reply. It is a pure function of its

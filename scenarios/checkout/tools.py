@@ -4,45 +4,27 @@ Read-only tools (``search``, ``fetch_doc``, ``quote``) answer from a fixed catal
 the worker. Tools with effects call providers in their own processes, always with the
 idempotency key the runtime derived (``sha256(run_id:tool_call_id)``); their probes ask
 the provider whether that key was applied and return the original result, not just
-"applied" (DESIGN.md: a crash after the provider answered but before the commit always
+"applied" (docs/design.md: a crash after the provider answered but before the commit always
 goes through the probe).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import anyio
 
+from crashmatrix.harness.services.providers import clients
+from crashmatrix.harness.services.providers.clients import PROBE_TIMEOUT_S, Resources  # noqa: F401 (re-exported)
 from crashmatrix.reference_runtime.agent import OutcomeUnknown, ProbeOutcome, Tool, ToolContext, ToolOutcome
-from crashmatrix.scenarios.providers import clients
 
 CATALOGUE = {
     "dock-1": {"sku": "dock-1", "name": "USB-C dock", "price": 12900},
     "dock-pro": {"sku": "dock-pro", "name": "USB-C dock pro", "price": 24900},
 }
 LARGE_DOC_BYTES = 200_000
-PROBE_TIMEOUT_S = 10.0
-"""A probe's own bound (seconds): past it the probe answers ``cannot_tell`` instead of
-waiting on a dead link for the session's default 300 s (docs/probes.md)."""
-
-
-@dataclass
-class Resources:
-    """Per-worker clients: one HTTP session, the provider URLs, the worker id header,
-    the probes' bound in seconds (the probe certifier's sandbox sets a short one), and
-    ``deadline_s``: how long one provider call (model, effect or probe) may take before
-    it counts as ambiguous (None: the session's own timeout; the network section sets
-    one, which then bounds the probes too)."""
-
-    session: aiohttp.ClientSession
-    urls: dict[str, str]
-    worker_id: str
-    conversation: str
-    probe_timeout_s: float = PROBE_TIMEOUT_S
-    deadline_s: float | None = None
+# PROBE_TIMEOUT_S (a probe's own bound) and Resources (the per-worker clients the
+# reference adapter builds) are the harness's: crashmatrix.harness.services.providers.clients
 
 
 def _res(ctx: ToolContext) -> Resources:
@@ -94,8 +76,7 @@ async def _probe(ctx: ToolContext, ask: Any, url_kind: str, outcome: Any) -> Pro
     provider that could not be asked (broken link, timeout, 5xx) is ``cannot_tell_yet``;
     one whose answer does not decide is ``cannot_tell``."""
     r = _res(ctx)
-    timeout = r.probe_timeout_s if r.deadline_s is None else min(r.deadline_s, r.probe_timeout_s)
-    answer = await ask(r.session, r.urls[url_kind], ctx.idem_key, timeout=timeout)
+    answer = await ask(r.session, r.urls[url_kind], ctx.idem_key, timeout=r.probe_bound_s)
     if answer.outcome == "applied":
         return ProbeOutcome("applied", outcome(answer.result))
     if answer.outcome == "not_applied":

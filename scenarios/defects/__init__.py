@@ -6,7 +6,8 @@ exposes it as subject ``defect:<name>``), and says in its docstring what it brea
 where the defect class comes from, and which oracle check should catch it.
 Each class also carries the metadata ``crashmatrix selftest`` reads (``defect``,
 ``source``, ``caught_by``, ``fault_kinds``, ``point_sources``, ``conversations``,
-``workload``, ``baseline``: :mod:`._base`); ``tests/integration/test_selftest.py`` proves
+``workload``, ``baseline``, ``resume_policies``, and for a mutant of a deploy ``crash_with``
+and ``build_path``: :mod:`._base`); ``tests/integration/test_selftest.py`` proves
 each is caught by a check it names, and that its baseline passes the same cases.
 """
 
@@ -26,4 +27,14 @@ MUTANTS: dict[str, str] = {
     "retention-deletes-paused": "crashmatrix.scenarios.defects.resume_defects:RetentionDeletesPausedAdapter",
     "lagging-durability": "crashmatrix.scenarios.defects.record_defects:LaggingDurabilityAdapter",
     "lost-ack-reapply": "crashmatrix.scenarios.defects.net_defects:LostAckReapplyAdapter",
+    "double-charge-tool": "crashmatrix.scenarios.defects.golden_defects:DoubleChargeToolAdapter",
+    "drain-cancels-in-flight": "crashmatrix.scenarios.defects.drain_defects:DrainCancelsInFlightAdapter",
+    "zombie-charges": "crashmatrix.scenarios.defects.recovery_defects:ZombieChargesAdapter",
+    "no-attempt-limit": "crashmatrix.scenarios.defects.recovery_defects:NoAttemptLimitAdapter",
+    "no-sweep": "crashmatrix.scenarios.defects.recovery_defects:LiveOnlySweepAdapter",
+    "fresh-key-retry": "crashmatrix.scenarios.defects.recovery_defects:FreshKeyRetryAdapter",
+    "acks-before-write": "crashmatrix.scenarios.defects.recovery_defects:AcksOnReceiptAdapter",
+    "pickle-moved-class": "crashmatrix.scenarios.defects.upgrade_defects:PickleMovedClassAdapter",
+    "missing-upgrader": "crashmatrix.scenarios.defects.upgrade_defects:MissingUpgraderAdapter",
+    "renamed-step": "crashmatrix.scenarios.defects.upgrade_defects:RenamedStepAdapter",
 }

@@ -5,7 +5,7 @@ subclass (:class:`MutantAdapter`); the product code carries no defect flag. Its 
 carries the attributes ``crashmatrix selftest`` reads (:data:`METADATA`):
 
 - ``defect``: one line, what it breaks;
-- ``source``: where the defect class comes from (a seed note summarised in DESIGN.md,
+- ``source``: where the defect class comes from (a seed note summarised in docs/design.md,
   or a public report of the same class in another runtime);
 - ``caught_by``: the oracle checks that catch it (any one of them counts);
 - ``fault_kinds``: the fault kinds that reach it, most telling first;
@@ -13,7 +13,16 @@ carries the attributes ``crashmatrix selftest`` reads (:data:`METADATA`):
 - ``conversations``: the smallest set of the workload's conversations that reaches it;
 - ``workload``: the workload (default ``checkout``);
 - ``baseline``: the clean subject it is a variant of (default ``reference``), which
-  must pass the cases that catch the mutant.
+  must pass the cases that catch the mutant; a build pair ``A>>B`` for a mutant of a
+  deploy;
+- ``resume_policies``: the resume policies its cases run under (default
+  ``("default",)``; ``concurrent``, ``recurring``, ``discovery``, ``input-once``:
+  crashmatrix.harness.policies);
+- ``crash_with``: for a mutant of a deploy (a defective *new* build), the build spec
+  the runs crash under before the mutant resumes them (:mod:`crashmatrix.harness.builds`);
+  None (the default): an ordinary mutant;
+- ``build_path``: the source tree the mutant's own build imports its app from (put on
+  its path), or None.
 """
 
 from __future__ import annotations
@@ -29,7 +38,8 @@ from crashmatrix.reference_runtime.executor import Execution
 from crashmatrix.reference_runtime.leases import Lease, LeaseLost
 from crashmatrix.reference_runtime.logstore import EffectOutcome, RunStore
 
-METADATA = ("defect", "source", "caught_by", "fault_kinds", "point_sources", "conversations", "workload", "baseline")
+METADATA = ("defect", "source", "caught_by", "fault_kinds", "point_sources", "conversations", "workload", "baseline",
+            "resume_policies", "crash_with", "build_path")
 """The attribute names of the convention (module docstring)."""
 
 
@@ -47,6 +57,9 @@ class MutantAdapter(ReferenceAdapter):
     conversations: tuple[str, ...] = ("conv1",)
     workload = "checkout"
     baseline = "reference"
+    resume_policies: tuple[str, ...] = ("default",)
+    crash_with: str | None = None
+    build_path: str | None = None
 
     def make_store(self, db: Db, ctx: RunContext) -> RunStore | None:
         """The run store of one worker; None: the runtime's default."""

@@ -1,22 +1,10 @@
 """Build 2 of the pickle-codec mutant: the message class of :mod:`.pickle_build1`, moved
-here by a refactor (and made a dataclass on the way). See :mod:`.pickle_codec`."""
+by a refactor (and made a dataclass on the way). See :mod:`.pickle_codec`. The class is
+the one of the app tree ``pickle_trees/v2`` (the real two-build form:
+:mod:`.upgrade_defects`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from .pickle_trees.v2.cm_pickleshop.model import Message
 
-
-@dataclass
-class Message:
-    """A transcript message as an object (role, content, tool call fields)."""
-
-    role: str
-    content: Any = None
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
-    status: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None or k in ("role", "content")}
+__all__ = ["Message"]

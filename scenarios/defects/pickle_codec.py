@@ -48,7 +48,7 @@ class PickleLog(AppendOnlyLog):
 
     A run that never resumes on a newer build never notices. A resume on build 2, after
     a crash left records of build 1, fails at the first turn that reads the transcript.
-    Class: DESIGN.md ("Never pickle anything durable"; catalogue item 7);
+    Class: docs/design.md ("Never pickle anything durable"; catalogue item 7);
     maxencefaldor/cax#18 (a refactor moved ``models`` to ``systems`` and the pickled
     assets failed with ``ModuleNotFoundError``); getsentry/sentry#88821 (moving a class
     broke unpickling until the old import path was kept). Caught at the end by
@@ -59,10 +59,14 @@ class PickleLog(AppendOnlyLog):
         super().__init__(db)
         self.blobs = blobs
 
+    def message_class(self) -> type:
+        """The class this build pickles messages as."""
+        return _BUILD["Message"]
+
     async def append(self, lease: Lease, seq: int, record: NodeRecord, effect: EffectOutcome | None) -> bool:
         if record.output.codec != PICKLE_CODEC:  # in place: the executor's in-memory record matches the log
             value = dict(codec.decode(record.output, blobs=self.blobs))
-            value["messages"] = [_BUILD["Message"](**m) for m in value.get("messages", [])]
+            value["messages"] = [self.message_class()(**m) for m in value.get("messages", [])]
             record.output.CopyFrom(Payload(codec=PICKLE_CODEC, format_version=1, inline=pickle.dumps(value)))
         return await super().append(lease, seq, record, effect)
 
@@ -91,7 +95,7 @@ class PickleCodecAdapter(MutantAdapter):
     runtime_class = PickleRuntime
     graph_class = PickledGraph
     defect = "outputs are pickled; a newer build that moved the message class cannot resume the run"
-    source = ("DESIGN.md, state codec: never pickle anything durable (catalogue item 7); maxencefaldor/cax#18, "
+    source = ("docs/design.md, state codec: never pickle anything durable (catalogue item 7); maxencefaldor/cax#18, "
               "getsentry/sentry#88821 (a moved class breaks unpickling)")
     caught_by = ("resume.runs", "run.status")
     fault_kinds = ("kill",)

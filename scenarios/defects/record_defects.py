@@ -35,7 +35,7 @@ class DeltaDropsSpawnedLog(AppendOnlyLog):
     A run that never crashes never reads a delta back. A resume after a crash that
     falls between two snapshots rehydrates the deltas after the last snapshot without
     their successors: the frontier is empty, the run "completes" without its last
-    turns. Class: seed 000's shipped delta-and-snapshot design (DESIGN.md; catalogue
+    turns. Class: seed 000's shipped delta-and-snapshot design (docs/design.md; catalogue
     item 1); the same class in formancehq/ledger#2044 (an incremental restore ignored
     what a delta recorded after the full checkpoint, so the restored state kept what
     the live one had dropped). Caught at the end by ``state.equal`` (no final answer),
@@ -62,7 +62,7 @@ class DeltaDropsSpawnedAdapter(MutantAdapter):
 
     name = "defect:delta-drops-field"
     defect = "the delta-and-snapshot store's delta loses the record's spawned field"
-    source = ("seed 000's delta-and-snapshot store (DESIGN.md; catalogue item 1); formancehq/ledger#2044 "
+    source = ("seed 000's delta-and-snapshot store (docs/design.md; catalogue item 1); formancehq/ledger#2044 "
               "(incremental restore lost what a delta recorded after the checkpoint)")
     caught_by = ("state.equal", "transcript.exact", "provider.payment.ledger_equal")
     fault_kinds = ("kill",)
@@ -83,7 +83,7 @@ class OutcomeOutsideRecordExecution(Execution):
     A kill between the two leaves an effect ``succeeded`` whose node has no record.
     Here the resume still ends well (the re-run node finds the stored result), which
     is why only the crash state shows it; a runtime that trusts "succeeded" to mean
-    "the transcript has it" loses the tool result. Class: DESIGN.md ("``succeeded``
+    "the transcript has it" loses the tool result. Class: docs/design.md ("``succeeded``
     with the result in the same transaction as the node's log record"; catalogue item
     3); the same dual write in entireio/cli#2038 (a checkpoint made durable before the
     session state that says so: a kill between them repeats the work). Caught at the
@@ -105,7 +105,7 @@ class OutcomeOutsideRecordAdapter(MutantAdapter):
     name = "defect:outcome-outside-record"
     execution = OutcomeOutsideRecordExecution
     defect = "the effect's succeeded row is committed apart from the node's record"
-    source = "DESIGN.md, effects ledger (catalogue item 3); entireio/cli#2038 (durable checkpoint before the state naming it)"
+    source = "docs/design.md, effects ledger (catalogue item 3); entireio/cli#2038 (durable checkpoint before the state naming it)"
     caught_by = ("effects.commit_with_record",)
     fault_kinds = ("kill",)
 
@@ -121,7 +121,7 @@ class CheckpointFirstExecution(Execution):
     Without a crash nothing shows: the live run reads the results from memory. A crash
     after the early record and before the body finished leaves the node "done" in the
     log: the resume skips it, so its effect is never made, and the next turn reads an
-    empty result. Class: seed 000's "record after the node, not before" (DESIGN.md,
+    empty result. Class: seed 000's "record after the node, not before" (docs/design.md,
     reference_runtime; catalogue item 8); peters/horizon#382 (a browser agent that
     checkpointed steps before they were verified, fixed to "persist intent before
     dispatch, checkpoint only verified completions"). Caught at the crash state by
@@ -162,7 +162,7 @@ class CheckpointFirstAdapter(MutantAdapter):
     name = "defect:checkpoint-before-node"
     execution = CheckpointFirstExecution
     defect = "a tool node's record is written before its body runs"
-    source = ("seed 000: record after the node, not before (DESIGN.md; catalogue item 8); peters/horizon#382 "
+    source = ("seed 000: record after the node, not before (docs/design.md; catalogue item 8); peters/horizon#382 "
               "(checkpoint only verified completions)")
     caught_by = ("effects.commit_with_record", "provider.payment.ledger_equal", "run.status")
     fault_kinds = ("kill",)
@@ -182,7 +182,7 @@ class LaggingLog(AppendOnlyLog):
 
     The live run schedules from memory and never notices. A kill loses the last ``lag``
     acknowledged records (a few turns): the resume re-runs them, paying their model
-    calls again. Class: DESIGN.md ("O(1) bytes per turn", "the append is one
+    calls again. Class: docs/design.md ("O(1) bytes per turn", "the append is one
     statement"; catalogue item 13); KempnerInstitute/KempnerForge#102 (async
     checkpointing acknowledged a checkpoint before the background flush made it
     durable: a crash in the window left nothing loadable); langchain-ai/langgraph#8234
@@ -242,7 +242,7 @@ class LaggingDurabilityAdapter(MutantAdapter):
     name = "defect:lagging-durability"
     execution = LaggingExecution
     defect = "appends are acknowledged before they are durable: a background task flushes two records behind"
-    source = ("DESIGN.md, append-only run log (catalogue item 13); KempnerInstitute/KempnerForge#102 "
+    source = ("docs/design.md, append-only run log (catalogue item 13); KempnerInstitute/KempnerForge#102 "
               "(acknowledged before the background flush); langchain-ai/langgraph#8234")
     caught_by = ("log.acknowledged_durable", "model.calls_billed")
     fault_kinds = ("kill",)

@@ -33,7 +33,7 @@ class ReplaysModelCallExecution(Execution):
     keeps the recorded one.
 
     The durable state ends equal to the golden run's; only the bill differs: that turn
-    is paid twice, though its record shows it was not in flight. Class: DESIGN.md (the
+    is paid twice, though its record shows it was not in flight. Class: docs/design.md (the
     model calls billed check; catalogue item 2); alibaba/open-code-review#1034 (a
     resumed scan calls the dedup model again on restored results instead of restoring
     the canonical one); seangalliher/ProbOS#1281 (a resume discards the restored plan
@@ -54,7 +54,7 @@ class ReplaysModelCallAdapter(MutantAdapter):
     name = "defect:replays-model-call"
     execution = ReplaysModelCallExecution
     defect = "a resume calls the model again for the last recorded turn"
-    source = ("DESIGN.md, model calls billed (catalogue item 2); alibaba/open-code-review#1034, "
+    source = ("docs/design.md, model calls billed (catalogue item 2); alibaba/open-code-review#1034, "
               "seangalliher/ProbOS#1281 (resumes that repeat a recorded model call)")
     caught_by = ("model.calls_billed",)
     fault_kinds = ("kill",)
@@ -116,7 +116,7 @@ class NoUnknownLedger(EffectLedger):
 
     With a provider that deduplicates on the key the retry is harmless here, which is
     why only the crash state shows it; against one that does not, the charge lands
-    twice. Class: seed 000's three outcomes (DESIGN.md, effects ledger: ``unknown``, as
+    twice. Class: seed 000's three outcomes (docs/design.md, effects ledger: ``unknown``, as
     Jepsen's info, is not ``failed``; catalogue item 6); LionSR/TeXRA#12087 (an
     interrupted activity retried by default, "one user cancel into up to ten further
     provider calls"). Caught at the crash state by ``cancel.left_unknown``.
@@ -142,7 +142,7 @@ class NoUnknownAdapter(MutantAdapter):
 
     name = "defect:no-unknown-state"
     defect = "a cancelled call is recorded failed instead of unknown, and retried"
-    source = "seed 000: succeeded / failed / unknown (DESIGN.md; catalogue item 6); LionSR/TeXRA#12087"
+    source = "seed 000: succeeded / failed / unknown (docs/design.md; catalogue item 6); LionSR/TeXRA#12087"
     caught_by = ("cancel.left_unknown",)
     fault_kinds = ("cancel",)
 
@@ -159,7 +159,7 @@ class TraceNotStoredRuntime(Runtime):
     whatever the run row holds is dropped when a worker takes the run, as if the column
     were never written.)
 
-    Class: seed 000's trace wall (DESIGN.md, "Trace context"; catalogue item 10);
+    Class: seed 000's trace wall (docs/design.md, "Trace context"; catalogue item 10);
     mastra-ai/mastra#20771 (trace continuity lost across suspend and resume: a new
     trace id, no parent, no link); n8n-io/n8n#38033. Caught at the end by
     ``trace.continues`` (a resume without a link).
@@ -177,7 +177,7 @@ class TraceNotStoredAdapter(MutantAdapter):
     name = "defect:trace-not-stored"
     runtime_class = TraceNotStoredRuntime
     defect = "the trace context is not stored, so a resume starts an unlinked trace"
-    source = "seed 000: trace links (DESIGN.md; catalogue item 10); mastra-ai/mastra#20771, n8n-io/n8n#38033"
+    source = "seed 000: trace links (docs/design.md; catalogue item 10); mastra-ai/mastra#20771, n8n-io/n8n#38033"
     caught_by = ("trace.continues",)
     fault_kinds = ("kill",)
 
@@ -212,7 +212,7 @@ class RetentionDeletesPausedAdapter(MutantAdapter):
     from its input and pays, charges and mails a second time. The harness runs the
     pass in the adapter's ``between_crash_and_resume`` hook, with a zero retention
     period (standing in for a run that waits past the period) and scoped to the case's
-    own run (cases share the database). Class: DESIGN.md ("Retention never deletes a
+    own run (cases share the database). Class: docs/design.md ("Retention never deletes a
     run that is paused or waiting for a human"; catalogue item 12);
     intrafind/ihub-apps#2319 (a ledger retention sweep that deleted paused workflow
     executions on age alone); Altinn/altinn-studio#20005. Caught at the end by
@@ -221,7 +221,7 @@ class RetentionDeletesPausedAdapter(MutantAdapter):
 
     name = "defect:retention-deletes-paused"
     defect = "retention deletes runs that are paused or interrupted, not only finished ones"
-    source = ("DESIGN.md, retention (catalogue item 12); intrafind/ihub-apps#2319 (a sweep deleting paused "
+    source = ("docs/design.md, retention (catalogue item 12); intrafind/ihub-apps#2319 (a sweep deleting paused "
               "executions on age alone), Altinn/altinn-studio#20005")
     caught_by = ("provider.payment.ledger_equal", "model.calls_billed")
     fault_kinds = ("term", "cancel")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from crashmatrix.harness.crashpoint import crashpoint
+from crashmatrix.harness.crashpoint import EFFECT_UNKNOWN_BEFORE, crashpoint
 from crashmatrix.reference_runtime import Runtime
 from crashmatrix.reference_runtime.effects import idempotency_key
 from crashmatrix.reference_runtime.executor import Execution
@@ -18,7 +18,7 @@ class UnkeyedRetryExecution(Execution):
     """Defect: the tool call's idempotency key changes with every attempt (it mixes in
     a fresh nonce), so a resume re-runs an interrupted call as a new effect.
 
-    Class: seed 000's "retry without a stable key" (DESIGN.md, effects ledger; mutant
+    Class: seed 000's "retry without a stable key" (docs/design.md, effects ledger; mutant
     14 of the catalogue issue). Caught at the end by ``provider.payment.ledger_equal``
     (the charge applied twice), ``provider.mail.ledger_equal`` (the receipt sent twice)
     and ``effects.ledger_equal`` for any fault between the provider's answer and the
@@ -33,13 +33,13 @@ class UnshieldedUnknownExecution(Execution):
     """Defect: the ``unknown`` row is written without a shield, so the cancellation it
     records cancels the write itself and the effect stays ``started``.
 
-    Class: seed 000's cancellation wall (DESIGN.md, "Fault kinds, precisely": an
+    Class: seed 000's cancellation wall (docs/design.md, "Fault kinds, precisely": an
     unshielded recovery write is lost). Caught at the crash state by
     ``cancel.left_unknown`` for cancels during a tool request.
     """
 
     async def mark_unknown(self, key: str) -> None:
-        crashpoint("effect.unknown.before")
+        crashpoint(EFFECT_UNKNOWN_BEFORE)
         await self.rt.ledger.mark_unknown(self.lease, key)
         crashpoint("effect.unknown.after")
 
@@ -61,7 +61,7 @@ class UnfencedLeaseRuntime(Runtime):
     is a name, not a fencing token: a paused worker that wakes up after another took its
     run over still writes (its status, its effect rows) as if it owned the run.
 
-    Class: the zombie worker of a GC pause or SIGSTOP (DESIGN.md, "Run ownership";
+    Class: the zombie worker of a GC pause or SIGSTOP (docs/design.md, "Run ownership";
     mutant 11 of the catalogue issue). Caught by ``pause.zombie_fenced`` (the durable
     state changes after the zombie wakes) for pause faults.
     """
@@ -90,7 +90,7 @@ class UnfencedLeaseAdapter(MutantAdapter):
     name = "defect:unfenced-lease"
     runtime_class = UnfencedLeaseRuntime
     defect = "taking a run over keeps the lease epoch: a woken zombie still writes"
-    source = "DESIGN.md, run ownership: the zombie worker of a GC pause or SIGSTOP (catalogue item 11)"
+    source = "docs/design.md, run ownership: the zombie worker of a GC pause or SIGSTOP (catalogue item 11)"
     caught_by = ("pause.zombie_fenced",)
     fault_kinds = ("pause",)
 
@@ -101,7 +101,7 @@ class UnkeyedRetryAdapter(MutantAdapter):
     name = "defect:unkeyed-retry"
     execution = UnkeyedRetryExecution
     defect = "the idempotency key changes per attempt, so a resumed call is a new effect"
-    source = "seed 000: a retry without a stable key (DESIGN.md, effects ledger; catalogue item 14)"
+    source = "seed 000: a retry without a stable key (docs/design.md, effects ledger; catalogue item 14)"
     caught_by = ("provider.payment.ledger_equal", "provider.mail.ledger_equal", "effects.ledger_equal")
     fault_kinds = ("kill",)
 
@@ -112,7 +112,7 @@ class UnshieldedUnknownAdapter(MutantAdapter):
     name = "defect:unshielded-unknown"
     execution = UnshieldedUnknownExecution
     defect = "the unknown row is written unshielded, so the cancellation cancels it"
-    source = "seed 000: the cancellation wall (DESIGN.md, fault kinds: an unshielded recovery write is lost; catalogue item 5)"
+    source = "seed 000: the cancellation wall (docs/design.md, fault kinds: an unshielded recovery write is lost; catalogue item 5)"
     caught_by = ("cancel.left_unknown",)
     fault_kinds = ("cancel",)
 
@@ -123,6 +123,6 @@ class DrainKeepsLaunchingAdapter(MutantAdapter):
     name = "defect:drain-keeps-launching"
     execution = DrainKeepsLaunchingExecution
     defect = "the scheduler keeps launching nodes after SIGTERM"
-    source = "seed 000: the drain wall (DESIGN.md, fault kinds: term; catalogue item 9)"
+    source = "seed 000: the drain wall (docs/design.md, fault kinds: term; catalogue item 9)"
     caught_by = ("term.drained",)
     fault_kinds = ("term",)

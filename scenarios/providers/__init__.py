@@ -1,64 +1,24 @@
-"""The external systems a workload's tools call: payment, mail, a scripted model and a
-document store.
+"""Where the providers used to live: a re-export of :mod:`crashmatrix.harness.services.providers`.
 
-Each provider runs in its own process (:mod:`.server`) with its own durable SQLite
-ledger (:mod:`.ledger`); tools talk to them through :mod:`.clients`; the harness starts
-them with :func:`start_providers` (:mod:`.launcher`).
-
-Exports are loaded lazily (PEP 562), so that importing this package (as the server
-process does) costs nothing beyond what is used.
+The provider servers, their ledger, clients and launcher are harness services (the
+harness starts them for every subject), so they live in
+``crashmatrix.harness.services.providers``. Code that imports
+``crashmatrix.scenarios.providers`` or ``crashmatrix.scenarios.providers.clients``
+keeps working: the names here are the harness's own objects. What is workload-specific
+stays here: :mod:`.demo_script`, the tiny model scripts of the model provider's tests.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-_EXPORTS = {
-    # clients
-    "WORKER_HEADER": "clients",
-    "ProbeResult": "clients",
-    "ProviderError": "clients",
-    "DefiniteProviderError": "clients",
-    "ProviderUnreachableError": "clients",
-    "AmbiguousProviderError": "clients",
-    "charge": "clients",
-    "refund": "clients",
-    "send_mail": "clients",
-    "complete": "clients",
-    "get_charge_status": "clients",
-    "get_refund_status": "clients",
-    "get_mail_status": "clients",
-    "create_document": "clients",
-    "get_document_status": "clients",
-    "set_delay": "clients",
-    "read_ledger": "clients",
-    "inflight": "clients",
-    "health": "clients",
-    "wait_inflight_zero": "clients",
-    # launcher
-    "KINDS": "launcher",
-    "DEFAULT_KINDS": "launcher",
-    "Providers": "launcher",
-    "ProviderStartError": "launcher",
-    "start_providers": "launcher",
-    # ledger
-    "Ledger": "ledger",
-    "read_ledger_file": "ledger",
-    "ROW_FIELDS": "ledger",
-    # server
-    "build_app": "server",
-    "derive_id": "server",
-}
+from crashmatrix.harness.services import providers as _providers
 
-__all__ = sorted(_EXPORTS)
+__all__ = list(_providers.__all__)
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return getattr(_providers, name)
 
 
 def __dir__() -> list[str]:

@@ -25,13 +25,14 @@ instance, thread or connection is created).
 from __future__ import annotations
 
 from collections.abc import Callable
+from crashmatrix.harness.crashpoint import MODEL_CALL_AFTER, MODEL_CALL_BEFORE, TOOL_REQUEST_AFTER, TOOL_REQUEST_BEFORE
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from dbos import DBOS
 
-from .common import Clients, FlavouredCheckout, effect_key, final_answer
+from .common import Clients, FlavouredCheckout, effect_key
 
 MAX_TURNS = 20
 WORKFLOW_NAME = "crashmatrix_checkout"
@@ -52,34 +53,66 @@ class WorkerState:
 WORKER = WorkerState()
 
 
-def _clients(session: aiohttp.ClientSession, conversation: str) -> Clients:
-    return Clients(session, WORKER.urls, WORKER.worker_id, conversation, str(DBOS.workflow_id))
+def _clients(session: aiohttp.ClientSession, conversation: str, script: str | None = None) -> Clients:
+    clients = Clients(session, WORKER.urls, WORKER.worker_id, conversation, str(DBOS.workflow_id))
+    clients.script = script or clients.script
+    return clients
 
 
-def _step(kind: str) -> Any:
+def _step(kind: str, step_id: object = None) -> Any:
     assert WORKER.step is not None, "the DBOS adapter did not set up this worker"
-    return WORKER.step(kind)
+    return WORKER.step(kind, step_id)
+
+
+async def run_model(kind: str, conversation: str, messages: list[dict[str, Any]], script: str | None = None
+                    ) -> dict[str, Any]:
+    """The body of a billed model step named ``kind``, run inside a DBOS step (this
+    module's ``model`` step, an approval workload's ``approval_model``, or the
+    model-request step of an integration built on DBOS: Pydantic AI's, the OpenAI Agents
+    SDK's); its logical task is ``<kind>-<DBOS step id>``. Returns the assistant message."""
+    with _step(kind) as node_id:
+        async with aiohttp.ClientSession() as session:
+            WORKER.point(MODEL_CALL_BEFORE)
+            message = await _clients(session, conversation, script).model(node_id, messages)
+            WORKER.point(MODEL_CALL_AFTER)
+    return message
+
+
+async def model_turn(conversation: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """One billed model turn (:func:`run_model` of kind ``model``)."""
+    return await run_model("model", conversation, messages)
 
 
 @DBOS.step(name="model")
 async def model_step(conversation: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    with _step("model") as node_id:
+    return await model_turn(conversation, messages)
+
+
+async def run_tool(kind: str, flavour: str, conversation: str, call: dict[str, Any], script: str | None = None,
+                   step_id: object = None) -> dict[str, Any]:
+    """The body of a tool step named ``kind``; returns the tool message. Inside a DBOS
+    step (``step_id`` None) its logical task is ``<kind>-<DBOS step id>`` and the keyed
+    flavour's key ``sha256(workflow id:step id)``; outside one (workflow code, which DBOS
+    does not record) the caller names it: ``<kind>-<step_id>``, and the keyed key is
+    ``sha256(workflow id:call id)`` (the call id is in the model step's recorded output,
+    so it is the same on a replay). ``call`` without an ``id`` gets the step's."""
+    with _step(kind, step_id) as node_id:
+        key = effect_key(flavour, DBOS.workflow_id, DBOS.step_id if step_id is None else call["id"])
         async with aiohttp.ClientSession() as session:
-            WORKER.point("model.call.before")
-            message = await _clients(session, conversation).model(node_id, messages)
-            WORKER.point("model.call.after")
+            WORKER.point(TOOL_REQUEST_BEFORE)
+            message = await _clients(session, conversation, script).tool({"id": node_id, **call}, key, node_id)
+            WORKER.point(TOOL_REQUEST_AFTER)
     return message
+
+
+async def tool_call(flavour: str, conversation: str, call: dict[str, Any], step_id: object = None) -> dict[str, Any]:
+    """One tool call (:func:`run_tool` of kind ``tool``)."""
+    return await run_tool("tool", flavour, conversation, call, step_id=step_id)
 
 
 @DBOS.step(name="tool")
 async def tool_step(flavour: str, conversation: str, call: dict[str, Any]) -> dict[str, Any]:
-    with _step("tool") as node_id:
-        key = effect_key(flavour, DBOS.workflow_id, DBOS.step_id)
-        async with aiohttp.ClientSession() as session:
-            WORKER.point("tool.request.before")
-            message = await _clients(session, conversation).tool(call, key, node_id)
-            WORKER.point("tool.request.after")
-    return message
+    return await tool_call(flavour, conversation, call)
 
 
 @DBOS.workflow(name=WORKFLOW_NAME)
@@ -97,33 +130,68 @@ async def checkout(flavour: str, run_input: dict[str, Any]) -> dict[str, Any]:
     raise RuntimeError(f"checkout did not end within {MAX_TURNS} model turns")
 
 
-def transcript(run_input_: dict[str, Any], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+MODEL_STEP = "model"
+"""The name DBOS records a model turn under (this module's ``model`` step)."""
+
+
+def transcript(run_input_: dict[str, Any], steps: list[dict[str, Any]], model_step: str = MODEL_STEP,
+               as_message: Callable[[Any], Any] = lambda out: out) -> list[dict[str, Any]]:
     """The transcript rebuilt from the run input and the recorded step outputs (in
-    step-id order), as DBOS would replay it."""
+    step-id order), as DBOS would replay it: each ``model_step`` output as the assistant
+    message (``as_message(output)``: an integration records its own response object, or
+    None when it is not one), each ``tool`` step's tool message."""
     messages = list(run_input_.get("messages") or [])
     for step in sorted(steps, key=lambda s: s["function_id"]):
-        if step["function_name"] in ("model", "tool") and isinstance(step.get("output"), dict):
-            messages.append(step["output"])
+        out = step.get("output")
+        name = step["function_name"]
+        if name == model_step:
+            out = as_message(out)
+        elif name == "DBOS.recv" and isinstance(out, dict) and "interrupt" in out:
+            out = {"role": "human", **out}  # a person's answer (dbos_human.py)
+        elif name not in ("tool", "approval_model", "approval_tool"):
+            continue
+        if isinstance(out, dict):
+            messages.append(out)
     return messages
 
 
 class DBOSCheckout(FlavouredCheckout):
-    """A DBOS checkout workload of one tool flavour (``naive`` or ``keyed``)."""
+    """A DBOS checkout workload of one tool flavour (``naive`` or ``keyed``); a workload
+    of an integration built on DBOS subclasses it and names its workflow
+    (:meth:`registered_workflow`)."""
 
     prefix = "dbos-checkout"
+    #: the name DBOS records a model turn under (an integration's model-request step)
+    model_step = MODEL_STEP
 
-    @property
-    def workflow(self) -> Any:
+    @staticmethod
+    def registered_workflow() -> Any:
         """The registered workflow function (a module attribute: as a class attribute
         it would bind as a method)."""
         return checkout
 
+    @property
+    def workflow(self) -> Any:
+        return self.registered_workflow()
+
     def workflow_args(self, conversation: str) -> tuple[Any, ...]:
         return (self.flavour, self.run_input(conversation))
 
+    @property
+    def worker(self) -> WorkerState:
+        """This process's :data:`WORKER` (the adapter fills it in before launching DBOS)."""
+        return WORKER
+
     @staticmethod
-    def answer(messages: list[dict[str, Any]]) -> str | None:
-        return final_answer(messages)
+    def as_message(output: Any) -> Any:
+        """The assistant message of a recorded :attr:`model_step` output (an
+        integration records its own response object: None when it is not one)."""
+        return output
+
+    def transcript(self, run_input_: dict[str, Any], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """:func:`transcript` with this workload's :attr:`model_step` and
+        :meth:`as_message`, for the adapter's ``observe``."""
+        return transcript(run_input_, steps, self.model_step, self.as_message)
 
 
 NAIVE = DBOSCheckout("naive")

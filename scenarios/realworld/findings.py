@@ -1,11 +1,11 @@
-"""Run the LangGraph and DBOS matrices and tabulate them (docs/findings.md).
+"""Run the matrices of the subjects nobody here wrote and tabulate them (docs/findings.md).
 
 ::
 
     python -m crashmatrix.scenarios.realworld.findings --out DIR
-        [--only langgraph|langgraph-func|langgraph-aio|langgraph-aio-func|dbos]
+        [--only langgraph|langgraph-func|langgraph-aio|langgraph-aio-func|dbos|restate|absurd|prefect|crewai]
         [--backend sqlite|postgres] [--durability sync|async|exit] [--flavour naive|keyed]
-        [--suite kill|cancel|await|term|drain] [--conversation conv1 ...] [--repeat N]
+        [--suite kill|cancel|await|term|drain|pause|db-restart|net] [--conversation conv1 ...] [--repeat N]
         [--repeat-conversation conv1 ...] [--jobs 2]
     python -m crashmatrix.scenarios.realworld.findings --table DIR     # the Markdown tables only
 
@@ -15,8 +15,13 @@ and label), ``cancel`` (the run's anyio scope cancelled at every step and label)
 ``await`` (kill and cancel at every await point in the runtime's own packages),
 ``term`` (SIGTERM at every step boundary: what the runtime does with it), ``drain``
 (SIGTERM at every step and label, with the runtime's own drain wired to the signal).
-Not every row makes sense (:func:`applicable`): the thread-driven LangGraph adapters
-have no await points and cannot be cancelled, DBOS has no durability modes and no drain.
+``pause`` (freeze the worker, let another steal the lease, wake the zombie),
+``db-restart`` (crash PostgreSQL at the point) and ``net`` (the network section) apply
+where the runtime has what they need. Not every row makes sense (:func:`applicable`):
+the thread-driven LangGraph adapters have no await points and cannot be cancelled, DBOS
+has no durability modes and no drain; the runtimes of :data:`SERVED` (Restate, Absurd,
+Prefect, CrewAI) have one backend each and no drain, and only Absurd has leases and
+PostgreSQL.
 
 For each row: one golden run per conversation, then every case once; then the *racy*
 cases (:func:`racy_case`: in LangGraph rows every case at a checkpointer point, and in
@@ -39,12 +44,16 @@ import os
 import statistics
 import time
 from collections import Counter
+from crashmatrix.harness.crashpoint import LOG_APPEND_AFTER, LOG_APPEND_BEFORE
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from crashmatrix.harness.explorer import CaseResult, Explorer, GoldenRun, Options, enumerate_cases
+from crashmatrix.harness.enumeration import enumerate_cases
+from crashmatrix.harness.explorer import CaseResult, Explorer, Options
+from crashmatrix.harness.golden import GoldenRun
 from crashmatrix.harness.matrix import run_cases
+from crashmatrix.harness.pruning import OFF
 from crashmatrix.harness.session import open_session
 
 LG = "crashmatrix.harness.adapters.langgraph"
@@ -53,14 +62,31 @@ LG_WL = "crashmatrix.scenarios.realworld.langgraph_checkout"
 DB_WL = "crashmatrix.scenarios.realworld.dbos_checkout"
 CONVERSATIONS = ("conv1", "conv2", "conv3", "conv4")
 
-RUNTIMES = ("langgraph", "langgraph-func", "langgraph-aio", "langgraph-aio-func", "dbos")
+SERVED = {
+    # runtime -> (adapter, workload module, its one backend): subjects with no
+    # durability modes and no drain, one row per flavour and suite (docs/findings.md)
+    "restate": ("crashmatrix.harness.adapters.restate:RestateAdapter",
+                "crashmatrix.scenarios.realworld.restate_checkout", "restate-server"),
+    "absurd": ("crashmatrix.harness.adapters.absurd:AbsurdAdapter",
+               "crashmatrix.scenarios.realworld.absurd_checkout", "postgres"),
+    "prefect": ("crashmatrix.harness.adapters.prefect:PrefectAdapter",
+                "crashmatrix.scenarios.realworld.prefect_checkout", "sqlite"),
+    "crewai": ("crashmatrix.harness.adapters.crewai:CrewAIAdapter",
+               "crashmatrix.scenarios.realworld.crewai_checkout", "sqlite"),
+}
+RUNTIMES = ("langgraph", "langgraph-func", "langgraph-aio", "langgraph-aio-func", "dbos", *SERVED)
 SUITES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "kill": (("kill",), ("step", "label")),
     "cancel": (("cancel",), ("step", "label")),
     "await": (("kill", "cancel"), ("await",)),
     "term": (("term",), ("step",)),
     "drain": (("term",), ("step", "label")),
+    "pause": (("pause",), ("step", "label")),
+    "db-restart": (("db-restart",), ("step", "label")),
+    "net": (("net",), ("label",)),
 }
+LEASED = ("absurd",)
+"""Runtimes with leases the harness can steal (``pause``) on PostgreSQL (``db-restart``)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +104,8 @@ class Row:
 
     @property
     def subject(self) -> str:
+        if self.runtime in SERVED:
+            return SERVED[self.runtime][0]
         if self.runtime == "dbos":
             return f"{DB}:DBOS{self.backend.capitalize()}Adapter"
         aio = "Aio" if "aio" in self.runtime else ""
@@ -87,6 +115,8 @@ class Row:
 
     @property
     def workload(self) -> str:
+        if self.runtime in SERVED:
+            return f"{SERVED[self.runtime][1]}:{self.flavour.upper()}"
         return f"{DB_WL if self.runtime == 'dbos' else LG_WL}:{self.flavour.upper()}"
 
     @property
@@ -97,13 +127,19 @@ class Row:
     def racy(self) -> bool:
         """Rows where LangGraph's background saves race the nodes (findings 3 and 4),
         or where a cancel lands among background tasks: repeated by default."""
-        if self.runtime == "dbos" or self.suite == "term":
+        if self.runtime == "dbos" or self.runtime in SERVED or self.suite == "term":
             return False
         return self.durability == "async" or "func" in self.runtime or self.suite in ("cancel", "await")
 
 
 def applicable(row: Row) -> str | None:
     """Why ``row`` is left out of the findings, or None when it is run."""
+    if row.suite in ("pause", "db-restart") and row.runtime not in LEASED:
+        return "no lease the harness can steal, or no PostgreSQL to restart (the reference runtime and Absurd have both)"
+    if row.suite == "net" and row.runtime not in SERVED:
+        return "the network section is run on the served runtimes"
+    if row.runtime in SERVED:
+        return "no drain to wire (none of these runtimes offers one)" if row.suite == "drain" else None
     aio = "aio" in row.runtime or row.runtime == "dbos"
     if row.suite in ("cancel", "await") and not aio:
         return "the graph runs in a thread (invoke): no await points, a cancel cannot reach it"
@@ -124,8 +160,8 @@ def rows(runtimes: tuple[str, ...] = RUNTIMES, backends: tuple[str, ...] = ("sql
     out = []
     for suite in suites:
         for runtime in runtimes:
-            for backend in backends:
-                for durability in (("-",) if runtime == "dbos" else durabilities):
+            for backend in ((SERVED[runtime][2],) if runtime in SERVED else backends):
+                for durability in (("-",) if runtime == "dbos" or runtime in SERVED else durabilities):
                     for flavour in flavours:
                         row = Row(runtime, backend, durability, flavour, suite)
                         if applicable(row) is None:
@@ -155,7 +191,7 @@ async def _run_all(explorer: Explorer, cases: list[Any], goldens: dict[str, Gold
     return out
 
 
-SAVER_LABELS = ("checkpoint.put.before", "checkpoint.put.after", "log.append.before", "log.append.after")
+SAVER_LABELS = ("checkpoint.put.before", "checkpoint.put.after", LOG_APPEND_BEFORE, LOG_APPEND_AFTER)
 
 
 def racy_case(row: Row, case: Any, repeat_conversations: tuple[str, ...]) -> bool:
@@ -164,7 +200,7 @@ def racy_case(row: Row, case: Any, repeat_conversations: tuple[str, ...]) -> boo
     the next node even under ``sync`` durability), and in :attr:`Row.racy` rows every case
     of ``repeat_conversations``."""
     point = case.plan.faults[0].point
-    if row.runtime != "dbos" and (point.name in SAVER_LABELS or point.task.startswith("checkpoint-s")
+    if row.runtime.startswith("langgraph") and (point.name in SAVER_LABELS or point.task.startswith("checkpoint-s")
                                   or ".checkpoint." in point.name):
         return True
     return row.racy and case.conversation in repeat_conversations
@@ -178,7 +214,9 @@ async def run_row(row: Row, conversations: tuple[str, ...], jobs: int, repeat: i
     record of the same row run once), only the repeats run, and the record is extended."""
     kinds, sources = SUITES[row.suite]
     t0 = time.monotonic()
-    options = Options(await_points="await" in sources)
+    # every case whole: a row counts how often a racy case flips, which a case derived
+    # from its crash state's representative would hide
+    options = Options(await_points="await" in sources, prune=OFF)
     async with open_session(row.subject, row.workload, options=options) as explorer:
         goldens = {conv: await explorer.golden(conv) for conv in conversations}
         cases = enumerate_cases(row.workload, goldens, kinds, sources)
@@ -339,7 +377,7 @@ async def main_async(args: argparse.Namespace) -> None:
         # a row run on fewer conversations is another record (rows.key + the conversations)
         tag = "" if conversations == CONVERSATIONS else "." + "+".join(conversations)
         path = out / f"{row.key}{tag}.json"
-        repeat = args.repeat if args.repeat is not None else (1 if row.runtime == "dbos" else 3)
+        repeat = args.repeat if args.repeat is not None else (3 if row.runtime.startswith("langgraph") else 1)
         previous = json.loads(path.read_text()) if path.exists() else None
         if previous is not None and not (args.recheck and previous["repeats"] == 1 and repeat > 1):
             continue

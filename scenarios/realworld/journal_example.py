@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 
 from crashmatrix.harness.adapter import Adapter, Environment, LogEntry, Observation, RunContext
-from crashmatrix.harness.crashpoint import crashpoint, set_logical_task
+from crashmatrix.harness.crashpoint import MODEL_CALL_BEFORE, crashpoint, set_logical_task
 from crashmatrix.scenarios.realworld.common import (
     CONVERSATIONS, PROVIDERS, Clients, effect_key, final_answer, run_input,
 )
@@ -139,7 +139,7 @@ class JournalAdapter(Adapter):
             if phase == "before":
                 set_logical_task(step_id)  # count this step's points on their own
                 if step_id.startswith("model-"):
-                    crashpoint("model.call.before")  # read by model.calls_billed
+                    crashpoint(MODEL_CALL_BEFORE)  # "model.call.before": read by model.calls_billed
             ctx.on_step(phase, step_id)
 
         def on_record(phase: str, step_id: str) -> None:

@@ -41,6 +41,7 @@ searches at once).
 from __future__ import annotations
 
 import operator
+from crashmatrix.harness.crashpoint import MODEL_CALL_AFTER, MODEL_CALL_BEFORE, TOOL_REQUEST_AFTER, TOOL_REQUEST_BEFORE
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
@@ -66,9 +67,9 @@ def build_state_graph(hooks: NodeHooks, flavour: str, aio: bool = False) -> Stat
 
     def agent(state: CheckoutState, config: RunnableConfig) -> dict[str, Any]:
         with hooks.step(config) as node_id:
-            hooks.point("model.call.before")
+            hooks.point(MODEL_CALL_BEFORE)
             message = hooks.call(hooks.clients.model(node_id, state["messages"]))
-            hooks.point("model.call.after")
+            hooks.point(MODEL_CALL_AFTER)
         return {"messages": [message]}
 
     def tools(state: CheckoutState, config: RunnableConfig) -> dict[str, Any]:
@@ -78,16 +79,16 @@ def build_state_graph(hooks: NodeHooks, flavour: str, aio: bool = False) -> Stat
             out = []
             for i, call in enumerate(state["messages"][-1]["tool_calls"]):
                 key = effect_key(flavour, thread, "tools", step, i)
-                hooks.point("tool.request.before")
+                hooks.point(TOOL_REQUEST_BEFORE)
                 out.append(hooks.call(hooks.clients.tool(call, key, node_id)))
-                hooks.point("tool.request.after")
+                hooks.point(TOOL_REQUEST_AFTER)
         return {"messages": out}
 
     async def agent_aio(state: CheckoutState, config: RunnableConfig) -> dict[str, Any]:
         with hooks.step(config) as node_id:
-            hooks.point("model.call.before")
+            hooks.point(MODEL_CALL_BEFORE)
             message = await hooks.clients.model(node_id, state["messages"])
-            hooks.point("model.call.after")
+            hooks.point(MODEL_CALL_AFTER)
         return {"messages": [message]}
 
     async def tools_aio(state: CheckoutState, config: RunnableConfig) -> dict[str, Any]:
@@ -97,9 +98,9 @@ def build_state_graph(hooks: NodeHooks, flavour: str, aio: bool = False) -> Stat
             out = []
             for i, call in enumerate(state["messages"][-1]["tool_calls"]):
                 key = effect_key(flavour, thread, "tools", step, i)
-                hooks.point("tool.request.before")
+                hooks.point(TOOL_REQUEST_BEFORE)
                 out.append(await hooks.clients.tool(call, key, node_id))
-                hooks.point("tool.request.after")
+                hooks.point(TOOL_REQUEST_AFTER)
         return {"messages": out}
 
     def route(state: CheckoutState) -> str:
@@ -127,18 +128,18 @@ def build_entrypoint(hooks: NodeHooks, flavour: str, checkpointer: BaseCheckpoin
     @task(name="model")
     def model_turn(turn: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
         with hooks.task_step(f"model-{turn}") as node_id:
-            hooks.point("model.call.before")
+            hooks.point(MODEL_CALL_BEFORE)
             message = hooks.call(hooks.clients.model(node_id, messages))
-            hooks.point("model.call.after")
+            hooks.point(MODEL_CALL_AFTER)
         return message
 
     @task(name="tool")
     def run_tool(turn: int, i: int, thread: str, call: dict[str, Any]) -> dict[str, Any]:
         with hooks.task_step(f"tool-{turn}.{i}") as node_id:
             key = effect_key(flavour, thread, "tool", turn, i)
-            hooks.point("tool.request.before")
+            hooks.point(TOOL_REQUEST_BEFORE)
             message = hooks.call(hooks.clients.tool(call, key, node_id))
-            hooks.point("tool.request.after")
+            hooks.point(TOOL_REQUEST_AFTER)
         return message
 
     @entrypoint(checkpointer=checkpointer)
@@ -163,18 +164,18 @@ def _build_entrypoint_aio(hooks: NodeHooks, flavour: str, checkpointer: BaseChec
     @task(name="model")
     async def model_turn(turn: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
         with hooks.task_step(f"model-{turn}") as node_id:
-            hooks.point("model.call.before")
+            hooks.point(MODEL_CALL_BEFORE)
             message = await hooks.clients.model(node_id, messages)
-            hooks.point("model.call.after")
+            hooks.point(MODEL_CALL_AFTER)
         return message
 
     @task(name="tool")
     async def run_tool(turn: int, i: int, thread: str, call: dict[str, Any]) -> dict[str, Any]:
         with hooks.task_step(f"tool-{turn}.{i}") as node_id:
             key = effect_key(flavour, thread, "tool", turn, i)
-            hooks.point("tool.request.before")
+            hooks.point(TOOL_REQUEST_BEFORE)
             message = await hooks.clients.tool(call, key, node_id)
-            hooks.point("tool.request.after")
+            hooks.point(TOOL_REQUEST_AFTER)
         return message
 
     @entrypoint(checkpointer=checkpointer)

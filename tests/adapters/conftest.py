@@ -52,7 +52,8 @@ class Session:
 def run_cases(subject: str, workload: str, ids: list[str], *, await_points: bool = False,
               goldens: int = 1) -> Session:
     """Start one session for ``subject`` and ``workload``; run ``goldens`` golden runs of
-    each conversation the ids name (``"conv3/kill@..."``; no prefix: ``conv1``), then
+    each conversation the ids name (``"conv3/kill@..."``, ``"approve/kill@..."``; no
+    prefix: ``conv1``), then
     each case. A case that ends in a harness error fails the test there."""
     from crashmatrix.harness.explorer import Options
     from crashmatrix.harness.plan import Case
@@ -60,7 +61,7 @@ def run_cases(subject: str, workload: str, ids: list[str], *, await_points: bool
 
     def split(case_id: str) -> tuple[str, str]:
         conv, sep, rest = case_id.partition("/")
-        return (conv, rest) if sep and conv.startswith("conv") else ("conv1", case_id)
+        return (conv, rest) if sep and "@" not in conv else ("conv1", case_id)  # a plan always has an @
 
     async def main() -> Session:
         session = Session([])
@@ -84,3 +85,27 @@ def run_cases(subject: str, workload: str, ids: list[str], *, await_points: bool
 def matrix_cases() -> Callable[..., Session]:
     """:func:`run_cases`, for the adapter tests."""
     return run_cases
+
+
+@pytest.fixture(scope="module")
+def module_cases() -> Callable[..., Session]:
+    """:func:`run_cases` for module-scoped fixtures (one session serving several tests)."""
+    return run_cases
+
+
+@pytest.fixture
+def imports_start_nothing() -> Callable[..., None]:
+    """:func:`assert_imports_start_nothing`, for the adapter tests."""
+    return assert_imports_start_nothing
+
+
+def assert_imports_start_nothing(*modules: str) -> None:
+    """Import ``modules`` in a fresh interpreter and fail unless it still has one thread
+    (workers fork from a parent that imported them: docs/adapters.md, lesson 2)."""
+    import subprocess
+    import sys
+
+    code = (f"import threading, {', '.join(modules)}; "
+            "assert threading.active_count() == 1, threading.enumerate(); print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

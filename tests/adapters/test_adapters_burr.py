@@ -46,7 +46,7 @@ def test_keyed_survives_kills_and_naive_charges_twice(matrix_cases: Any) -> None
 
     naive = matrix_cases(ADAPTER, f"{WL}:NAIVE", ["kill@step.after[tool-4.0]#1"])
     case = naive.cases[0]
-    assert case.failed == {"provider.payment.ledger_equal"}, case.why()
+    assert case.failed == {"provider.payment.ledger_equal", "effects.applied_once"}, case.why()
     assert case.extra("payment") == 1
 
 

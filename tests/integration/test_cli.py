@@ -71,7 +71,11 @@ def test_run_writes_report_and_replay_reproduces_a_case(cli_env, test_tag, tmp_p
     assert "cases/s" in proc.stdout and "passed" in proc.stdout
     data = json.loads(report.read_text())
     assert data["summary"]["fail"] == 0 and data["summary"]["cases"] == len(data["cases"]) >= 22
-    case = data["cases"][5]
+    # the step boundaries pruned by crash state: the claim is printed and the groups reported
+    pruning = data["pruning"]
+    assert f"kill: {len(data['cases'])} points -> {pruning['crash_states']} crash states, all pass" in proc.stdout
+    assert pruning["crash_states"] < len(data["cases"]) and pruning["pruned"]
+    case = next(c for c in data["cases"][5:] if c["workers"])  # a representative: it ran
     assert set(case) >= {"id", "plan", "outcome", "failed_check", "diff", "workers", "seconds", "replay", "verdicts"}
     assert case["workers"][0]["signal"] == signal.SIGKILL
     replay = subprocess.run([*CLI, "replay", case["id"]], env=cli_env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -87,10 +91,25 @@ def test_failing_case_prints_check_and_replay_command_and_exits_1(cli_env, test_
                           env=cli_env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "provider.payment.ledger_equal" in proc.stdout and "invalid" in proc.stdout
-    proc = subprocess.run([*CLI, "run", "--subject", "defect:unkeyed-retry", "--conversation", "conv1", "--kinds", "kill"],
-                          env=cli_env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run([*CLI, "run", "--subject", "defect:unkeyed-retry", "--conversation", "conv1", "--kinds", "kill",
+                           "--report", "r.json"], env=cli_env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 1
     assert f"replay: crashmatrix replay '{case}' --subject defect:unkeyed-retry" in proc.stdout
+    # a deterministic defect: every failing case was replayed once (the default) and
+    # failed again, so none is flaky and each says it was reproduced
+    data = json.loads((tmp_path / "r.json").read_text())
+    # failed again, so none is flaky and each says it was reproduced; a case pruned into
+    # its representative's crash state (``representative``) is judged, not run, so not
+    # replayed either
+    failing = [c for c in data["cases"] if c["outcome"] != "pass"]
+    ran = [c for c in failing if "representative" not in c]
+    assert ran and data["summary"]["flaky"] == 0 and data["replay_failures"] == 1
+    assert all(c["outcome"] == "fail" and c["outcomes"] == ["fail", "fail"] for c in ran), [
+        (c["id"], c["outcomes"]) for c in ran]
+    assert all(c["outcome"] == "fail" and c["outcomes"] == ["fail"] for c in failing if c not in ran)
+    assert all(c["replays"][0]["failed_check"] and c["replays"][0]["run_id"] != c["run_id"] for c in ran)
+    assert all(c["outcomes"] == ["pass"] and c["replays"] == [] for c in data["cases"] if c["outcome"] == "pass")
+    assert "reproduced: failed on the first run and on 1 replay(s)" in proc.stdout and "FLAKY" not in proc.stdout
     assert _leftovers(test_tag, tmp_path) == ([], [])
 
 
@@ -104,40 +123,60 @@ def test_malformed_case_id_is_exit_2(cli_env, tmp_path) -> None:
     assert "not in the golden trace" in proc.stderr
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+_FIRED_SEEN: set[Path] = set()
+
+
+def _fired_workers(tmp_path: Path) -> int:
+    """Worker event files of the session under ``tmp_path`` whose fault fired, seen so
+    far by any call: one per case started (a golden run or a resume has no fault armed;
+    a passing case's directory is removed when it ends, so the count is cumulative)."""
+    # os.walk, not Path.glob: glob raises when a directory it is scanning is removed
+    # under it (a case ending); walk skips what vanished
+    for root, _dirs, files in os.walk(tmp_path):
+        if "workers" not in Path(root).relative_to(tmp_path).parts:
+            continue
+        for name in files:
+            events = Path(root, name)
+            if not name.endswith(".jsonl"):
+                continue
+            try:
+                if b'"fired"' in events.read_bytes():
+                    _FIRED_SEEN.add(events)
+            except FileNotFoundError:  # the case or the session is being removed
+                pass
+    return sum(1 for p in _FIRED_SEEN if p.is_relative_to(tmp_path))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
 def test_controller_killed_or_interrupted_leaves_nothing(cli_env, test_tag, tmp_path, sig) -> None:
+    """SIGKILL: the watchdog cleans up. SIGINT (Ctrl-C) and SIGTERM: the controller
+    cancels the cases in flight, reaps every child, stops its services, writes the
+    cases that finished to --report and --html marked incomplete, and exits 128 + the
+    signal."""
     out_path = tmp_path / "out.txt"
     out_file = out_path.open("w")
     # output to a file, not a pipe: waiting for a pipe's EOF would also wait for every
     # process that inherited it (the watchdog, while it cleans up)
     # a Ctrl-C in a terminal: the default SIGINT disposition, even when this test runs
     # in a background job (where the shell sets SIGINT to "ignore" for all descendants)
-    proc = subprocess.Popen([*CLI, "run", "--conversation", "conv4"], env=cli_env, cwd=tmp_path,
+    # one case at a time: once a second case's fault fired, the first case has finished
+    proc = subprocess.Popen([*CLI, "run", "--conversation", "conv4", "--jobs", "1", "--report", "partial.json",
+                             "--html", "partial.html"], env=cli_env, cwd=tmp_path,
                             stdout=out_file, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    # wait until cases are running: the zygote and at least one forked worker exist
-    deadline = time.monotonic() + 120
-
-    def forked() -> int:
-        n = 0
-        for p in tagged_processes(test_tag):
-            try:
-                n += "crashmatrix.harness.zygote" in " ".join(p.cmdline())
-            except psutil.Error:  # a worker that just exited
-                pass
-        return n
-
-    while time.monotonic() < deadline and forked() < 2:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and _fired_workers(tmp_path) < 2 and proc.poll() is None:
         time.sleep(0.1)
-    time.sleep(0.5)
     assert proc.poll() is None, out_path.read_text()
+    assert _fired_workers(tmp_path) >= 2, out_path.read_text()[-2000:]
     running = []
     for p in tagged_processes(test_tag):
         try:
-            running.append(" ".join(p.cmdline()[:3]))
+            running.append(" ".join(p.cmdline()[:4]))
         except psutil.Error:
             pass
     assert any("postgres" in c for c in running), running
+    assert any("crashmatrix.harness.zygote" in c for c in running), running
     proc.send_signal(sig)
     try:
         proc.wait(timeout=90)
@@ -147,8 +186,20 @@ def test_controller_killed_or_interrupted_leaves_nothing(cli_env, test_tag, tmp_
         pytest.fail(f"no exit 90 s after signal {sig}; its output:\n{out_path.read_text()[-3000:]}")
     finally:
         out_file.close()
-    if sig == signal.SIGINT:
-        assert proc.returncode == 130, out_path.read_text()[-2000:]
+    output = out_path.read_text()
+    if sig != signal.SIGKILL:
+        assert proc.returncode == 128 + sig, output[-2000:]
+        name = "SIGINT" if sig == signal.SIGINT else "SIGTERM"
+        data = json.loads((tmp_path / "partial.json").read_text())
+        assert data["complete"] is False and name in data["reason"], data.get("reason")
+        cases = data["cases"]
+        assert 1 <= len(cases) < data["planned"] and data["summary"]["cases"] == len(cases), (len(cases), data["planned"])
+        # each case ran workers, or was pruned into a representative that did
+        assert all(c["outcome"] == "pass" and (c["workers"] or c.get("representative")) for c in cases), [
+            (c["id"], c["outcome"]) for c in cases]
+        page = (tmp_path / "partial.html").read_text()
+        assert f"incomplete: {data['reason']}; {len(cases)} of {data['planned']} case(s) ran" in page
+        assert f"incomplete: {data['reason']}" in output and "services stopped" in output
     procs, dirs = _leftovers(test_tag, tmp_path, timeout=40)
     assert procs == [] and dirs == [], (procs, dirs)
 
@@ -161,3 +212,26 @@ def test_unreachable_fault_proxy_is_one_line_and_exit_2(cli_env, test_tag, tmp_p
     err = [l for l in proc.stderr.strip().splitlines() if l.startswith("crashmatrix: error")]
     assert len(err) == 1 and "fault proxy" in err[0] and "127.0.0.1:1" in err[0], proc.stderr
     assert _leftovers(test_tag, tmp_path) == ([], [])
+
+
+def test_the_default_runs_checkout_then_support_desk_each_with_its_report(cli_env, tmp_path) -> None:
+    """No workload named: checkout, then support_desk (issue 16), one summary and one report
+    each (``r.json``, ``r-support_desk.json``); a shard keeps it cheap."""
+    proc = subprocess.run([*CLI, "run", "--kinds", "kill", "--shard", "1/60", "--report", "r.json"], env=cli_env,
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "starting services for checkout" in proc.stdout and "starting services for support_desk" in proc.stdout
+    first, second = (json.loads((tmp_path / name).read_text()) for name in ("r.json", "r-support_desk.json"))
+    assert first["workload"] == "checkout" and second["workload"] == "support_desk"
+    assert first["summary"]["cases"] >= 1 and second["summary"]["cases"] >= 1
+    assert {c["id"].split("/")[0] for c in second["cases"]} == {"support_desk"}
+
+
+def test_db_restart_cases_print_no_traceback(cli_env, tmp_path) -> None:
+    """A restarted PostgreSQL is the fault, not an error: nothing on stderr looks like a
+    crash of the harness (asyncpg's pools used to log "Failed to restore the pool
+    connection floor" with a traceback for every restart)."""
+    proc = subprocess.run([*CLI, "run", "--conversation", "conv1", "--kinds", "db-restart", "--shard", "1/9"],
+                          env=cli_env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "db-restart" in proc.stdout and "Traceback" not in proc.stderr, proc.stderr[-3000:]

@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from crashmatrix.harness.explorer import shard
+from crashmatrix.harness.enumeration import shard
 from crashmatrix.harness.matrix import run_matrix
 from crashmatrix.harness.plan import Case
 

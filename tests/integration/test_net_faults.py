@@ -104,4 +104,4 @@ def test_lost_ack_reapply_mutant_is_caught_by_the_network_section() -> None:
     assert caught.outcome == "fail", caught.error
     failed = {v.check for v in caught.failed}
     assert {"provider.payment.ledger_equal", "net.resumable", "run.status"} <= failed
-    assert "1 more row(s) than golden" in next(v.details for v in caught.failed if v.check == "provider.payment.ledger_equal")
+    assert "charge applied twice" in next(v.details for v in caught.failed if v.check == "provider.payment.ledger_equal")

@@ -51,14 +51,19 @@ def test_selftest_fast_catches_every_mutant_and_the_clean_runtime_passes(cli_env
         case = Case.parse(m["first_case"])
         assert case.conversation in spec.conversations  # the smallest set, in --fast
         assert case.plan.faults[0].kind in spec.fault_kinds + ("kill", "term", "cancel")
+        assert case.resume.policy in spec.resume_policies  # under the policy that reaches it
         assert 0 < m["seconds_to_detection"] <= m["seconds"]
-        assert f"--subject {subject}" in m["replay"]
+        if spec.crash_with is None:
+            assert f"--subject {subject}" in m["replay"]
+        else:  # a mutant of a deploy: the runs crash under crash_with and resume under the mutant
+            assert case.upgrade is not None and "--resume-with" in m["replay"] and subject in m["replay"], m
         # the table has the mutant's row, caught, with its first case and check
         row = next(line for line in proc.stdout.splitlines() if f" {spec.name} " in line)
         assert "caught" in row and m["first_case"] in row and m["check"] in row, row
 
     baselines = {b["subject"]: b for b in report["baselines"]}
-    assert set(baselines) == {s.baseline for s in specs.values()} == {"reference", "reference-delta"}
+    assert set(baselines) == {s.baseline for s in specs.values()} == {"reference", "reference-delta",
+                                                                      "reference>>reference-next"}
     for b in baselines.values():
         assert b["ok"] and b["failures"] == [] and b["cases"]["pass"] == b["cases"]["run"] >= 1, b
     # each clean runtime ran the catches of its mutants (those at a point it has)

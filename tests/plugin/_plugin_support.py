@@ -47,25 +47,31 @@ def user_project(tmp_path: Path, name: str) -> Path:
     return dest
 
 
-def run_pytest(project: Path, *args: str, timeout: float = 300) -> InnerRun:
+def run_pytest(project: Path, *args: str, timeout: float = 300, env: dict[str, str] | None = None) -> InnerRun:
     """``python -m pytest ARGS`` in ``project`` (no cache provider, as .ci/run; without
     langsmith's pytest plugin, which the langgraph extra installs and which costs every
-    pytest process about a second of imports)."""
+    pytest process about a second of imports); ``env``: added to :func:`inner_env`."""
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", *args],
                           cwd=project,
-                          env=inner_env(project.parent), capture_output=True, text=True, timeout=timeout)
+                          env={**inner_env(project.parent), **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
     return InnerRun(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0)
 
 
-def crashmatrix_cli(project: Path, *args: str, timeout: float = 300) -> InnerRun:
-    """The ``crashmatrix`` command line of this environment, in ``project``."""
+def crashmatrix_cli(project: Path, *args: str, timeout: float = 300, env: dict[str, str] | None = None) -> InnerRun:
+    """The ``crashmatrix`` command line of this environment, in ``project``; ``env``:
+    added to :func:`inner_env`."""
     t0 = time.monotonic()
     exe = Path(sys.executable).with_name("crashmatrix")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "crashmatrix.harness.cli"]
-    proc = subprocess.run([*cmd, *args], cwd=project, env=inner_env(project.parent), capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run([*cmd, *args], cwd=project, env={**inner_env(project.parent), **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
     return InnerRun(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0)
+
+
+#: the test subjects' folder (tests/subjects), for ``PYTHONPATH``
+SUBJECTS = HERE.parent / "subjects"
 
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -1,13 +1,15 @@
 """The HTML report of a real matrix with one failing case, opened in a real headless
 Chromium (Debian's, driven by Playwright): the page loads from the file alone, the
-heatmap has one cell per case, and clicking the failing cell opens its details and
-replay command."""
+heatmap has one cell per case, clicking the failing cell opens its details and replay
+command, ``report.html#CASE_ID`` opens that case (the id as printed, or
+percent-encoded), and "failing cases only" hides the rows that passed."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
+from urllib.parse import quote
 
 from _plugin_support import CHROMIUM_ARGS, crashmatrix_cli
 
@@ -57,6 +59,31 @@ def test_html_report_in_headless_chromium(tmp_path: Path, chromium: Path) -> Non
             assert details.locator("code.replay").inner_text() == bad["replay"]
             assert json.loads(details.locator("pre.plan").inner_text()) == bad["plan"]
             page.screenshot(path=str(work / "report.png"))
+
+            # clicking put the case's id in the address bar: the link opens the case
+            link = page.url
+            assert link.split("#", 1)[1] == quote(bad["id"], safe=""), link
+            good = next(c for c in cases if c["outcome"] == "pass")
+            for url in (link, (work / "r.html").as_uri() + "#" + bad["id"],
+                        (work / "r.html").as_uri() + "#" + quote(good["id"], safe="")):
+                fresh = browser.new_page()
+                fresh.on("pageerror", lambda e: errors.append(str(e)))
+                fresh.goto(url)
+                want = good if url.endswith(quote(good["id"], safe="")) else bad
+                assert fresh.locator("#details .case-id").inner_text() == want["id"], url
+                assert fresh.locator(f'td.cell.selected[id="{want["id"]}"]').count() == 1
+                fresh.close()
+            assert page.locator(f'[id="{bad["id"]}"]').count() == 1  # one anchor per case
+
+            # failing cases only: every row without a failing case is hidden
+            rows = page.locator("table.heatmap tr.point-row")
+            assert rows.count() == len(cases)  # one kind: one row per case
+            page.locator("#failing-only").check()
+            visible = [r for r in rows.all() if r.is_visible()]
+            assert len(visible) == len(failing), [r.inner_text() for r in visible]
+            assert all(r.locator("td.cell.fail").count() == 1 for r in visible)
+            page.locator("#failing-only").uncheck()
+            assert sum(r.is_visible() for r in rows.all()) == len(cases)
             assert not errors, errors
         finally:
             browser.close()

@@ -28,7 +28,7 @@ def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
     assert list(cached["conversations"]) == ["conv1"]
     computed_at = cached["conversations"]["conv1"]["computed_at"]
     verdicts = _verdicts(matrix_project / "xdist.json")
-    # kill,term x every step and label point of conv1 (81 today: 162 cases); shard 1/15
+    # kill,term x every step and label point of conv1 (82 today: 164 cases); shard 1/15
     # keeps every 15th case from the first (11 today)
     points = [e for e in cached["conversations"]["conv1"]["trace"] if e[0] in ("step", "label")]
     expected = len(range(0, 2 * len(points), 15))
@@ -55,3 +55,25 @@ def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
     # nothing left behind: no shared-PostgreSQL directory, no data directory, no session
     # directory in the runs' temporary directory
     assert sorted(p.name for p in (matrix_project.parent / "tmp").iterdir() if p.name.startswith("crashmatrix")) == []
+
+
+def test_a_marked_matrix_of_a_build_pair_crashes_under_one_and_resumes_under_the_other(tmp_path: Path) -> None:
+    """``resume_with=`` (docs/plugin.md, "Upgrade check"): the items' ids name both builds,
+    every case passes ``upgrade.migrated``, and the replay line gives both builds."""
+    project = tmp_path / "pair"
+    project.mkdir()
+    (project / "pytest.ini").write_text("[pytest]\n")
+    (project / "test_pair.py").write_text(
+        "import pytest\n\n\n"
+        "@pytest.mark.crashmatrix('checkout', subject='reference', resume_with='reference-next',\n"
+        "                         conversations=['conv1'], kinds=['kill'], sources=['label'], shard='1/40')\n"
+        "def test_pair(crashmatrix_case):\n"
+        "    crashmatrix_case.check()\n")
+    run = run_pytest(project, "-q", "--crashmatrix-report=pair.json")
+    assert run.returncode == 0, run.output[-3000:]
+    [matrix] = json.loads((project / "pair.json").read_text())["matrices"]
+    assert matrix["subject"] == "reference>>reference-next" and len(matrix["cases"]) >= 2
+    for case in matrix["cases"]:
+        assert case["id"].endswith("/upgrade:reference>reference-next") and case["outcome"] == "pass", case
+        assert {v["check"]: v["verdict"] for v in case["verdicts"]}["upgrade.migrated"] == "valid"
+        assert case["replay"].endswith("--subject reference --resume-with reference-next")

@@ -16,10 +16,11 @@ from hypothesis.errors import NoSuchExample
 
 from crashmatrix.harness import goldencache, plan
 from crashmatrix.harness.errors import InvalidArgument
-from crashmatrix.harness.fuzz import FIRST_ONLY, fault_plans, order_kinds
+from crashmatrix.harness import faults
+from crashmatrix.harness.fuzz import fault_plans, order_kinds
 from crashmatrix.harness.html_report import render_html
-from crashmatrix.harness.plan import FaultPlan
-from crashmatrix.harness.plugin import SETTINGS, resolve_settings
+from crashmatrix.harness.plan import Case, FaultPlan
+from crashmatrix.harness.plugin_settings import SETTINGS, resolve_settings
 from crashmatrix.harness.report import failure_text
 
 from _plugin_support import run_pytest
@@ -58,9 +59,10 @@ def test_settings_precedence_ini_env_cli_marker(monkeypatch: pytest.MonkeyPatch)
     cfg.cli = {"crashmatrix_kinds": "cancel,kill", "crashmatrix_shard": "2/2"}
     s = resolve_settings(cfg)  # type: ignore[arg-type]
     assert (s.kinds, s.shard, s.seed) == (("cancel", "kill"), "2/2", 2)
-    marker = pytest.mark.crashmatrix("drift", kinds=["pause"], subject="reference").mark
+    assert s.replay_failures == 1 and s.origin["replay_failures"] == "default"
+    marker = pytest.mark.crashmatrix("drift", kinds=["pause"], subject="reference", replay_failures=0).mark
     s = resolve_settings(cfg, marker)  # type: ignore[arg-type]
-    assert (s.workload, s.kinds, s.subject, s.shard) == ("drift", ("pause",), "reference", "2/2")
+    assert (s.workload, s.kinds, s.subject, s.shard, s.replay_failures) == ("drift", ("pause",), "reference", "2/2", 0)
     assert s.origin["kinds"] == "kinds= (marker)" and s.origin["shard"] == "--crashmatrix-shard (command line)"
     # report paths are not marker settings; a seed left unset is drawn once per run
     with pytest.raises(InvalidArgument, match=r"unknown argument\(s\) report"):
@@ -71,11 +73,26 @@ def test_settings_precedence_ini_env_cli_marker(monkeypatch: pytest.MonkeyPatch)
     assert a.seed == b.seed and a.origin["seed"] == "drawn for this run"
 
 
+def test_resume_with_makes_the_subject_a_build_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    for s in SETTINGS:
+        monkeypatch.delenv(s.env, raising=False)
+    cfg = FakeConfig({"crashmatrix_resume_with": "reference-next"}, {})
+    s = resolve_settings(cfg)  # type: ignore[arg-type]
+    assert (s.subject, s.resume_with) == ("reference>>reference-next", "reference-next")
+    marker = pytest.mark.crashmatrix("checkout", subject="shop-v1", resume_with="shop-folded").mark
+    assert resolve_settings(cfg, marker).subject == "shop-v1>>shop-folded"  # type: ignore[arg-type]
+    from crashmatrix.harness.builds import label_cases, parse_subject
+
+    [case] = label_cases([Case.parse("checkout/conv1/kill@x[t]#1")], parse_subject(resolve_settings(cfg).subject))  # type: ignore[arg-type]
+    assert case.id.endswith("/upgrade:reference>reference-next")
+
+
 @pytest.mark.parametrize(("key", "value", "message"), [
     ("crashmatrix_kinds", "kill,explode", "crashmatrix_kinds (ini)='kill,explode': 'kill,explode': each item must be one of"),
     ("crashmatrix_sources", "steps", "crashmatrix_sources (ini)='steps'"),
     ("crashmatrix_shard", "3/2", "K must be between 1 and N"),
     ("crashmatrix_seed", "-4", "must be a non-negative integer"),
+    ("crashmatrix_replay_failures", "-1", "crashmatrix_replay_failures (ini)='-1': '-1' must be an integer >= 0"),
 ])
 def test_bad_settings_name_the_setting_and_its_source(key: str, value: str, message: str) -> None:
     with pytest.raises(InvalidArgument) as info:
@@ -126,12 +143,17 @@ def test_plans_shrink_to_fewer_faults_earlier_points_simpler_kinds() -> None:
     assert p.faults[2].point.task == "turn-3"
 
 
-def test_first_only_kinds_end_a_plan_and_sources_filter() -> None:
-    plans = fault_plans(TRACE, kinds=("pause", "kill"), sources=("label",), max_faults=3, resume_trace=_resume)
+def test_any_kind_follows_any_kind_and_sources_filter() -> None:
+    plans = fault_plans(TRACE, kinds=("pause", "db-restart", "kill"), sources=("label",), max_faults=3,
+                        resume_trace=_resume)
     p = find(plans, lambda p: p.faults[0].kind == "pause", settings=SETTINGS_FIND)
     assert len(p.faults) == 1 and p.faults[0].point.source == "label"
-    with pytest.raises(NoSuchExample):
-        find(plans, lambda p: any(f.kind in FIRST_ONLY for f in p.faults[1:]), settings=SETTINGS_FIND)
+    # a pause or a db-restart is followed by a fault in the resume (the pause's: the worker
+    # that takes the run over while it sleeps), and lands in a resume itself
+    p = find(plans, lambda p: p.faults[0].kind == "pause" and len(p.faults) == 2, settings=SETTINGS_FIND)
+    assert [f.label() for f in p.faults] == ["pause@log.append.before[turn-1]#1", "kill@log.append.before[turn-2]#1"]
+    p = find(plans, lambda p: any(f.kind == "db-restart" for f in p.faults[1:]), settings=SETTINGS_FIND)
+    assert p.faults[1].point.task == "turn-2"
     with pytest.raises(NoSuchExample):
         find(plans, lambda p: any(f.point.source == "step" for f in p.faults), settings=SETTINGS_FIND)
     # a resume that failed (None) ends the plan after its faults
@@ -142,8 +164,12 @@ def test_first_only_kinds_end_a_plan_and_sources_filter() -> None:
 def test_kinds_come_from_the_parameter_and_later_kinds_are_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
     assert order_kinds(["db-restart", "net", "cancel", "kill", "term", "kill"]) == (
         "kill", "term", "cancel", "net", "db-restart")
-    # a kind added to the build later is drawn once plan.FAULT_KINDS has it
-    monkeypatch.setattr(plan, "FAULT_KINDS", (*plan.FAULT_KINDS, "brand-new"))
+
+    class BrandNew(faults.FaultKind):  # a kind registered later: drawn by default, ranked last
+        name = "brand-new"
+
+    monkeypatch.setitem(faults.KINDS, "brand-new", BrandNew())
+    assert "brand-new" in plan.FAULT_KINDS
     assert order_kinds(["brand-new", "net", "kill"]) == ("kill", "net", "brand-new")
     plans = fault_plans(TRACE, max_faults=1)  # default: every kind of this build (net needs its toxics)
     p = find(plans, lambda p: p.faults[0].kind == "brand-new", settings=SETTINGS_FIND)
@@ -152,7 +178,7 @@ def test_kinds_come_from_the_parameter_and_later_kinds_are_drawn(monkeypatch: py
         find(plans, lambda p: p.faults[0].kind == "net", settings=SETTINGS_FIND)
 
 
-def test_net_faults_land_where_a_link_is_in_use_first_only() -> None:
+def test_net_faults_land_where_a_link_is_in_use() -> None:
     from crashmatrix.harness.plan import CrashPoint, NetToxic
 
     heal = CrashPoint("label", "db.reconnect", "db", 1)
@@ -165,9 +191,13 @@ def test_net_faults_land_where_a_link_is_in_use_first_only() -> None:
     p = find(plans, lambda p: p.faults[0].kind == "net" and p.faults[0].net.heal is None, settings=SETTINGS_FIND)
     assert p.faults[0].net == toxics["log.append.before"][1]
     p = find(plans, lambda p: p.faults[0].kind == "net" and len(p.faults) == 2, settings=SETTINGS_FIND)
-    assert p.faults[1].kind == "kill" and p.faults[1].point.task == "turn-2"  # later faults: other kinds
+    assert p.faults[1].kind == "kill" and p.faults[1].point.task == "turn-2"
+    # a later net fault lands at a point of the resume's trace that has a toxic
+    p = find(plans, lambda p: any(f.kind == "net" for f in p.faults[1:]), settings=SETTINGS_FIND)
+    assert p.faults[1].label() == "net:db.reset_peer@log.append.before[turn-2]#1~db.reconnect[db]#1"
     with pytest.raises(NoSuchExample):
-        find(plans, lambda p: any(f.kind == "net" for f in p.faults[1:]), settings=SETTINGS_FIND)
+        find(plans, lambda p: any(f.kind == "net" and f.point.name != "log.append.before" for f in p.faults),
+             settings=SETTINGS_FIND)
     with pytest.raises(InvalidArgument, match="need net_toxics"):
         fault_plans(TRACE, kinds=("net",))
     with pytest.raises(InvalidArgument, match="has a net toxic"):
@@ -180,7 +210,6 @@ def test_net_faults_land_where_a_link_is_in_use_first_only() -> None:
     ({"kinds": ("kill", "explode")}, "kinds=('kill', 'explode') must be"),
     ({"kinds": ()}, "must be non-empty"),
     ({"sources": ("await",)}, "no point of these sources"),
-    ({"kinds": ("pause",), "min_faults": 2, "max_faults": 2, "resume_trace": _resume}, "needs a kind other than"),
 ])
 def test_bad_strategy_arguments(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidArgument, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -237,13 +266,19 @@ def test_code_hash_follows_the_subjects_sources(tmp_path: Path, monkeypatch: pyt
     (pkg / "__init__.py").write_text("")
     (pkg / "adapter.py").write_text(
         "from crashmatrix.harness.adapters.reference import ReferenceAdapter\n"
-        "from crashmatrix.harness.crashpoint import crashpoint\n\n"
-        "class TeamAdapter(ReferenceAdapter):\n    def hook(self):\n        crashpoint('team.point')\n")
+        "from crashmatrix.harness import crashpoint as cp\n"
+        "from crashmatrix.harness.crashpoint import DRAIN_BEGIN, crashpoint\n\n"
+        "class TeamAdapter(ReferenceAdapter):\n    def hook(self):\n        crashpoint('team.point')\n"
+        "        crashpoint(DRAIN_BEGIN)\n        cp.crashpoint(cp.NODE_LAUNCH)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
     first = subject_sources("teamruntime.adapter:TeamAdapter", "checkout")
     assert "teamruntime" in first.files and "crashmatrix.reference_runtime" in first.files
-    assert point_location("team.point", "label", first) == "teamruntime/adapter.py:6"
+    assert point_location("team.point", "label", first) == "teamruntime/adapter.py:7"
+    # a label named by crashpoint's constant is found as its name (the reference runtime's style)
+    assert "teamruntime/adapter.py:8" in first.label_locations()["drain.begin"]
+    assert "teamruntime/adapter.py:9" in first.label_locations()["node.launch"]
+    assert any("reference_runtime/executor.py" in loc for loc in first.label_locations()["log.append.before"])
     assert first.label_locations() is first.label_locations()  # parsed once per SourceSet, not per case
     (pkg / "extra.py").write_text("X = 1\n")
     assert subject_sources("teamruntime.adapter:TeamAdapter", "checkout").code_hash() != first.code_hash()
@@ -285,7 +320,7 @@ def test_failure_text_and_html_structure() -> None:
                         "sources": ["step", "label"], "summary": {"cases": 4}, "cases": cases})
     assert page.count('class="cell pass"') == 2 and page.count('class="cell harness-error"') == 1
     assert page.count('class="cell none"') == 1  # conv2's point has no term case
-    assert 'class="case-row fail"' in page  # the two-fault plan is listed under the heatmap
+    assert 'class="case-row fail has-failure"' in page  # the two-fault plan is listed under the heatmap
     assert "</script>\"" not in page and "<\\/script>" in page  # data cannot close its script tag
     assert "http://" not in page and "https://" not in page
 
@@ -329,8 +364,55 @@ def test_ci_templates_run_shards_in_parallel_and_keep_both_reports() -> None:
     assert {"crashmatrix-*.json", "crashmatrix-*.html"} <= set(gl["artifacts"]["paths"])
 
 
+def test_ci_upgrade_jobs_crash_under_the_base_and_use_only_options_the_command_has() -> None:
+    """The templates' deploy gate (docs/plugin.md, "Upgrade check"): the whole history is
+    fetched, the base ref is the target branch, and every option of the command line is
+    one ``crashmatrix upgrade-check`` takes."""
+    import re
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from crashmatrix.harness.cli import app
+
+    root = Path(__file__).resolve().parents[2] / "ci"
+    gh = yaml.safe_load((root / "github-actions.yml").read_text())["jobs"]["upgrade-check"]
+    checkout = next(s for s in gh["steps"] if str(s.get("uses", "")).startswith("actions/checkout"))
+    assert checkout["with"]["fetch-depth"] == 0 and gh["if"] == "github.event_name == 'pull_request'"
+    gh_run = next(s["run"] for s in gh["steps"] if "upgrade-check" in str(s.get("run", "")))
+    gl = yaml.safe_load((root / "gitlab-ci.yml").read_text())["crashmatrix-upgrade"]
+    gl_run = next(line for line in gl["script"] if "upgrade-check" in line)
+    assert gl["variables"]["GIT_DEPTH"] == 0
+    assert '--base "origin/${{ github.base_ref }}"' in gh_run
+    assert '--base "origin/$CI_MERGE_REQUEST_TARGET_BRANCH_NAME"' in gl_run
+    help_text = CliRunner().invoke(app, ["upgrade-check", "--help"], env={"COLUMNS": "200"}).output
+    for run in (gh_run, gl_run):
+        assert '"$CRASHMATRIX" {dir}' in run  # the base's environment gets crashmatrix and the project
+        for option in re.findall(r"(--[a-z-]+)", run):
+            assert option in help_text, option
+
+
 def test_crashmatrix_profiles_load_from_the_command_line(fuzz_project: Path) -> None:
     # Hypothesis's plugin loads --hypothesis-profile at configure; ours registers the
     # crashmatrix-* profiles first (nothing runs: collection only)
     run = run_pytest(fuzz_project, "--collect-only", "-q", "--hypothesis-profile=crashmatrix-nightly")
     assert run.returncode == 0 and "1 test collected" in run.stdout, run.output[-2000:]
+
+
+def test_html_anchors_are_case_ids_unique_across_matrices_and_an_early_stop_is_said() -> None:
+    from crashmatrix.harness.html_report import anchor_ids
+
+    cid = "checkout/conv1/kill@tool.request.after[turn-4.tool-0]#1"
+    flaky = {**_record(cid, "fail"), "outcome": "flaky", "outcomes": ["fail", "pass"],
+             "replays": [{"outcome": "pass", "failed_check": None, "error": None, "verdicts": [], "seconds": 0.1,
+                          "run_id": "cm-run-2"}]}
+    m = {"workload": "checkout", "subject": "defect:x", "kinds": ["kill"], "sources": ["label"],
+         "summary": {"cases": 1, "flaky": 1}, "cases": [flaky]}
+    data = {"version": 1, "seed": 1, "complete": False, "reason": "interrupted (KeyboardInterrupt)",
+            "matrices": [m, {**m, "test": "t2"}]}
+    assert anchor_ids(data["matrices"]) == [[cid], [f"matrix-2/{cid}"]]
+    page = render_html(data)
+    assert page.count(f'id="{cid}"') == 1 and page.count(f'id="matrix-2/{cid}"') == 1
+    assert page.count('class="cell flaky"') == 2 and "1 flaky" in page
+    assert '<p class="incomplete">incomplete: interrupted (KeyboardInterrupt)</p>' in page
+    assert 'tr class="point-row has-failure"' in page and 'id="failing-only"' in page

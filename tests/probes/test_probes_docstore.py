@@ -10,9 +10,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from crashmatrix.scenarios.providers import clients
-from crashmatrix.scenarios.providers.launcher import DEFAULT_KINDS, start_providers
-from crashmatrix.scenarios.providers.ledger import read_ledger_file
+from crashmatrix.harness.services.providers import clients
+from crashmatrix.harness.services.providers.launcher import DEFAULT_KINDS, start_providers
+from crashmatrix.harness.services.providers.ledger import read_ledger_file
 
 
 def test_docstore_creates_once_reads_back_and_refuses_what_it_must(tmp_path: Path) -> None:

@@ -15,9 +15,9 @@ import aiohttp
 import pytest
 
 from crashmatrix.harness.errors import ServiceError
-from crashmatrix.scenarios.providers import clients
-from crashmatrix.scenarios.providers.launcher import ProviderStartError, start_providers
-from crashmatrix.scenarios.providers.ledger import read_ledger_file
+from crashmatrix.harness.services.providers import clients
+from crashmatrix.harness.services.providers.launcher import ProviderStartError, start_providers
+from crashmatrix.harness.services.providers.ledger import read_ledger_file
 
 
 def gone(pid: int) -> bool:
@@ -126,7 +126,7 @@ def test_server_cli_prints_exactly_ready(tmp_path: Path) -> None:
     import subprocess
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "crashmatrix.scenarios.providers.server", "--kind", "model",
+        [sys.executable, "-m", "crashmatrix.harness.services.providers.server", "--kind", "model",
          "--ledger", str(tmp_path / "m.sqlite3"), "--port", "0", "--delay-ms", "5"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )

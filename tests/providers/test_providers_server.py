@@ -23,9 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crashmatrix.scenarios.providers import clients
-from crashmatrix.scenarios.providers.clients import ProbeResult
-from crashmatrix.scenarios.providers.launcher import Providers, start_providers
+from crashmatrix.harness.services.providers import clients
+from crashmatrix.harness.services.providers.clients import ProbeResult
+from crashmatrix.harness.services.providers.launcher import Providers, start_providers
 
 T = TypeVar("T")
 ECHO = "crashmatrix.scenarios.providers.demo_script:echo"
@@ -444,7 +444,7 @@ def test_unreachable_provider_is_a_definite_retryable_error() -> None:
 
 _KILLED_CLIENT = """
 import asyncio, sys, aiohttp
-from crashmatrix.scenarios.providers import clients
+from crashmatrix.harness.services.providers import clients
 async def main():
     async with aiohttp.ClientSession() as s:
         await clients.charge(s, sys.argv[1], key=sys.argv[2], amount=4200, currency="eur",

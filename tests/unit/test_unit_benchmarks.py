@@ -27,3 +27,32 @@ def test_benchmark_script_imports(script: Path, monkeypatch: pytest.MonkeyPatch)
     finally:
         sys.modules.pop(spec.name, None)
     assert callable(getattr(module, "main", None)), f"{script.name} has no main()"
+
+
+def _compare(tmp_path: Path, a: dict, b: dict, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    import json
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import compare_verdicts
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    code = compare_verdicts.main([str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    return code, capsys.readouterr().out
+
+
+def test_compare_verdicts_finds_a_changed_verdict_and_a_missing_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def case(cid: str, outcome: str, failed: tuple[str, ...] = ()) -> dict:
+        return {"id": cid, "outcome": outcome, "verdicts": [{"check": c, "verdict": "invalid"} for c in failed]
+                + [{"check": "log.clean_prefix", "verdict": "valid"}]}
+
+    before = {"cases": [case("w/c/kill@a[t]#1", "pass"), case("w/c/kill@b[t]#1", "fail", ("x",))]}
+    assert _compare(tmp_path, before, before, capsys)[0] == 0
+    after = {"cases": [case("w/c/kill@a[t]#1", "fail", ("pause.zombie_effects",)), case("w/c/kill@c[t]#1", "pass")]}
+    code, out = _compare(tmp_path, before, after, capsys)
+    assert code == 1
+    assert "1 case(s) only in BEFORE:\n  w/c/kill@b[t]#1" in out and "1 case(s) only in AFTER:\n  w/c/kill@c[t]#1" in out
+    assert "before: pass -\n    after:  fail pause.zombie_effects" in out
+    assert out.rstrip().endswith("same case ids: 1; only before: 1; only after: 1; different verdicts: 1")

@@ -65,22 +65,25 @@ class _Colour(enum.IntEnum):
 
 
 _ANY_VALUE = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=3) | st.floats(allow_nan=False) | st.binary(max_size=2)
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3) | st.floats() | st.binary(max_size=2)
     | st.just(_Colour.RED),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=2) | st.integers(0, 3) | st.none(), children, max_size=3),
+    lambda children: st.lists(children, max_size=3) | st.tuples(children)
+    | st.dictionaries(st.text(max_size=2) | st.integers(0, 3) | st.none() | st.just(_Colour.RED), children, max_size=3),
     max_leaves=12,
 )
 
 
 @given(_ANY_VALUE)
 def test_fast_durability_check_agrees_with_the_walk_that_names_the_offence(value: Any) -> None:
-    """encode() checks with a walk that builds no path and names the offence with a
-    second walk; both must refuse exactly the same values."""
+    """encode() checks by reading its canonical text back (floats refused by the
+    parser, the rest by comparing with the value) and names the offence with a walk;
+    both must refuse exactly the same values as the reference walk ``_durable``, and
+    ``encode_read`` must give what ``decode`` gives."""
     offence = codec._first_offence(value, "payload")
     assert codec._durable(value) is (offence is None)
     if offence is None:
-        assert codec.decode(codec.encode(value)) == json.loads(json.dumps(value))
+        payload, read = codec.encode_read(value)
+        assert codec.decode(payload) == read == json.loads(json.dumps(value))
     else:
         with pytest.raises(CodecError) as raised:
             codec.encode(value)
@@ -274,3 +277,47 @@ def test_split_frames_refuses_torn_frames(cut: int) -> None:
     data = _frame(1, "turn-1", b"record") + _frame(2, "turn-2", b"record")
     with pytest.raises(CorruptRecord, match="torn"):
         split_frames(data[:-cut])
+
+
+class _OneByOne(RunGraph):
+    """Takes records one ``add`` at a time (a subclass overriding ``add`` gets that path)."""
+
+    def add(self, record: NodeRecord, output: Any = None) -> None:
+        super().add(record, output)
+
+
+def test_bulk_rehydrate_leaves_what_adding_each_record_leaves() -> None:
+    """The bulk rebuild (``RunGraph._rebuild``) against the record-by-record path: a
+    fan-out, a sub-agent's scope with a node still pending, a spec spawned twice (the
+    first wins) and a node recorded twice (its first record counts in the totals)."""
+    sub = "turn-1.tool-1"
+    root = record("turn-1", [], {"messages": []}, [
+        spec("turn-1.tool-0", ["turn-1"]), spec(sub, ["turn-1"], kind="subagent"),
+        spec(f"{sub}:turn-1", ["turn-1"], kind="model"), spec("turn-2", ["turn-1.tool-0", sub], kind="model"),
+    ], tokens=7)
+    tool = record("turn-1.tool-0", ["turn-1"], {"messages": []}, [spec("turn-2", [], kind="tool")], kind="tool")
+    child = record(f"{sub}:turn-1", ["turn-1"], {"messages": []}, [spec(f"{sub}:turn-2", [f"{sub}:turn-1"], kind="model")],
+                   tokens=5)
+    again = record("turn-1.tool-0", ["turn-1"], {"messages": []}, kind="tool", tokens=100)
+    log = stored(root, tool, child, again)
+    bulk, one = RunGraph.rehydrate("r", {}, log), _OneByOne.rehydrate("r", {}, log)
+    for graph in (bulk, one):
+        assert graph.records["turn-1.tool-0"] is again and graph.specs["turn-2"].kind == "model"
+    assert bulk.records == one.records and list(bulk.specs) == list(one.specs)
+    assert dict(bulk._pending) == dict(one._pending) and +bulk._open == +one._open
+    assert (bulk.turns_used, bulk.tokens_used, bulk.wall_ms_used, bulk.last_seq) == \
+        (one.turns_used, one.tokens_used, one.wall_ms_used, one.last_seq) == (2, 12, 0, 4)
+    assert [s.node_id for s in bulk.ready()] == [s.node_id for s in one.ready()] == [f"{sub}:turn-2"]
+
+
+def test_a_second_record_of_a_node_replaces_the_output_kept_from_the_first() -> None:
+    """``RunGraph.add`` holds a node's latest record; the output it keeps (given or
+    decoded) is that record's too (the checkpoint-before-node mutant appends a tool's
+    record twice: its golden run read the first one's empty result)."""
+    g = RunGraph.rehydrate("r", {}, [])
+    g.add(record("turn-1.tool-0", [], {"result": None}, kind="tool"), output={"result": None})
+    assert g.output("turn-1.tool-0") == {"result": None}
+    g.add(record("turn-1.tool-0", [], {"result": "ch_1"}, kind="tool"), output={"result": "ch_1"})
+    assert g.output("turn-1.tool-0") == {"result": "ch_1"}
+    g.add(record("turn-1.tool-0", [], {"result": "ch_2"}, kind="tool"))  # no output given: decoded from it
+    assert g.output("turn-1.tool-0") == {"result": "ch_2"}

@@ -130,3 +130,18 @@ def test_module_imports_nothing_heavy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30)
     assert out.stdout.strip() == ""
+
+
+def test_the_labels_the_oracle_reads_are_constants_with_the_documented_names() -> None:
+    """docs/adapters.md's table ("Names the oracle reads") and the module's constants
+    name the same labels, each exported."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "adapters.md").read_text(encoding="utf-8")
+    table = text.split("Names the oracle reads", 1)[1].split("\n\n", 2)[1]
+    documented = set(re.findall(r"^\| `([a-z_.]+)` \|", table, re.M))
+    constants = {getattr(cp, n): n for n in cp.__all__ if n.isupper()}
+    assert len(documented) >= 5 and documented <= set(constants), documented - set(constants)
+    # a constant is named after its label, so code that reads a label says which one
+    assert all(value.upper().replace(".", "_") == name for value, name in constants.items()), constants

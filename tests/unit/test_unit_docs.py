@@ -10,7 +10,9 @@ import inspect
 # -- documentation (in the style of Hypothesis's own "every public name documented") ---
 
 DOCUMENTED_HARNESS_MODULES = ("plan", "oracle", "adapter", "explorer", "matrix", "errors", "crashpoint", "selftest",
-                              "plugin", "fuzz", "html_report", "goldencache", "sources", "live", "report", "sharedpg")
+                              "plugin", "plugin_settings", "plugin_services", "plugin_goldens", "plugin_prefetch", "fuzz",
+                              "html_report", "goldencache", "sources", "live", "report", "conformance",
+                              "services.sharedpg", "services.matrixpg", "enumeration", "golden", "names")
 
 
 def _undocumented(obj: object) -> bool:
@@ -45,3 +47,46 @@ def test_public_names_have_docstrings() -> None:
             if _undocumented(obj):
                 missing.append(f"{mod.__name__}.{name}")
     assert not missing, f"{len(missing)} public name(s) without a docstring: {', '.join(missing)}"
+
+
+def test_nothing_refers_to_files_outside_the_project() -> None:
+    """The design lives in docs/design.md: no source file or doc points at a file a user
+    of the package never gets (the seed's DESIGN.md, the shared folder beside the repo)."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    pattern = re.compile(r"(?<![\w/])DESIGN\.md|\.\./shared|\bcases/checkout\.md|\bnotes/embedded-postgres\.md")
+    offenders = []
+    for top in ("harness", "reference_runtime", "scenarios", "docs", "benchmarks", "ci", "README.md"):
+        path = root / top
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.suffix in (".py", ".md", ".yml", ".yaml")]
+        for f in files:
+            for n, line in enumerate(f.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                if pattern.search(line):
+                    offenders.append(f"{f.relative_to(root)}:{n}: {line.strip()[:80]}")
+    assert not offenders, "references outside the project:\n" + "\n".join(offenders)
+    assert (root / "docs" / "design.md").is_file()
+
+
+def test_no_merge_conflict_markers() -> None:
+    """A merge left unresolved (``<<<<<<<`` / ``=======`` / ``>>>>>>>`` at a line start)
+    reached main once in README.md and docs/; every source and doc file is free of them."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    marker = re.compile(r"^(<{7} |={7}$|>{7} )")
+    offenders = []
+    for top in ("harness", "reference_runtime", "scenarios", "docs", "benchmarks", "ci", "tests", "tests_subjects",
+                "proto", "README.md", "pyproject.toml"):
+        path = root / top
+        if not path.exists():
+            continue
+        files = [path] if path.is_file() else [p for p in path.rglob("*")
+                                              if p.suffix in (".py", ".md", ".yml", ".yaml", ".toml", ".proto")]
+        for f in files:
+            for n, line in enumerate(f.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                if marker.match(line):
+                    offenders.append(f"{f.relative_to(root)}:{n}")
+    assert not offenders, "merge conflict markers:\n" + "\n".join(offenders)

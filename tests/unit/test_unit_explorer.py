@@ -5,17 +5,12 @@ from __future__ import annotations
 import pytest
 
 from crashmatrix.harness.adapter import Observation
+from crashmatrix.harness.enumeration import enumerate_cases, validate_case
 from crashmatrix.harness.errors import PlanError
-from crashmatrix.harness.explorer import (
-    DEFAULT_KINDS,
-    GoldenRun,
-    enumerate_cases,
-    replay_command,
-    trace_divergence,
-    validate_case,
-)
+from crashmatrix.harness.explorer import replay_command
+from crashmatrix.harness.golden import GoldenRun, trace_divergence
 from crashmatrix.harness.oracle import Evidence
-from crashmatrix.harness.plan import Case, CrashPoint, Fault, FaultPlan
+from crashmatrix.harness.plan import DEFAULT_KINDS, Case, CrashPoint, Fault, FaultPlan
 
 TRACE = [
     ("label", "node.launch", "turn-1", 1),

@@ -13,7 +13,8 @@ import pytest
 from crashmatrix.harness import oracle
 from crashmatrix.harness.adapter import EffectEntry, Observation
 from crashmatrix.harness.errors import HarnessError, PlanError
-from crashmatrix.harness.explorer import GoldenRun, double_fault_cases, enumerate_cases
+from crashmatrix.harness.enumeration import double_fault_cases, enumerate_cases
+from crashmatrix.harness.golden import GoldenRun
 from crashmatrix.harness.netfaults import NET_DEFAULTS, _upstream, _with_port, check_links, net_cases
 from crashmatrix.harness.plan import PLAN_VERSION, TOXIC_ATTRIBUTES, Case, CrashPoint, Fault, FaultPlan, NetToxic
 

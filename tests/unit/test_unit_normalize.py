@@ -1,79 +1,226 @@
-"""crashmatrix.harness.normalize.Normalizer: ids by order of first appearance, never masked."""
+"""crashmatrix.harness.normalize: identifiers learned from two golden runs by identity,
+never by format; a run renamed by first appearance, never masked."""
 
 from __future__ import annotations
 
-from crashmatrix.harness.normalize import Normalizer
+import itertools
+import random
+import string
+import uuid
+from typing import Any, Callable
 
-CH_A = "ch_" + "a1" * 8
-CH_B = "ch_" + "b2" * 8
-CALL_A = "call_0123456789ab"
-CALL_B = "call_fedcba987654"
-KEY_A = "ab" * 32
-KEY_B = "cd" * 32
-RUN = "cm-run-00112233aabbccdd"
+import pytest
 
+from crashmatrix.harness.normalize import IdentifierModel, Renamer, describe_path, learn
 
-def test_first_appearance_numbering_per_prefix() -> None:
-    n = Normalizer()
-    assert n(CH_B) == "ch-1"  # first seen, whatever its value
-    assert n(CALL_A) == "call-1"  # counters are per prefix
-    assert n(CH_A) == "ch-2"
-    assert n(CALL_B) == "call-2"
-    assert n(KEY_A) == "key-1"
-    assert n(RUN) == "run-1"
-    assert n.counts == {"ch": 2, "call": 2, "key": 1, "run": 1}
+UNORDERED = (("effects",), ("ledgers", "*"))
+_counter = itertools.count(1000)
 
 
-def test_same_id_same_label_across_calls() -> None:
-    n = Normalizer()
-    assert n([CH_A, CH_B, CH_A]) == ["ch-1", "ch-2", "ch-1"]
-    assert n({"id": CH_B}) == {"id": "ch-2"}  # remembered across calls
+def _ulid() -> str:
+    alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    return "".join(random.choice(alphabet) for _ in range(26))
 
 
-def test_two_distinct_charges_stay_distinct() -> None:
-    """Masking would make a second charge look like the first: it must not."""
-    n = Normalizer()
-    once = Normalizer()([{"charge": CH_A}])
-    twice = n([{"charge": CH_A}, {"charge": CH_B}])
-    assert twice == [{"charge": "ch-1"}, {"charge": "ch-2"}]
-    assert twice[0] != twice[1]
-    assert once != twice
+KEY_FORMATS: dict[str, Callable[[], str]] = {
+    "uuid4": lambda: str(uuid.uuid4()),
+    "uuid-hex": lambda: uuid.uuid4().hex,
+    "uuid-upper": lambda: str(uuid.uuid4()).upper(),
+    "ulid": _ulid,
+    "sequence": lambda: str(next(_counter)),
+    "base64": lambda: "".join(random.choice(string.ascii_letters + string.digits + "+/") for _ in range(22)) + "==",
+    "provider-assigned": lambda: f"pi_{random.getrandbits(64):x}",
+    # secrets.token_urlsafe: now and then it starts like a prefix ("Qx_..."), by chance
+    "urlsafe": lambda: "".join(random.choice(string.ascii_letters) for _ in range(2)) + random.choice("_-")
+    + "".join(random.choice(string.ascii_letters + string.digits + "_-") for _ in range(19)),
+}
 
 
-def test_two_runs_with_different_ids_normalise_equal() -> None:
-    golden = {"messages": [{"tool_call_id": CALL_A, "content": {"id": CH_A, "key": KEY_A}}]}
-    case = {"messages": [{"tool_call_id": CALL_B, "content": {"id": CH_B, "key": KEY_B}}]}
-    assert Normalizer()(golden) == Normalizer()(case)
-
-
-def test_nested_structures_and_keys() -> None:
-    n = Normalizer()
-    value = {
-        CH_A: [1, {"inner": (CALL_A, None, True, 3)}],
-        "list": [[[CH_A]]],
-        7: "plain",
+def run_doc(key: Callable[[], str], *, reuse_key: bool = False, extra_mail: bool = False, body: str | None = None) -> dict[str, Any]:
+    """A checkout-like run: a charge and a receipt, keys in ``key``'s format, a call id per
+    tool call, provider ids; the receipt quotes the charge id in free text."""
+    k1 = key()
+    k2 = k1 if reuse_key else key()
+    call1, call2 = f"call_{uuid.uuid4().hex[:12]}", f"call_{uuid.uuid4().hex[:12]}"
+    ch, msg = f"ch_{uuid.uuid4().hex[:16]}", f"msg_{uuid.uuid4().hex[:16]}"
+    mail_body = body if body is not None else f"Charged 12900 cents ({ch})."
+    transcript = [
+        {"role": "user", "content": "Buy a dock."},
+        {"role": "assistant", "content": "Paying.", "tool_calls": [{"id": call1, "name": "charge", "arguments": {"qty": 1}}]},
+        {"role": "tool", "tool_call_id": call1, "content": {"charge_id": ch, "status": "succeeded"}},
+        {"role": "assistant", "content": "Mailing.", "tool_calls": [{"id": call2, "name": "send_receipt", "arguments": {}}]},
+        {"role": "tool", "tool_call_id": call2, "content": {"message_id": msg, "status": "sent"}},
+    ]
+    mail = [{"op": "message", "key": k2, "ref": msg, "request": {"body": mail_body}, "status": "sent"}]
+    if extra_mail:
+        mail.append({"op": "message", "key": key(), "ref": f"msg_{uuid.uuid4().hex[:16]}",
+                     "request": {"body": mail_body}, "status": "sent"})
+    return {
+        "status": "completed", "transcript": transcript, "answer": f"Done: {ch}.", "budget": {"tokens": 30}, "pending": [],
+        "effects": [
+            {"node": "turn-2.tool-0", "tool": "charge", "key": k1, "status": "succeeded", "result": {"charge_id": ch}},
+            {"node": "turn-3.tool-0", "tool": "send_receipt", "key": k2, "status": "succeeded", "result": {"message_id": msg}},
+        ],
+        "ledgers": {
+            "payment": [{"op": "charge", "key": k1, "ref": ch, "request": {"amount": 12900}, "status": "succeeded"}],
+            "mail": mail,
+        },
     }
-    assert n(value) == {
-        "ch-1": [1, {"inner": ["call-1", None, True, 3]}],
-        "list": [[["ch-1"]]],
-        7: "plain",
-    }
 
 
-def test_ids_inside_longer_strings() -> None:
-    n = Normalizer()
-    text = f"charged {CH_A} (key {KEY_A}) for run {RUN}; refunded {CH_A}, then {CH_B}."
-    assert n(text) == "charged ch-1 (key key-1) for run run-1; refunded ch-1, then ch-2."
+def normalise(doc: dict[str, Any], model: IdentifierModel) -> dict[str, Any]:
+    r = Renamer(model, doc)
+    out = {"transcript": r(doc["transcript"], ("transcript",)), "answer": r(doc["answer"], ("answer",)),
+           "effects": r.copy().rows(doc["effects"], ("effects",))}
+    out["ledgers"] = {k: r.copy().rows(rows, ("ledgers", k)) for k, rows in doc["ledgers"].items()}
+    return out
 
 
-def test_lookalikes_untouched() -> None:
-    n = Normalizer()
-    for s in ["ch_12", "xch_aabbccdd", "ch_AABBCCDD", "a" * 63, "turn-3.tool-1", "cm-run-xyz"]:
-        assert n(s) == s
-    assert n.seen == {}
+@pytest.mark.parametrize("fmt", sorted(KEY_FORMATS))
+def test_any_key_format_is_learned_and_a_case_equals_its_golden_run(fmt: str) -> None:
+    key = KEY_FORMATS[fmt]
+    model, differences = learn(run_doc(key), run_doc(key), unordered=UNORDERED)
+    assert differences == []
+    golden, case = run_doc(key), run_doc(key)
+    assert normalise(golden, model) == normalise(case, model)
 
 
-def test_non_strings_pass_through() -> None:
-    n = Normalizer()
-    for v in (1, 2.5, None, True):
-        assert n(v) == v
+@pytest.mark.parametrize("fmt", sorted(KEY_FORMATS))
+def test_a_key_reused_where_the_golden_run_used_two_is_a_difference(fmt: str) -> None:
+    key = KEY_FORMATS[fmt]
+    model, _ = learn(run_doc(key), run_doc(key), unordered=UNORDERED)
+    assert normalise(run_doc(key), model) != normalise(run_doc(key, reuse_key=True), model)
+    # and two where one was used: the golden reuses, the case does not
+    model, _ = learn(run_doc(key, reuse_key=True), run_doc(key, reuse_key=True), unordered=UNORDERED)
+    assert normalise(run_doc(key, reuse_key=True), model) != normalise(run_doc(key), model)
+
+
+def test_a_second_effect_is_not_masked_and_labels_stay_readable() -> None:
+    key = KEY_FORMATS["uuid4"]
+    model, _ = learn(run_doc(key), run_doc(key), unordered=UNORDERED)
+    case = normalise(run_doc(key, extra_mail=True), model)
+    mail = case["ledgers"]["mail"]
+    assert len(mail) == 2 and mail[0]["key"] != mail[1]["key"] and mail[0]["ref"] != mail[1]["ref"]
+    golden = normalise(run_doc(key), model)
+    assert golden["ledgers"]["payment"][0]["ref"] == "ch-1"  # the value's own prefix
+    assert golden["effects"][0]["key"] == "key-1"  # no prefix: the field's name
+    assert golden["ledgers"]["mail"][0]["request"]["body"] == "Charged 12900 cents (ch-1)."  # inside free text
+
+
+def test_rows_are_labelled_whatever_order_the_store_returns_them_in() -> None:
+    key = KEY_FORMATS["uuid4"]
+    model, _ = learn(run_doc(key, extra_mail=True), run_doc(key, extra_mail=True), unordered=UNORDERED)
+    doc = run_doc(key, extra_mail=True)
+    swapped = {**doc, "ledgers": {**doc["ledgers"], "mail": list(reversed(doc["ledgers"]["mail"]))}}
+    assert normalise(doc, model) == normalise(swapped, model)
+    # the golden pair's rows arrive in different orders too
+    model2, differences = learn(doc, {**swapped}, unordered=UNORDERED)
+    assert differences == []
+
+
+def test_free_text_that_differs_is_not_deterministic_and_named() -> None:
+    key = KEY_FORMATS["uuid4"]
+    a = run_doc(key, body="Your ticket (ref 48213 at 1764620481.104).")
+    b = run_doc(key, body="Your ticket (ref 9982 at 1764620481.907).")
+    _, differences = learn(a, b, unordered=UNORDERED)
+    assert len(differences) == 1
+    text = differences[0].describe()
+    assert text.startswith("provider mail, request 1, request.body: ")
+    assert "48213" in text and "9982" in text
+
+
+def test_a_value_that_changes_once_is_data_not_an_identifier() -> None:
+    key = KEY_FORMATS["uuid4"]
+    a, b = run_doc(key), run_doc(key)
+    a["transcript"][1]["tool_calls"][0]["arguments"]["nonce"] = "r4nd0m-1"
+    b["transcript"][1]["tool_calls"][0]["arguments"]["nonce"] = "r4nd0m-2"
+    _, differences = learn(a, b, unordered=UNORDERED)
+    assert [describe_path(d.path) for d in differences] == ["transcript, message 2, tool_calls[0].arguments.nonce"]
+
+
+def test_a_budget_that_differs_is_a_difference() -> None:
+    key = KEY_FORMATS["sequence"]
+    a, b = run_doc(key), run_doc(key)
+    b["budget"] = {"tokens": 31}
+    _, differences = learn(a, b, unordered=UNORDERED)
+    assert [describe_path(d.path) for d in differences] == ["budget, tokens"]
+
+
+def test_a_renaming_that_is_not_one_to_one_is_a_difference() -> None:
+    key = KEY_FORMATS["uuid4"]
+    a, b = run_doc(key), run_doc(key)
+    # run B uses one key for both effects, run A two: not a renaming
+    b_key = b["effects"][0]["key"]
+    b["effects"][1]["key"] = b["ledgers"]["mail"][0]["key"] = b_key
+    _, differences = learn(a, b, unordered=UNORDERED)
+    assert differences and "one-to-one" in differences[0].why
+
+
+def test_short_identifiers_are_not_renamed_inside_text_nor_outside_their_places() -> None:
+    model = IdentifierModel(frozenset({("effects", "*", "key")}))
+    doc = {"effects": [{"key": "17", "qty": "17"}], "note": "order 17"}
+    r = Renamer(model, doc)
+    assert r(doc["effects"], ("effects",)) == [{"key": "key-1", "qty": "17"}]
+    assert r(doc["note"], ("note",)) == "order 17"
+
+
+def test_declared_fields_are_identifiers_even_when_used_once() -> None:
+    a = {"ledgers": {"crm": [{"op": "ticket", "ticket_no": "T-1", "request": {}}]}}
+    b = {"ledgers": {"crm": [{"op": "ticket", "ticket_no": "T-2", "request": {}}]}}
+    _, differences = learn(a, b, unordered=UNORDERED)
+    assert len(differences) == 1  # used once, not declared: data
+    model, differences = learn(a, b, fields=("ticket_no",), unordered=UNORDERED)
+    assert differences == [] and model.holds_identifiers(("ledgers", "crm", "*", "ticket_no"))
+
+
+def test_a_tool_call_id_a_framework_mints_is_an_identifier_even_used_once() -> None:
+    """Pydantic AI mints ``call_<hex>`` when a model reply carries no id; a transcript
+    whose tool message does not repeat it uses it once, and it is still an identifier
+    (the chat format's ``tool_calls[].id`` is declared)."""
+    def doc(call: str) -> dict[str, Any]:
+        return {"transcript": [{"role": "user", "content": "Buy."},
+                               {"role": "assistant", "tool_calls": [{"id": call, "name": "charge", "arguments": {}}]},
+                               {"role": "tool", "name": "charge", "content": "ok"}]}
+    model, differences = learn(doc("call_123edc62077e"), doc("call_710a23713ca9"), unordered=UNORDERED)
+    assert differences == [] and model.holds_identifiers(("transcript", "*", "tool_calls", "*", "id"))
+
+
+def test_a_random_key_that_looks_prefixed_is_labelled_by_its_field() -> None:
+    """A key that starts like ``Qx_`` by chance is not labelled ``qx-1``: only a prefix
+    both golden runs' values share is one (else the label changes from run to run, and a
+    correct runtime with URL-safe base64 keys failed 22 cases of 90)."""
+    keys = iter(["Qx_aaaaaaaaaaaaaaaaaaaa", "Lm-bbbbbbbbbbbbbbbbbbbb", "zzzcccccccccccccccccccc", "9yddddddddddddddddddddd",
+                 "Ab_eeeeeeeeeeeeeeeeeeee", "Ab_fffffffffffffffffffff"])
+    model, differences = learn(run_doc(lambda: next(keys)), run_doc(lambda: next(keys)), unordered=UNORDERED)
+    assert differences == [] and {"ch", "msg", "call"} <= model.prefixes and not {"qx", "lm", "ab"} & model.prefixes
+    case = normalise(run_doc(lambda: next(keys)), model)
+    assert case["effects"][0]["key"] == "key-1" and case == normalise(run_doc(KEY_FORMATS["uuid4"]), model)
+
+
+def test_identifiers_as_dict_keys() -> None:
+    def doc() -> dict[str, Any]:
+        call = f"call_{uuid.uuid4().hex[:12]}"
+        return {"transcript": [{"tool_calls": [{"id": call}]}], "answer": {call: {"ok": True}}}
+
+    model, differences = learn(doc(), doc())
+    assert differences == []
+    a, b = doc(), doc()
+    ra, rb = Renamer(model, a), Renamer(model, b)
+    assert ra(a, ()) == rb(b, ())
+
+
+def test_model_round_trips_as_json() -> None:
+    key = KEY_FORMATS["ulid"]
+    model, _ = learn(run_doc(key), run_doc(key), fields=("ticket_no",), unordered=UNORDERED)
+    assert IdentifierModel.from_dict(model.to_dict()) == model
+
+
+def test_different_lengths_and_missing_fields_are_differences() -> None:
+    key = KEY_FORMATS["uuid4"]
+    a, b = run_doc(key), run_doc(key, extra_mail=True)
+    _, differences = learn(a, b, unordered=UNORDERED)
+    assert any(describe_path(d.path) == "provider mail" and d.why == "different lengths" for d in differences)
+    a, b = run_doc(key), run_doc(key)
+    b["ledgers"]["payment"][0]["request"]["currency"] = "eur"
+    _, differences = learn(a, b, unordered=UNORDERED)
+    assert [d.why for d in differences] == ["only in the second run"]

@@ -10,6 +10,8 @@ import pytest
 
 from crashmatrix.harness import oracle
 from crashmatrix.harness.adapter import EffectEntry, LogEntry, Observation
+from crashmatrix.harness.faults.cancel import check_cancel_left_unknown
+from crashmatrix.harness.faults.term import check_term_drained, untouched_by_worker
 from crashmatrix.harness.oracle import CrashEvidence, Evidence, Verdict
 from crashmatrix.harness.plan import CrashPoint, Fault
 
@@ -128,31 +130,31 @@ def crash_ev(kind: str, point_name: str, task: str, effects: list[EffectEntry] |
 
 def test_cancel_left_unknown_valid() -> None:
     ev = crash_ev("cancel", "tool.request.before", "turn-1.tool-0", [eff("turn-1.tool-0", "unknown")])
-    assert oracle.check_cancel_left_unknown(ev).valid is True
+    assert check_cancel_left_unknown(ev).valid is True
 
 
 def test_cancel_left_unknown_not_applicable_without_effects_ledger() -> None:
-    v = oracle.check_cancel_left_unknown(crash_ev("cancel", "tool.request.before", "turn-1.tool-0", None))
+    v = check_cancel_left_unknown(crash_ev("cancel", "tool.request.before", "turn-1.tool-0", None))
     assert v.valid is True and v.details.startswith("not applicable")
     # an empty ledger is a ledger, not "not applicable"
-    assert not oracle.check_cancel_left_unknown(crash_ev("cancel", "log.append.before", "t", [])).details.startswith("not")
+    assert not check_cancel_left_unknown(crash_ev("cancel", "log.append.before", "t", [])).details.startswith("not")
 
 
 def test_cancel_left_started_is_invalid() -> None:
     ev = crash_ev("cancel", "log.append.before", "turn-1.tool-0", [eff("turn-2.tool-0", "started")])
-    v = oracle.check_cancel_left_unknown(ev)
+    v = check_cancel_left_unknown(ev)
     assert v.valid is False and "effect charge of turn-2.tool-0 left started" in v.details
 
 
 def test_cancel_during_request_not_unknown_is_invalid() -> None:
     ev = crash_ev("cancel", "tool.request.before", "turn-1.tool-0", [eff("turn-1.tool-0", "succeeded")])
-    v = oracle.check_cancel_left_unknown(ev)
+    v = check_cancel_left_unknown(ev)
     assert v.valid is False and "is succeeded, not unknown" in v.details
 
 
 def test_cancel_elsewhere_succeeded_is_fine() -> None:
     ev = crash_ev("cancel", "model.call.before", "turn-2", [eff("turn-1.tool-0", "succeeded")])
-    assert oracle.check_cancel_left_unknown(ev).valid is True
+    assert check_cancel_left_unknown(ev).valid is True
 
 
 # -- log.acknowledged_durable ------------------------------------------------------------
@@ -193,30 +195,30 @@ DRAIN_TRACE = [
 
 
 def test_term_drained_valid() -> None:
-    v = oracle.check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0))
+    v = check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0))
     assert v.valid is True and "paused" in v.details
 
 
 def test_term_completed_without_pending_is_valid() -> None:
     ev = crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0, status="completed", state={"pending": []})
-    assert oracle.check_term_drained(ev).valid is True
+    assert check_term_drained(ev).valid is True
 
 
 def test_term_completed_with_pending_invalid() -> None:
     ev = crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0, status="completed", state={"pending": ["turn-2"]})
-    v = oracle.check_term_drained(ev)
+    v = check_term_drained(ev)
     assert v.valid is False and "pending nodes" in v.details
 
 
 def test_term_launch_after_drain() -> None:
     trace = DRAIN_TRACE + [("label", "node.launch", "turn-2", 1), ("label", "node.launch", "turn-3", 1)]
-    v = oracle.check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=trace, rc=0))
+    v = check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=trace, rc=0))
     assert v.valid is False
     assert "2 node(s) launched after SIGTERM was recorded: turn-2, turn-3" in v.details
 
 
 def test_term_never_recorded() -> None:
-    v = oracle.check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE[:1], rc=0))
+    v = check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE[:1], rc=0))
     assert v.valid is False and "no drain.begin" in v.details
 
 
@@ -225,7 +227,7 @@ def test_term_never_recorded() -> None:
     [(1, None, False, "exited 1, not 0"), (None, 9, False, "died of signal 9"), (None, 9, True, "grace period")],
 )
 def test_term_bad_exit(rc: int | None, sig: int | None, timed_out: bool, needle: str) -> None:
-    v = oracle.check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE, rc=rc, sig=sig, timed_out=timed_out))
+    v = check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE, rc=rc, sig=sig, timed_out=timed_out))
     assert v.valid is False and needle in v.details
 
 
@@ -238,7 +240,7 @@ def test_term_before_the_first_worker_took_the_run_leaves_it_submitted_at_most(s
     ev = crash_ev("term", "db.reconnect", "db", trace=EARLY, rc=0, status=status, log_=[])
     ev.observation.lease_epoch = None
     ev.before = Observation(ev.observation.run_id, "absent")
-    v = oracle.check_term_drained(ev)
+    v = check_term_drained(ev)
     assert v.valid is True, v.details
 
 
@@ -247,44 +249,55 @@ def test_term_in_a_resume_before_it_took_the_run_leaves_the_earlier_state(status
     """A double fault: the run as the first fault left it, and a resume drained before the lease."""
     ev = crash_ev("term", "db.reconnect", "db", trace=EARLY, rc=0, status=status)
     ev.before = dataclasses.replace(ev.observation)
-    assert oracle.check_term_drained(ev).valid is True
+    assert check_term_drained(ev).valid is True
     ev.before = dataclasses.replace(ev.observation, lease_epoch=(ev.observation.lease_epoch or 0) - 1)  # it took the lease
-    v = oracle.check_term_drained(ev)
+    v = check_term_drained(ev)
     assert v.valid is False and f"run status is {status!r}, not 'paused'" in v.details
 
 
 def test_term_untouched_state_with_a_launch_is_invalid() -> None:
     ev = crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0, status="running")
     ev.before = dataclasses.replace(ev.observation)
-    v = oracle.check_term_drained(ev)
+    v = check_term_drained(ev)
     assert v.valid is False and "as before the worker, yet it launched turn-1" in v.details
 
 
 def test_a_pending_run_with_records_was_touched() -> None:
     after = obs(GOOD_LOG[:1], None, "pending", None)
-    assert oracle.untouched_by_worker(Observation("r", "absent"), after) is False
-    assert oracle.untouched_by_worker(Observation("r", "absent"), obs([], None, "pending", None)) is True
+    assert untouched_by_worker(Observation("r", "absent"), after) is False
+    assert untouched_by_worker(Observation("r", "absent"), obs([], None, "pending", None)) is True
 
 
 @pytest.mark.parametrize("status", ["running", "interrupted", "failed"])
 def test_term_bad_status(status: str) -> None:
-    v = oracle.check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0, status=status))
+    v = check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0, status=status))
     assert v.valid is False and f"run status is {status!r}" in v.details
 
 
 def test_crash_checks_select_by_kind() -> None:
     names = lambda kind: [v.check for v in oracle.crash_checks(crash_ev(kind, "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0))]
-    always = ["log.clean_prefix", "effects.commit_with_record", "log.acknowledged_durable"]
+    always = ["log.clean_prefix", "effects.commit_with_record", "log.acknowledged_durable", "run.acknowledged_durable"]
     assert names("kill") == always
-    assert names("cancel") == always + ["cancel.left_unknown"]
-    assert names("term") == always + ["term.drained"]
+    assert names("cancel") == names("cancel-edge") == always + ["cancel.left_unknown", "cancel.step_recorded"]
+    assert names("cancel-api") == always + ["cancel.step_recorded"]
+    assert names("term") == always + ["term.drained", "term.in_flight_recorded"]
+
+
+def test_an_acknowledged_run_must_exist_after_the_crash() -> None:
+    gone = CrashEvidence(Fault("kill", CrashPoint("await", "m:f@1", "run", 1)), [], [], None, 9, False,
+                         Observation("r", "absent", state_error="run does not exist"), acknowledged=True)
+    v = oracle.check_acknowledged_run(gone)
+    assert v.valid is False and "an accepted request was lost" in v.details and "run does not exist" in v.details
+    assert oracle.check_acknowledged_run(dataclasses.replace(gone, acknowledged=False)).valid is True
+    there = dataclasses.replace(gone, observation=Observation("r", "pending"))
+    assert oracle.check_acknowledged_run(there).details == "acknowledged, and there: status pending"
 
 
 # -- unknown: a check that raises --------------------------------------------------------
 
 
 def test_run_turns_exception_into_unknown() -> None:
-    v = oracle._run("x.y", "crash", lambda: 1 // 0)
+    v = oracle.run_check("x.y", "crash", lambda: 1 // 0)
     assert v.valid is None and v.word == "unknown"
     assert "ZeroDivisionError" in v.details and v.check == "x.y"
 
@@ -334,7 +347,8 @@ def test_merge(values: list[bool | None], expected: bool | None) -> None:
 
 def test_verdict_to_dict() -> None:
     d = Verdict("a", "end", None, "why", ["-x", "+y"]).to_dict()
-    assert d == {"check": "a", "phase": "end", "verdict": "unknown", "details": "why", "diff": ["-x", "+y"]}
+    assert d == {"check": "a", "phase": "end", "verdict": "unknown", "details": "why", "diff": ["-x", "+y"],
+                 "property": "other", "anomaly": "failure"}
 
 
 # -- end checks --------------------------------------------------------------------------
@@ -359,7 +373,10 @@ def evidence(run_suffix: str = "aa", status: str = "completed") -> Evidence:
 
 
 def verdicts(golden: Evidence, case: Evidence, allowance: dict[str, int] | None = None) -> dict[str, Verdict]:
-    return {v.check: v for v in oracle.end_checks(golden, case, allowance or {})}
+    """The end checks with the identifiers learned from two golden runs, as the explorer does."""
+    model, differences = oracle.learn_identifiers(evidence("aa"), evidence("zz"))
+    assert differences == []
+    return {v.check: v for v in oracle.end_checks(golden, case, allowance or {}, model)}
 
 
 def test_end_checks_equal_runs_with_different_ids_are_valid() -> None:

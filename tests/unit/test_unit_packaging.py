@@ -52,3 +52,16 @@ def test_every_package_folder_is_listed_and_vice_versa() -> None:
 def test_listed_packages_import() -> None:
     for pkg in sorted(_pyproject()["tool"]["setuptools"]["packages"]):
         importlib.import_module(pkg)
+
+
+def test_plugin_users_extra_is_the_plugin_alone_and_test_builds_on_it() -> None:
+    """``crashmatrix[pytest]`` (docs/plugin.md) brings pytest, xdist and Hypothesis, not the
+    adapters' frameworks or a browser driver; ``test``, the project's own, includes it."""
+    from packaging.requirements import Requirement
+
+    extras = _pyproject()["project"]["optional-dependencies"]
+    assert {Requirement(r).name for r in extras["pytest"]} == {"pytest", "pytest-xdist", "hypothesis"}
+    test = [Requirement(r) for r in extras["test"]]
+    assert any(r.name == "crashmatrix" and {"pytest", "langgraph", "dbos", "burr"} <= r.extras for r in test)
+    # not listed twice: the plugin's requirements come from its extra
+    assert not {r.name for r in test} & {"pytest", "pytest-xdist", "hypothesis"} and "playwright" in {r.name for r in test}

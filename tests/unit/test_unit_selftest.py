@@ -11,7 +11,8 @@ import pytest
 from crashmatrix.harness import oracle, registry
 from crashmatrix.harness.adapter import EffectEntry, Observation
 from crashmatrix.harness.errors import InvalidArgument, RegistryError
-from crashmatrix.harness.explorer import CaseResult, GoldenRun
+from crashmatrix.harness.explorer import CaseResult
+from crashmatrix.harness.golden import GoldenRun
 from crashmatrix.harness.plan import Case, CrashPoint, Fault, FaultPlan
 from crashmatrix.harness.selftest import (
     MutantSpec, SelftestReport, SubjectOutcome, _departures, _spread, catalogue, fast_order, mutant_spec,
@@ -31,7 +32,11 @@ def test_every_mutant_has_valid_metadata_and_a_docstring_naming_its_checks_and_s
         for check in spec.caught_by:
             assert f"``{check}``" in docs, f"{spec.subject}: no docstring in {module.__name__} names {check}"
         assert "Class:" in docs and spec.defect and spec.source, spec.subject
-        assert spec.baseline in registry.subject_names()
+        from crashmatrix.harness.builds import split
+
+        # a clean subject, or for a mutant of a deploy a clean build pair
+        assert all(b in registry.subject_names() for b in (split(spec.baseline) or (spec.baseline,))), spec.baseline
+        assert (spec.crash_with is None) == (split(spec.baseline) is None), spec.subject
 
 
 def test_mutant_spec_accepts_both_names_and_refuses_unknown_ones() -> None:

@@ -17,7 +17,8 @@ from pathlib import Path
 import anyio
 
 from crashmatrix.harness.plan import CrashPoint, Fault, FaultPlan
-from crashmatrix.harness.worker import Recorder, read_events
+from crashmatrix.harness.history import WorkerReport
+from crashmatrix.harness.worker import Recorder
 
 
 def test_a_cancel_fired_on_another_thread_reaches_the_scope_through_its_loop(tmp_path: Path) -> None:
@@ -44,4 +45,4 @@ def test_a_cancel_fired_on_another_thread_reaches_the_scope_through_its_loop(tmp
     finally:
         os.close(fd)
     assert fired_on and fired_on[0] != threading.main_thread().name
-    assert [e["event"] for e in read_events(str(path))] == ["fired"]
+    assert WorkerReport.from_file(str(path)).names() == ["fired"]

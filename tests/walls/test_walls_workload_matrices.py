@@ -16,7 +16,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from crashmatrix.harness.explorer import CaseResult, Explorer, Options, validate_case
+from crashmatrix.harness.enumeration import validate_case
+from crashmatrix.harness.explorer import CaseResult, Explorer, Options
 from crashmatrix.harness.plan import Case, CrashPoint, Fault, FaultPlan
 from crashmatrix.harness.session import open_session
 
@@ -57,7 +58,7 @@ SLICES: dict[tuple[str, str], list[Case]] = {
         case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:_connect@1", "run"),
         case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._until_answered@1", "run", 2),
         case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._until_answered@1", "run", 4),
-        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.executor:Execution.schedule@4", "run"),
+        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.executor:Execution.schedule@5", "run"),  # @4 before a lone node ran inline
         case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._until_answered@1", "run", 6),
     ],
 }

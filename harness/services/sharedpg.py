@@ -26,13 +26,14 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
-from .services.postgres import PostgresService, start_postgres
-from .services.watchdog import pid_alive
+from .postgres import PostgresService, start_postgres
+from .process import pid_alive
 
 OWNER_WAIT_S = 600.0
 
@@ -54,14 +55,16 @@ class SharedPostgres:
     """This process's handle on the run's shared PostgreSQL (module docstring).
 
     ``run_key``: what names the run (xdist's ``testrunuid``); ``watchdog``: registers
-    the server when this process starts it. :meth:`acquire` returns the
+    the server when this process starts it; ``settings``: its server settings over
+    :data:`~.postgres.SERVER_SETTINGS` (the owner's apply to every user). :meth:`acquire` returns the
     :class:`~.services.postgres.PostgresService` (embedded here, or the owner's as an
     external DSN) and raises :class:`~.errors.ServiceError` as ``start_postgres``
     does; :meth:`release` leaves (and, for the owner, stops the server)."""
 
-    def __init__(self, run_key: str, watchdog: Any) -> None:
+    def __init__(self, run_key: str, watchdog: Any, settings: Mapping[str, str] | None = None) -> None:
         self.base = Path(tempfile.gettempdir()) / f"crashmatrix-xdist-{run_key}"
         self.watchdog = watchdog
+        self.settings = dict(settings) if settings is not None else None
         self.owner = False
         self.service: PostgresService | None = None
 
@@ -79,7 +82,7 @@ class SharedPostgres:
                 _write(self.base / "pg.json", info)
                 self.service = start_postgres(dsn=info["dsn"])
                 return self.service
-            self.service = start_postgres(self.base / "pg", watchdog=self.watchdog)
+            self.service = start_postgres(self.base / "pg", watchdog=self.watchdog, settings=self.settings)
             self.owner = True
             if self.watchdog is not None:  # a SIGKILLed owner leaves no directory either
                 self.watchdog.watch_path(self.base)

@@ -1,0 +1,181 @@
+"""LlamaIndex Workflows as a subject: the checkout workflow of
+:mod:`crashmatrix.scenarios.realworld.llamaindex_checkout`, made durable the way
+LlamaIndex's "Writing durable workflows" page says, by snapshotting the ``Context``.
+
+Needs the optional extra ``crashmatrix[llamaindex]`` (``llama-index-workflows``, imported
+only in a worker). The workload is reached through the workload object (``ctx.workload``,
+:meth:`~.Adapter.workload_of`): its ``workflow``, ``start_event``, ``clients``,
+``finished``, ``snapshot_state`` and ``answer``.
+
+**Store**: one SQLite file per run (``<workdir>/llamaindex/<run id>.sqlite``), table
+``snapshots(seq, step, ctx)``: one row per snapshot, ``ctx`` the JSON of
+``handler.ctx.to_dict()``, ``step`` the id of the step whose end it follows.
+
+**Start / resume** (one code path): no snapshot -> ``workflow.run(start_event=...)`` from
+the run input; else ``workflow.run(ctx=Context.from_dict(workflow, last))``. The adapter
+consumes ``handler.stream_events(expose_internal=True)`` and, at every
+``StepStateChanged`` with ``StepState.NOT_RUNNING`` (a step ended), saves
+``handler.ctx.to_dict()`` (LlamaIndex's checkpoint loop; there is no built-in
+checkpointer). A finished run is one whose last snapshot is not running and holds the
+answer: resuming such a context would *start the workflow again* from its StartEvent
+(a context carries state across runs, by design), so the adapter does not.
+
+Crash points: ``step.before`` / ``step.after`` around each step's model call or tool
+call (logical task = the step id), ``model.call.before`` / ``.after`` and
+``tool.request.before`` / ``.after`` just inside them (as in the DBOS workloads),
+``log.append.before`` / ``log.append.after`` around each snapshot's INSERT + COMMIT,
+counted under the step whose end it follows (the workflow's steps run one at a time, and
+each step reports its id as it returns), and await points in ``workflows`` (LlamaIndex's
+control loop and step runner).
+
+**Cancel**: the stream consumer is cancelled; the adapter then cancels the run
+(``handler.cancel_run()``, shielded) and re-raises: no snapshot is taken after it.
+**SIGTERM**: no handler (LlamaIndex installs none); the worker dies of it.
+
+``observe`` reads the last snapshot's state store (messages, answer) and the rows as the
+log. What the matrix found: docs/findings.md ("LlamaIndex Workflows").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+
+from crashmatrix.harness.adapter import Adapter, Environment, LogEntry, Observation, RunContext
+from crashmatrix.harness.crashpoint import LOG_APPEND_AFTER, LOG_APPEND_BEFORE, crashpoint, set_logical_task
+
+from ._shared import point_under
+
+SCHEMA = "CREATE TABLE IF NOT EXISTS snapshots (seq INTEGER PRIMARY KEY, step TEXT NOT NULL, ctx TEXT NOT NULL)"
+RUN_TIMEOUT_SECONDS = 60.0
+"""LlamaIndex's own run timeout (the worker's deadline is the harness's)."""
+_POINT_LOCK = threading.Lock()  # one process-wide lock for points (docs/adapters.md); LlamaIndex runs no threads here
+point = point_under(_POINT_LOCK)
+
+
+class SnapshotStore:
+    """The run's snapshots in one SQLite file (sqlite3, autocommit off; each save is one
+    INSERT and COMMIT)."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(path)
+        self.db.execute(SCHEMA)
+        self.db.commit()
+
+    def last(self) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT ctx FROM snapshots ORDER BY seq DESC LIMIT 1").fetchone()
+        return json.loads(row[0]) if row else None
+
+    def save(self, step: str, ctx: dict[str, Any]) -> None:
+        self.db.execute("INSERT INTO snapshots (step, ctx) VALUES (?, ?)", (step, json.dumps(ctx)))
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class LlamaIndexAdapter(Adapter):
+    """LlamaIndex workflow, context snapshots in SQLite at every step end; the tool
+    flavour comes from the workload (``llamaindex_checkout:KEYED`` or ``:NAIVE``)."""
+
+    name = "llamaindex"
+    subject_packages = ("workflows",)
+    requires = ("workflows", "workflows.events")
+    extra = "llamaindex"
+
+    @staticmethod
+    def path(env: Environment, run_id: str) -> Path:
+        return Path(env.workdir) / "llamaindex" / f"{run_id}.sqlite"
+
+    async def prepare(self, env: Environment) -> None:
+        (Path(env.workdir) / "llamaindex").mkdir(parents=True, exist_ok=True)
+
+    async def start(self, ctx: RunContext) -> str:
+        return await self.resume(ctx)  # nothing saved yet: resume starts from the input
+
+    async def resume(self, ctx: RunContext) -> str:
+        from workflows import Context
+        from workflows.events import StepState, StepStateChanged
+
+        workload = ctx.workload
+        store = SnapshotStore(self.path(ctx.env, ctx.run_id))
+        finished: collections.deque[str] = collections.deque()
+
+        def hook(phase: str, step_id: str) -> None:
+            call = "model.call" if step_id.startswith("model-") else "tool.request"
+            with _POINT_LOCK:
+                if phase == "before":
+                    set_logical_task(step_id)
+                    ctx.on_step(phase, step_id)
+                    crashpoint(f"{call}.before")
+                else:
+                    crashpoint(f"{call}.after")
+                    ctx.on_step(phase, step_id)
+
+        try:
+            last = store.last()
+            if last is not None and workload.finished(last):
+                return "completed"
+            async with aiohttp.ClientSession() as session:
+                clients = workload.clients(session, ctx.env.providers, ctx.worker_id, ctx.conversation, ctx.run_id)
+                workflow = workload.workflow(clients, hook, ctx.run_id, finished.append, RUN_TIMEOUT_SECONDS)
+                if last is None:
+                    handler = workflow.run(start_event=workload.start_event(ctx.conversation))
+                else:
+                    handler = workflow.run(ctx=Context.from_dict(workflow, last))
+                try:
+                    async for event in handler.stream_events(expose_internal=True):
+                        if isinstance(event, StepStateChanged) and event.step_state == StepState.NOT_RUNNING:
+                            step_id = finished.popleft() if finished else "run"
+                            set_logical_task(step_id)
+                            point(LOG_APPEND_BEFORE)
+                            store.save(step_id, handler.ctx.to_dict())
+                            point(LOG_APPEND_AFTER)
+                    await handler
+                except anyio.get_cancelled_exc_class():
+                    with anyio.CancelScope(shield=True):
+                        await handler.cancel_run()
+                    raise
+            last = store.last()
+            return "completed" if last is not None and workload.finished(last) else "interrupted"
+        finally:
+            store.close()
+
+    async def observe(self, env: Environment, run_id: str) -> Observation:
+        workload = self.workload_of(env)
+        path = self.path(env, run_id)
+        if not path.exists():
+            return Observation(run_id, "absent", log=[], state=None, state_error="no snapshot database yet")
+
+        def read() -> list[tuple[int, str, str]]:
+            db = sqlite3.connect(path)
+            try:
+                return db.execute("SELECT seq, step, ctx FROM snapshots ORDER BY seq").fetchall()
+            except sqlite3.OperationalError:  # the table is created by the first worker
+                return []
+            finally:
+                db.close()
+
+        rows = await asyncio.to_thread(read)
+        if not rows:
+            return Observation(run_id, "absent", log=[], state=None, state_error="no snapshot")
+        last = json.loads(rows[-1][2])
+        done = workload.finished(last)
+        messages = workload.snapshot_state(last).get("messages") or []
+        log = [LogEntry(seq, step, (), step.split("-")[0], 0) for seq, step, _ in rows]
+        return Observation(
+            run_id, "completed" if done else "interrupted", log=log,
+            effects=None,  # no effects ledger: the providers' own ledgers are checked
+            state={"transcript": messages, "answer": workload.answer(messages), "budget": None,
+                   "pending": [] if done else ["run"]})
+
+
+__all__ = ["LlamaIndexAdapter", "SnapshotStore", "point"]

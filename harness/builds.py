@@ -1,0 +1,478 @@
+"""Two builds in one matrix: a run crashes under build A and resumes under build B.
+
+The deploy between the crash and the resume (docs/design.md, "Sources": seed 000's first
+library upgrade, after which every in-flight run died because its checkpoints named a
+class by an old module path). A *build* is a subject as one interpreter and path import
+it; a session with two runs build A's zygote for the golden runs and every case's first
+worker, and build B's zygote (a second one, started from B's interpreter and path) for
+every resume (docs/architecture.md, "builds.py").
+
+**Build specs** (``--subject`` and ``--resume-with``)::
+
+    [LABEL=]SUBJECT[@DIR]
+
+``SUBJECT`` is a subject as that build knows it (a registered name or
+``module:AdapterClass``); ``DIR`` is a virtual environment (``DIR/bin/python`` runs the
+build, with what is installed there: the usual CI shape, "main" checked out and built
+beside "this PR") or a source tree (put first on the path of the controller's
+interpreter); without it the build is the controller's own environment. ``LABEL`` names
+the build in case ids (default: the directory's name, or the subject's). The session's
+subject is the pair, ``A_SPEC>>B_SPEC`` (:func:`pair`), so everything keyed by subject
+(reports, the plugin's harnesses, the golden cache) keys the pair.
+
+**What runs where.** Workers of build A (the golden runs, each case's first worker) and
+of build B (every resume) are forked from their build's zygote; a job names its build
+(``Job.build``). The controller never imports a build: the adapter's controller-side
+calls go to a short worker of the right build (:data:`SERVICE_ROLES`: ``observe``,
+``prepare``, ``between``, ``describe``, ``cancel_run``, ``resume_cancelled``), so each
+build reads what it can read: the golden run and a crash state left by A are observed
+by A, the state after B's resume by B (:class:`BuildAdapter`). ``prepare`` runs A's,
+then B's (B's migrations find A's schema, as a deploy does).
+
+**Case ids** carry both labels, ``WORKLOAD/CONV/PLAN/upgrade:A>B``
+(:class:`.plan.Case`), and replay with ``--subject A_SPEC --resume-with B_SPEC``.
+
+**The check** ``upgrade.migrated`` (:func:`check_migrated`): every run crashed under A
+finishes under B with the golden run's status, or B parks it in a status the subject
+declares for "cannot migrate" (``Adapter.cannot_migrate_statuses``) with its reason
+(``Observation.detail``). A run B leaves stranded (``running``, ``interrupted``), fails,
+or whose resume worker crashed is a failure of the pair. The usual checks judge the rest
+against A's golden run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .adapter import Adapter, EffectEntry, Environment, InvocationEntry, LogEntry, Observation, RunContext
+from .errors import HarnessError, InvalidArgument
+
+if TYPE_CHECKING:
+    from .explorer import CaseResult
+    from .oracle import Evidence, Verdict
+    from .plan import Case
+    from .pool import WorkerExit
+    from .worker import Job
+
+PAIR = ">>"
+"""Joins the two builds' specs into the session's subject: ``A_SPEC>>B_SPEC``."""
+UPGRADE_PREFIX = "upgrade:"
+"""How a case id's build component starts: ``.../upgrade:A>B``."""
+SERVICE_ROLES = ("observe", "prepare", "between", "describe", "cancel_run", "resume_cancelled")
+"""Job roles that call the adapter's controller-side methods in a worker of a build."""
+SERVICE_TIMEOUT = 60.0
+"""Seconds a service worker may take (an observe, a prepare)."""
+_LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_VENV_NAMES = (".venv", "venv", "env", ".env")
+
+
+@dataclass(frozen=True)
+class Build:
+    """One build: its ``label`` (in case ids), the ``subject`` its interpreter imports,
+    the interpreter (``python``; None: the controller's) and the directories put first
+    on its path (``path``), and the ``spec`` it was given as."""
+
+    label: str
+    subject: str
+    python: str | None = None
+    path: tuple[str, ...] = ()
+    spec: str = ""
+
+    @property
+    def where(self) -> str:
+        """Where the build comes from, in words."""
+        if self.python:
+            return f"the interpreter {self.python}"
+        if self.path:
+            return f"the source tree {self.path[0]}"
+        return "the controller's environment"
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """A build pair: runs crash under ``crash`` (A) and resume under ``resume`` (B)."""
+
+    crash: Build
+    resume: Build
+    #: what each build declares (:meth:`BuildAdapter.describe`), by label
+    declared: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def label(self) -> str:
+        """``A>B``: the case-id component's labels."""
+        return f"{self.crash.label}>{self.resume.label}"
+
+    @property
+    def subject(self) -> str:
+        return pair(self.crash.spec, self.resume.spec)
+
+    def build(self, label: str) -> Build:
+        return self.crash if label == self.crash.label else self.resume
+
+    def for_role(self, role: str) -> Build:
+        """A worker's build: ``start`` (the golden runs, a case's first worker) is A's,
+        ``resume`` B's."""
+        return self.crash if role == "start" else self.resume
+
+
+def pair(subject: str, resume_with: str) -> str:
+    """The session subject of a build pair (module docstring)."""
+    return f"{subject}{PAIR}{resume_with}"
+
+
+def split(subject: str) -> tuple[str, str] | None:
+    """``(A_SPEC, B_SPEC)`` of a pair subject, None for a single subject."""
+    if PAIR not in subject:
+        return None
+    a, _, b = subject.partition(PAIR)
+    return a, b
+
+
+def parse_build(text: str, *, where: str = "build") -> Build:
+    """A build spec (module docstring) as a :class:`Build`. Raises
+    :class:`InvalidArgument` naming what is wrong (an empty subject, a directory that
+    does not exist or is neither a virtual environment nor a source tree, a bad
+    label)."""
+    spec = text.strip()
+    label = ""
+    head, eq, rest = spec.partition("=")
+    if eq and _LABEL_RE.fullmatch(head) and ":" not in head:
+        label, body = head, rest
+    else:
+        body = spec
+    subject, at, location = body.partition("@")
+    subject = subject.strip()
+    if not subject:
+        raise InvalidArgument(f"{where}={text!r}: no subject (expected [LABEL=]SUBJECT[@DIR])")
+    if any(c.isspace() for c in subject):
+        raise InvalidArgument(f"{where}={text!r}: {subject!r} is not a subject name (expected [LABEL=]SUBJECT[@DIR], "
+                              f"LABEL of letters, digits, '_', '.' and '-')")
+    python, path = None, ()
+    if at:
+        loc = Path(location).expanduser()
+        if not loc.exists():
+            raise InvalidArgument(f"{where}={text!r}: {location!r} does not exist (a virtual environment or a "
+                                  f"source tree)")
+        loc = loc.resolve()
+        if loc.is_file() and os.access(loc, os.X_OK):
+            python = str(loc)
+            default = loc.parent.parent.name if loc.parent.name == "bin" else loc.name
+        elif (loc / "bin" / "python").exists():
+            python = str(loc / "bin" / "python")
+            default = loc.parent.name if loc.name in _VENV_NAMES else loc.name
+        elif loc.is_dir():
+            path = (str(loc),)
+            default = loc.name
+        else:
+            raise InvalidArgument(f"{where}={text!r}: {location!r} is neither a virtual environment, an interpreter "
+                                  f"nor a source tree")
+    else:
+        default = subject.rsplit(":", 1)[-1]
+    label = label or re.sub(r"[^A-Za-z0-9_.-]+", "-", default).strip("-.") or "build"
+    if not _LABEL_RE.fullmatch(label):
+        raise InvalidArgument(f"{where}={text!r}: label {label!r} must be letters, digits, '_', '.' and '-'")
+    return Build(label, subject, python, path, spec)
+
+
+def parse_subject(subject: str) -> Upgrade | None:
+    """The build pair of a pair subject (:func:`pair`), None for a single subject.
+    Raises :class:`InvalidArgument` for a bad spec or two builds with one label."""
+    parts = split(subject)
+    if parts is None:
+        return None
+    a = parse_build(parts[0], where="--subject")
+    b = parse_build(parts[1], where="--resume-with")
+    if a.label == b.label:
+        if a.python == b.python and a.path == b.path:
+            a, b = dataclasses.replace(a, label=f"{a.label}-a"), dataclasses.replace(b, label=f"{b.label}-b")
+        else:
+            raise InvalidArgument(f"the two builds are both labelled {a.label!r}: name them, LABEL=SUBJECT@DIR")
+    return Upgrade(a, b)
+
+
+def check_subject(subject: str) -> None:
+    """Validate a subject before anything starts: a single one is imported (the
+    registry's errors); of a pair, the builds of the controller's own environment are
+    imported and the others' directories checked (their zygote imports them). Raises
+    :class:`~.errors.RegistryError` or :class:`InvalidArgument`."""
+    from . import registry
+
+    upgrade = parse_subject(subject)
+    if upgrade is None:
+        registry.subject(subject)
+        return
+    for build in (upgrade.crash, upgrade.resume):
+        if build.python is None and not build.path:
+            registry.subject(build.subject)
+
+
+def label_cases(cases: list[Case], upgrade: Upgrade | None) -> list[Case]:
+    """``cases`` with the pair's label (their ids name both builds); unchanged for a
+    single build."""
+    if upgrade is None:
+        return cases
+    return [dataclasses.replace(c, upgrade=upgrade.label) for c in cases]
+
+
+def check_case_label(case: Case, upgrade: Upgrade | None) -> None:
+    """Raise :class:`~.errors.PlanError` when a case id's builds are not the session's
+    (a replay needs the same ``--subject`` and ``--resume-with``)."""
+    from .errors import PlanError
+
+    want = upgrade.label if upgrade is not None else None
+    if case.upgrade != want:
+        if want is None:
+            raise PlanError(f"case id {case.id!r} names the builds {case.upgrade}: give --subject A_SPEC and "
+                            f"--resume-with B_SPEC for them")
+        raise PlanError(f"case id {case.id!r} names {'the builds ' + case.upgrade if case.upgrade else 'no builds'}, "
+                        f"but this session crashes under {upgrade.crash.label} and resumes under "
+                        f"{upgrade.resume.label}")
+
+
+def replay_options(subject: str) -> list[str]:
+    """The ``--subject`` (and ``--resume-with``) arguments that replay on ``subject``."""
+    parts = split(subject)
+    if parts is None:
+        return [] if subject == "reference" else ["--subject", subject]
+    return ["--subject", parts[0], "--resume-with", parts[1]]
+
+
+# -- controller side: pools and the adapter proxy --------------------------------------------
+
+
+class BuildPools:
+    """The session's worker pools, one zygote per build, behind the one ``run`` the
+    explorer calls: a job goes to its build's zygote (``Job.build``). Remembers, per
+    run, the build whose worker started last (whose code wrote last: it observes)."""
+
+    def __init__(self, upgrade: Upgrade, pools: dict[str, Any]) -> None:
+        self.upgrade = upgrade
+        self.pools = pools
+        self.last: dict[str, str] = {}
+
+    async def run(self, job: Job, log_path: str, **kwargs: Any) -> WorkerExit:
+        pool = self.pools.get(job.build)
+        if pool is None:
+            raise HarnessError(f"job {job.worker_id} names build {job.build!r}; this session has "
+                               f"{', '.join(self.pools)}")
+        if job.role not in SERVICE_ROLES:
+            self.last[job.run_id] = job.build
+        return await pool.run(job, log_path, **kwargs)
+
+    def writer(self, run_id: str) -> Build:
+        """The build whose worker ran ``run_id`` last (A before any worker ran)."""
+        return self.upgrade.build(self.last.get(run_id, self.upgrade.crash.label))
+
+
+class BuildAdapter(Adapter):
+    """The adapter the controller holds in a two-build session: every call goes to a
+    service worker of the build it belongs to (module docstring). ``workload``: the
+    session's workload name; ``directory``: where service workers' files go."""
+
+    name = "upgrade"
+
+    def __init__(self, pools: BuildPools, workload: str, directory: Path) -> None:
+        self.pools = pools
+        self.workload = workload
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._n = 0
+
+    @property
+    def upgrade(self) -> Upgrade:
+        return self.pools.upgrade
+
+    @property
+    def cannot_migrate_statuses(self) -> tuple[str, ...]:  # type: ignore[override]
+        """What either build declares (B's parks a run A wrote; A's one B wrote, on a
+        rollback pair)."""
+        out: list[str] = []
+        for build in (self.upgrade.resume, self.upgrade.crash):
+            out += [s for s in self.upgrade.declared.get(build.label, {}).get("cannot_migrate_statuses", ())
+                    if s not in out]
+        return tuple(out)
+
+    @property
+    def identifier_fields(self) -> tuple[str, ...]:
+        out: list[str] = []
+        for build in (self.upgrade.crash, self.upgrade.resume):
+            out += [f for f in self.upgrade.declared.get(build.label, {}).get("identifier_fields", ()) if f not in out]
+        return tuple(out)
+
+    async def call(self, build: Build, role: str, env: Environment, run_id: str = "-") -> Any:
+        """Run adapter method ``role`` (:data:`SERVICE_ROLES`) in a worker of ``build``;
+        its result as JSON data. Raises :class:`HarnessError` with the worker's error."""
+        from .plan import FaultPlan
+        from .worker import Job
+
+        self._n += 1
+        worker_id = f"cmb-{build.label}-{self._n}-{uuid.uuid4().hex[:6]}"
+        base = self.directory / worker_id
+        job = Job(role, build.subject, self.workload, "-", run_id, worker_id, env, FaultPlan(), f"{base}.json",
+                  build=build.label)
+        exit_ = await self.pools.run(job, f"{base}.log", timeout=SERVICE_TIMEOUT)
+        try:
+            text = Path(job.result_path).read_text()
+        except FileNotFoundError:
+            text = ""
+        finally:
+            for suffix in (".json", ".log"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{base}{suffix}")
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        done = next((e for e in lines if e.get("event") == "service"), None)
+        if done is None:
+            error = next((e for e in lines if e.get("event") == "service-error"), None)
+            why = error["error"] if error else exit_.describe()
+            raise HarnessError(f"build {build.label} ({build.where}): {role} failed: {why}")
+        return done.get("result")
+
+    async def describe(self) -> None:
+        """Ask each build what its adapter declares (``cannot_migrate_statuses``,
+        ``identifier_fields``, whether it has a cancel API), kept on the pair."""
+        for build in (self.upgrade.crash, self.upgrade.resume):
+            self.upgrade.declared[build.label] = await self.call(build, "describe", _NO_ENV)
+
+    async def prepare(self, env: Environment) -> None:
+        for build in (self.upgrade.crash, self.upgrade.resume):  # A's schema first, as before a deploy
+            await self.call(build, "prepare", env)
+
+    async def start(self, ctx: RunContext) -> str:  # pragma: no cover - workers import the build itself
+        raise HarnessError("a build pair runs in its builds' workers, never in the controller")
+
+    async def resume(self, ctx: RunContext) -> str:  # pragma: no cover
+        raise HarnessError("a build pair runs in its builds' workers, never in the controller")
+
+    async def observe(self, env: Environment, run_id: str) -> Observation:
+        return observation_from_dict(await self.call(self.pools.writer(run_id), "observe", env, run_id))
+
+    async def between_crash_and_resume(self, env: Environment, run_id: str) -> None:
+        await self.call(self.upgrade.resume, "between", env, run_id)  # B's background jobs, after the deploy
+
+    async def cancel_run(self, env: Environment, run_id: str) -> None:
+        await self.call(self.pools.writer(run_id), "cancel_run", env, run_id)
+
+    async def resume_cancelled(self, env: Environment, run_id: str) -> None:
+        await self.call(self.upgrade.resume, "resume_cancelled", env, run_id)
+
+    def has_cancel_api(self) -> bool:
+        return all(self.upgrade.declared.get(b.label, {}).get("cancel_api") for b in (self.upgrade.crash,
+                                                                                     self.upgrade.resume))
+
+
+_NO_ENV = Environment("", {}, "")
+
+
+# -- worker side: the service roles -----------------------------------------------------------
+
+
+def run_service_job(job: Job) -> int:
+    """In a forked worker of a build: call the adapter method ``job.role`` and write
+    ``{"event": "service", "result": ...}`` (or ``service-error``) to the job's result
+    file. Returns the exit code (0, or 1 when the method raised)."""
+    import anyio
+
+    from . import registry
+    from .adapter import has_cancel_api
+
+    adapter = registry.subject(job.subject)
+
+    async def main() -> Any:
+        try:
+            if job.role == "observe":
+                return observation_to_dict(await adapter.observe(job.env, job.run_id))
+            if job.role == "prepare":
+                await adapter.prepare(job.env)
+            elif job.role == "between":
+                await adapter.between_crash_and_resume(job.env, job.run_id)
+            elif job.role == "cancel_run":
+                await adapter.cancel_run(job.env, job.run_id)
+            elif job.role == "resume_cancelled":
+                await adapter.resume_cancelled(job.env, job.run_id)
+            elif job.role == "describe":
+                return {"name": adapter.name, "cancel_api": has_cancel_api(adapter),
+                        "cannot_migrate_statuses": list(getattr(adapter, "cannot_migrate_statuses", ()) or ()),
+                        "identifier_fields": list(getattr(adapter, "identifier_fields", ()) or ())}
+            return None
+        finally:
+            with anyio.CancelScope(shield=True):
+                await adapter.aclose()
+
+    fd = os.open(job.result_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        try:
+            result = anyio.run(main)
+        except BaseException as exc:
+            os.write(fd, (json.dumps({"event": "service-error", "error": f"{type(exc).__name__}: {exc}",
+                                      "traceback": traceback.format_exc(limit=12)}) + "\n").encode())
+            return 1
+        os.write(fd, (json.dumps({"event": "service", "result": result}) + "\n").encode())
+        return 0
+    finally:
+        os.close(fd)
+
+
+def observation_to_dict(obs: Observation) -> dict[str, Any]:
+    """An :class:`Observation` as JSON data (:func:`observation_from_dict` reads it)."""
+    return dataclasses.asdict(obs)
+
+
+def observation_from_dict(data: dict[str, Any]) -> Observation:
+    """The :class:`Observation` of :func:`observation_to_dict`'s data."""
+    d = dict(data)
+
+    def rows(key: str, make: Any) -> Any:
+        items = d.get(key)
+        return None if items is None else [make(item) for item in items]
+
+    d["log"] = rows("log", lambda e: LogEntry(e["seq"], e["node_id"], tuple(e["parents"]), e["kind"],
+                                              e["lease_epoch"], e.get("error")))
+    d["effects"] = rows("effects", lambda e: EffectEntry(**e))
+    d["invocations"] = rows("invocations", lambda e: InvocationEntry(**e))
+    known = {f.name for f in dataclasses.fields(Observation)}
+    return Observation(**{k: v for k, v in d.items() if k in known})
+
+
+# -- the check --------------------------------------------------------------------------------
+
+
+def check_migrated(golden: Evidence, final: Evidence, result: CaseResult, upgrade: Upgrade,
+                   declared: tuple[str, ...]) -> Verdict:
+    """``upgrade.migrated``: a run that crashed under build A (``upgrade.crash``) and
+    was resumed under B ends as the golden run did, or B parks it in a status it
+    declares for a run it cannot migrate (``declared``), with the reason
+    (``Observation.detail``). Not applicable when no worker of B ran (the run ended in
+    A's worker). Source: seed 000's first upgrade (every in-flight run died: a
+    checkpoint named a class by a moved module path); DBOS workflows left ``PENDING``
+    under an older application version; LangGraph issues 6970 and 7066 (a moved class
+    loads as a dict)."""
+    from .oracle import Verdict
+
+    name = "upgrade.migrated"
+    a, b = upgrade.crash.label, upgrade.resume.label
+    if not any(w.get("role") == "resume" for w in result.workers):
+        return Verdict(name, "end", True, f"not applicable: the run ended under {a} (no worker of {b} ran)")
+    obs, want = final.observation, golden.observation.status
+    if obs.status == want:
+        return Verdict(name, "end", True, f"crashed under {a}, finished under {b}: {obs.status}")
+    if obs.status in declared:
+        if obs.detail:
+            return Verdict(name, "end", True, f"{b} parks the run it cannot migrate ({obs.status}): {obs.detail}")
+        return Verdict(name, "end", False, f"{b} parks the run in {obs.status!r} but says no reason")
+    failures = [v.details for v in result.verdicts if v.check == "resume.runs" and v.valid is False]
+    text = (f"the run crashed under {a} ended {obs.status!r} under {b} (golden: {want!r}), and {obs.status!r} is "
+            f"not a status {b} declares for a run it cannot migrate ({', '.join(declared) or 'it declares none'})")
+    if failures:
+        text += f"; {failures[-1]}"
+    elif obs.detail:
+        text += f"; the subject says: {obs.detail}"
+    return Verdict(name, "end", False, text)

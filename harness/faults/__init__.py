@@ -1,0 +1,38 @@
+"""Fault kinds as modules: one registry, one module a kind (docs/architecture.md,
+"Fault kinds").
+
+The interface, its abilities and :func:`register` are :mod:`._base`'s; each kind's
+module owns its worker-side action, its controller hooks, its crash-state checks and
+its rank for shrinking. The generic case runner (:meth:`.explorer.Explorer.run_case`)
+drives any plan through them. Importing this package registers the kinds below, in
+this order (the order of ``plan.FAULT_KINDS``).
+"""
+
+from __future__ import annotations
+
+from . import _base
+from ._base import (
+    KINDS, CaseSetting, Drains, FaultKind, ObservesBefore, SessionResource, Stops, UnderLock, register,
+)
+from . import kill, term, cancel, pause, db_restart, net, freeze, cancel_edge, cancel_api  # noqa: E402,F401  registration order
+
+__all__ = [
+    "KINDS", "CaseSetting", "Drains", "FaultKind", "ObservesBefore", "SessionResource", "Stops", "UnderLock",
+    "kind", "names", "register",
+]
+
+
+def kind(name: str) -> FaultKind:
+    """The registered kind ``name``. Raises ``KeyError`` naming the known kinds."""
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise KeyError(f"fault kind {name!r} is not registered; known: {', '.join(KINDS)}") from None
+
+
+def names() -> tuple[str, ...]:
+    """Every registered kind's name, in registration order."""
+    return tuple(KINDS)
+
+
+del _base

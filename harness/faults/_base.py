@@ -1,0 +1,176 @@
+"""The fault-kind interface, its abilities, and the registry by name.
+
+A fault kind is one small interface, as a toxic is in the fault proxy
+(:mod:`crashmatrix.harness.faultproxy._toxics`): a class with a ``name``, a ``rank``
+and one worker-side method, :meth:`FaultKind.act`. What only some kinds need is a
+separate ability, a mixin the case runner (:meth:`.explorer.Explorer.run_case`)
+tests with ``isinstance``:
+
+* :class:`UnderLock`: the worker acts while it holds the recorder's lock, so no other
+  thread of the subject runs between the ``fired`` report and the fault (kill);
+* :class:`Drains`: once the worker reported firing it gets the drain grace period
+  (``Options.term_grace``) before it is SIGKILLed (term);
+* :class:`ObservesBefore`: the durable state before the worker started goes to the
+  kind's crash checks (``CrashEvidence.before``; term: a drain before the worker took
+  the run leaves it as it was);
+* :class:`Stops`: the worker stops itself (SIGSTOP) at the point; the controller acts
+  while it sleeps (:meth:`Stops.at_stop`), then wakes it (SIGCONT) and waits for its
+  end as for any worker (pause, db-restart);
+* :class:`CaseSetting`: the whole case runs inside a setting of the kind's
+  (:meth:`CaseSetting.setting`: a PostgreSQL of its own, the links' proxies), entered
+  once per case whichever worker the kind's fault is armed in, in registry order, and
+  checked when the run is over (:meth:`CaseSetting.case_end`);
+* :class:`SessionResource`: what the setting keeps for the session (a second
+  PostgreSQL), released by :meth:`SessionResource.close_session`.
+
+Every kind may add crash-state checks (:meth:`FaultKind.crash_checks`, run after the
+generic ones on the state right after its worker) and act once its worker ended
+(:meth:`FaultKind.after_worker`: what it left behind, whether it landed). Every kind
+composes with a following fault: fault *i + 1* is armed in the worker that runs after
+fault *i*'s worker, which for a :class:`Stops` kind is a worker that runs while it is
+stopped (a pause's successor takes the run over from the sleeping worker).
+
+``rank`` orders kinds from simplest to most involved, for shrinking (:mod:`.fuzz`);
+``bare`` is False for a kind whose fault needs more than a point (a ``net`` fault's
+toxic), which the matrix and depth 2 then do not draw from a point alone.
+
+:data:`KINDS` maps names to instances, in registration order (the order of
+``FAULT_KINDS`` in help texts and messages). A new kind is one module in this package
+that defines a subclass decorated with :func:`register`, named in
+``faults/__init__.py``'s import list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from typing import TYPE_CHECKING, ClassVar, TypeVar
+
+if TYPE_CHECKING:  # the worker imports this module: the controller's types stay lazy
+    from ..adapter import Observation
+    from ..explorer import CaseRun, Explorer, WorkerRun
+    from ..oracle import CrashEvidence, Verdict
+    from ..plan import Fault
+    from ..worker import Recorder
+
+
+class FaultKind:
+    """Base of every fault kind (module docstring)."""
+
+    #: the kind's name in plans and case ids (``kill``)
+    name: ClassVar[str] = ""
+    #: simplicity for shrinking: lower is simpler (:func:`.fuzz.order_kinds`)
+    rank: ClassVar[int] = 100
+    #: a crash point alone makes a fault of this kind (``net`` needs its toxic)
+    bare: ClassVar[bool] = True
+    #: the crash checks read the providers' ledgers too (``CrashEvidence.ledgers``)
+    reads_ledgers: ClassVar[bool] = False
+
+    def act(self, recorder: Recorder, fault: Fault) -> None:  # pragma: no cover - abstract
+        """In the worker, right after ``fired`` was written: make the fault happen
+        (a signal to itself, a cancellation, a toxic). May not return (kill)."""
+        raise NotImplementedError
+
+    def crash_checks(self, ev: CrashEvidence) -> list[Verdict]:
+        """The kind's own crash-state checks, run after the generic ones
+        (:func:`.oracle.crash_checks`); each wrapped in :func:`.oracle.run_check`."""
+        return []
+
+    def allowance(self, ev: CrashEvidence) -> dict[str, int]:
+        """Model calls the faulted worker left in flight, per node, that a resume may pay
+        for again (the end check ``model.calls_billed``'s margin): by default what its
+        whole trace shows unfinished (:func:`.oracle.in_flight_model_calls`)."""
+        from ..oracle import in_flight_model_calls
+
+        return in_flight_model_calls(ev.trace_full)
+
+    async def after_worker(self, cx: CaseRun, w: WorkerRun) -> None:
+        """In the controller, once the faulted worker ended (``w.exit`` and ``w.report``
+        are set), before its firing is checked: what the kind left to clean up, and
+        whether it landed. Raises :class:`~.errors.HarnessError` if it did not."""
+
+    async def settle(self, cx: CaseRun, w: WorkerRun, obs: Observation) -> str:
+        """In the controller, after the crash state (``obs``) was read and checked, before
+        the next worker: what the fault's own recovery does to the waiting run (a
+        ``cancel-api`` fault's resume through the runtime's API). Returns the status the
+        next step of the case goes by. Default: ``obs.status``."""
+        return obs.status
+
+
+class UnderLock:
+    """Ability: act under the recorder's lock (module docstring)."""
+
+
+class Drains:
+    """Ability: the drain grace period after firing (module docstring)."""
+
+
+class ObservesBefore:
+    """Ability: the state before the worker started goes to the crash checks."""
+
+
+class Stops:
+    """Ability: the worker stops itself at the point; the controller acts meanwhile."""
+
+    #: wait for the worker's database sessions to go away after it ended (False: they
+    #: went with a server that was restarted, or the worker never used this one)
+    quiesce_database: ClassVar[bool] = True
+    #: the worker's role in the case's report (``zombie``: it wakes after its run was
+    #: taken over); None: ``start`` or ``resume`` as for any worker
+    role: ClassVar[str | None] = None
+
+    async def at_stop(self, cx: CaseRun, w: WorkerRun) -> None:  # pragma: no cover - abstract
+        """While the worker sleeps (SIGSTOP), after it reported firing (``w.pid`` is
+        set). Then the pool wakes it (SIGCONT); a kind may end it here instead (the
+        SIGCONT then finds it gone). Raising kills the worker and fails the case with
+        the error."""
+        raise NotImplementedError
+
+
+class CaseSetting:
+    """Ability: the case runs inside a setting of the kind's (module docstring)."""
+
+    def setting(self, cx: CaseRun) -> contextlib.AbstractAsyncContextManager[None]:  # pragma: no cover - abstract
+        """An async context manager around the whole case. Raises
+        :class:`~.errors.HarnessError` when the setting cannot be made."""
+        raise NotImplementedError
+
+    async def case_end(self, cx: CaseRun) -> None:
+        """After the last worker, before the end checks, inside the setting; raises
+        :class:`~.errors.HarnessError` if the kind left something behind."""
+
+
+class SessionResource:
+    """Ability: something kept for the session, released when its explorer closes."""
+
+    async def close_session(self, ex: Explorer) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def signal_self(signum: int) -> None:
+    """Send ``signum`` to this process (a worker's own fault)."""
+    os.kill(os.getpid(), signum)
+
+
+def die_now() -> None:  # pragma: no cover - the process is gone
+    """SIGKILL this process and never return."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    while True:  # SIGKILL is not delivered asynchronously late
+        time.sleep(1)
+
+
+KINDS: dict[str, FaultKind] = {}
+"""Registered fault kinds by name, in registration order."""
+
+_K = TypeVar("_K", bound=type[FaultKind])
+
+
+def register(cls: _K) -> _K:
+    """Class decorator: register an instance of ``cls`` under ``cls.name``. Raises
+    ``ValueError`` for an empty or duplicate name."""
+    if not cls.name or cls.name in KINDS:
+        raise ValueError(f"fault kind name {cls.name!r} is empty or already registered")
+    KINDS[cls.name] = cls()
+    return cls

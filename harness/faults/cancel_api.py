@@ -1,0 +1,83 @@
+"""``cancel-api``: the runtime's own cancel, through the adapter (issue 18).
+
+At the point the worker stops itself (SIGSTOP); while it sleeps the controller cancels
+the run the way an operator or another service would, through the runtime's API
+(:meth:`.adapter.Adapter.cancel_run`: DBOS ``cancel_workflow``, the reference runtime's
+operator cancel), then wakes the worker, which must notice and stop as its runtime
+promises. Once the crash state was read and checked, the controller undoes the cancel
+through the same API (:meth:`.adapter.Adapter.resume_cancelled`: DBOS
+``resume_workflow``) and the run is resumed as usual. A subject whose adapter declares
+no cancel API cannot run these cases (a harness error saying so). Crash check:
+``cancel.step_recorded`` (what the step in flight left recorded; ``cancel.left_unknown``
+does not apply: a runtime's own cancel need not mark the call in flight ``unknown``).
+A cancel that does not return within :data:`CANCEL_WAIT_S` while the worker is stopped
+most likely waits for what the stopped worker holds (with SQLite, the write lock): the
+case is a harness error saying so, never a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import TYPE_CHECKING
+
+from ..errors import HarnessError
+from ..oracle import run_check
+from ._base import FaultKind, Stops, register, signal_self
+from ._cancelled import NAME, check_step_recorded
+
+if TYPE_CHECKING:
+    from ..adapter import Observation
+    from ..explorer import CaseRun, WorkerRun
+    from ..oracle import CrashEvidence, Verdict
+    from ..plan import Fault
+    from ..worker import Recorder
+
+
+CANCEL_WAIT_S = 15.0
+"""Seconds the controller waits for the runtime's cancel while the worker is stopped
+(bounded by ``Options.worker_timeout`` too). A cancel that takes longer is most likely
+blocked on what the stopped worker holds: a harness error, not a hang (seen: the OpenAI
+Agents SDK on DBOS with SQLite, stopped at ``step.after[tool-6]``; the cancel had not
+returned after minutes)."""
+
+
+def _supports(adapter: object) -> bool:
+    from ..adapter import has_cancel_api
+
+    own = getattr(adapter, "has_cancel_api", None)  # a build pair asks its builds (builds.py)
+    return bool(own()) if callable(own) else has_cancel_api(adapter)
+
+
+@register
+class CancelApi(Stops, FaultKind):
+    """Cancel the run through the runtime's own API while its worker is stopped at the
+    point; resume it through the same API once the crash state was checked."""
+
+    name = "cancel-api"
+    rank = 3
+    reads_ledgers = True  # cancel.step_recorded
+
+    def act(self, recorder: Recorder, fault: Fault) -> None:
+        signal_self(signal.SIGSTOP)
+
+    async def at_stop(self, cx: CaseRun, w: WorkerRun) -> None:
+        ex = cx.explorer
+        if not _supports(ex.adapter):
+            raise HarnessError(f"cancel-api: {ex.subject} declares no cancel API of its runtime "
+                               f"(Adapter.cancel_run and resume_cancelled: docs/adapters.md)")
+        bound = min(CANCEL_WAIT_S, ex.options.worker_timeout)
+        try:
+            await asyncio.wait_for(ex.adapter.cancel_run(ex.case_env, cx.run_id), bound)
+        except asyncio.TimeoutError:
+            raise HarnessError(f"cancel-api: {ex.subject}'s cancel did not return within {bound:g} s while the worker "
+                               "was stopped at the point: it most likely waits for something the stopped worker "
+                               "holds (with SQLite, the database's write lock), so the fault cannot take effect here") from None
+
+    def crash_checks(self, ev: CrashEvidence) -> list[Verdict]:
+        return [run_check(NAME, "crash", lambda: check_step_recorded(ev))]
+
+    async def settle(self, cx: CaseRun, w: WorkerRun, obs: Observation) -> str:
+        ex = cx.explorer
+        await ex.adapter.resume_cancelled(ex.case_env, cx.run_id)
+        return (await cx.observe()).status

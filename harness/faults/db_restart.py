@@ -1,0 +1,121 @@
+"""``db-restart``: at the point the worker stops itself (SIGSTOP); PostgreSQL is stopped
+in immediate mode (a crash: no checkpoint, clients cut) and started again; the worker
+wakes on a dead connection and must reconnect or die; the run is resumed as usual
+(docs/design.md, "Fault kinds, precisely").
+
+A case with a ``db-restart`` fault anywhere in its plan runs, from its first worker on,
+on a PostgreSQL of its own (started on first use, prepared by the adapter, kept for the
+session), one such case at a time: the restart would cut every other case's sessions.
+It needs an embedded PostgreSQL (``Explorer.start_restartable_pg``); a user's DSN
+cannot be restarted. No crash check of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import HarnessError
+from ._base import CaseSetting, FaultKind, SessionResource, Stops, register, signal_self
+
+if TYPE_CHECKING:
+    from ..explorer import CaseRun, Explorer, WorkerRun
+    from ..plan import Fault
+    from ..worker import Recorder
+
+
+@dataclass
+class RestartablePostgres:
+    """The session's PostgreSQL for db-restart cases: the server (``pg``: ``dsn``,
+    ``stop_immediate()``, ``start()``, ``close()``), the controller's pool on it, and
+    the lock that runs its cases one at a time."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pg: Any = None
+    db: Any = None
+
+
+@register
+class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
+    """Crash-restart PostgreSQL while the worker is stopped at the point."""
+
+    name = "db-restart"
+    rank = 5
+    quiesce_database = False  # the restart ended the worker's sessions
+
+    def act(self, recorder: Recorder, fault: Fault) -> None:
+        signal_self(signal.SIGSTOP)
+
+    @staticmethod
+    def _state(ex: Explorer) -> RestartablePostgres:
+        state = ex.fault_state.get(DbRestart.name)
+        if state is None:
+            state = ex.fault_state[DbRestart.name] = RestartablePostgres()
+        assert isinstance(state, RestartablePostgres)
+        return state
+
+    @contextlib.asynccontextmanager
+    async def setting(self, cx: CaseRun) -> AsyncIterator[None]:
+        """The case on the second server (started, prepared and its sequences carried
+        past the main server's on first use: :func:`carry_sequences`)."""
+        import asyncpg
+
+        ex = cx.explorer
+        if ex.start_restartable_pg is None:
+            raise HarnessError("db-restart is unavailable: PostgreSQL comes from a DSN the harness cannot restart")
+        state = self._state(ex)
+        async with state.lock:
+            if state.pg is None:
+                state.pg = await asyncio.to_thread(ex.start_restartable_pg)
+                await ex.adapter.prepare(dataclasses.replace(ex.env, dsn=state.pg.dsn))
+                state.db = await asyncpg.create_pool(
+                    state.pg.dsn, min_size=0, max_size=2, server_settings={"application_name": "crashmatrix-controller"})
+                await carry_sequences(ex.db, state.db)
+            with ex.scoped(env=dataclasses.replace(ex.case_env, dsn=state.pg.dsn), db=state.db):
+                yield
+
+    async def at_stop(self, cx: CaseRun, w: WorkerRun) -> None:
+        pg = self._state(cx.explorer).pg
+        await asyncio.to_thread(pg.stop_immediate)
+        await asyncio.to_thread(pg.start)
+
+    async def close_session(self, ex: Explorer) -> None:
+        """Close the controller's pool and the adapter's (they hold connections to it),
+        then stop the server."""
+        state = ex.fault_state.pop(self.name, None)
+        if state is None or state.pg is None:
+            return
+        if state.db is not None:
+            await state.db.close()
+        await ex.adapter.aclose()
+        await asyncio.to_thread(state.pg.close)
+
+
+SEQUENCE_HEADROOM = 1_000_000
+"""How far past the main server's value each sequence of the second server starts."""
+
+
+async def carry_sequences(main: Any, second: Any) -> int:
+    """Move every sequence the second server shares with the main one (same schema and
+    name, made by the adapter's ``prepare``) to the main one's value plus
+    :data:`SEQUENCE_HEADROOM`; returns how many. A db-restart case runs on a second
+    PostgreSQL while the providers keep every run's idempotency keys: a runtime whose keys
+    come from a database sequence would otherwise mint, on the fresh server, keys that
+    the main server's runs used already (the provider answers 409 "reused with different
+    parameters": a false alarm of the harness's, found by a blind subject with sequence
+    keys). One database restarted keeps its sequences; this keeps the two apart."""
+    rows = await main.fetch("SELECT schemaname, sequencename, last_value FROM pg_sequences")
+    carried = 0
+    for row in rows:
+        there = await second.fetchval("SELECT 1 FROM pg_sequences WHERE schemaname = $1 AND sequencename = $2",
+                                      row["schemaname"], row["sequencename"])
+        if there:
+            await second.execute("SELECT setval(format('%I.%I', $1::text, $2::text)::regclass, $3)",
+                                 row["schemaname"], row["sequencename"], int(row["last_value"] or 0) + SEQUENCE_HEADROOM)
+            carried += 1
+    return carried

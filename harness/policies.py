@@ -1,0 +1,322 @@
+"""Resume policies: how the workers after a fault resume a run, as production does it.
+
+The default (issue 17's "the harness owns the resume") hands every resuming worker the
+run id and, unless the adapter says its runtime reads it from its own store, the run's
+input, and runs resumers one after another up to ``Options.max_resumes``. Production
+does none of that, and recovery bugs live there. Each policy below changes one thing;
+a case carries one (:class:`.plan.Resume`, the last component of its id; ``crashmatrix
+run --resume``), and the case runner (:meth:`.explorer.Explorer._drive`) asks it:
+
+- which fault worker *i* gets (:meth:`Policy.fault_for`: the plan's, or for
+  ``recurring`` its last fault again in every later worker);
+- how many resumes may run before the case is stopped, and what that means
+  (:meth:`Policy.bound`, :meth:`Policy.over_bound`);
+- how a fault-free resume runs (:meth:`Policy.resume`: one worker by id;
+  ``concurrent``: N workers at once; ``discovery``: a worker given no run id that runs
+  the runtime's own recovery, :meth:`.adapter.Adapter.recover`);
+- whether a worker is handed the input (:func:`hands_input`: ``input-once`` only until
+  the subject acknowledged the run, ``redelivery`` always, else the adapter's
+  ``expects_redelivery``);
+- how the case ends (:meth:`Policy.finish`: the end checks against the golden run;
+  ``recurring`` judges a run the runtime gave up on by its own checks instead).
+
+Checks (phase ``resume``, beside the crash and end checks of docs/design.md):
+
+- ``concurrent.one_terminal_status``: the resumers that ended the run agree on its
+  status, and the store holds it;
+- ``concurrent.loser_fenced``: at most one resumer ran a step and was not refused (the
+  others were refused by the runtime, fenced, or found nothing to do);
+- ``concurrent.log_intact``: the log after the round is a clean prefix (no node twice,
+  no gap: no interleaved writes);
+- ``concurrent.effects_once`` / ``recurring.effects_once``: no provider holds more rows
+  of an operation than the golden run made (nothing applied twice across the workers);
+  (``model.calls_billed``, at the end, allows each concurrent resumer's model calls whose
+  record it did not append, as it allows a crashed worker's: a loser refused mid-node);
+- ``recurring.bounded``: the runtime itself ended the crash loop, in the terminal status
+  its adapter declares (``Adapter.crash_loop_status``), or finished the run; a case the
+  harness had to stop (``Options.recurring_bound`` resumes) fails it;
+- ``discovery.found``: the runtime's own recovery, given no run id and its clock advanced
+  past its declared lease (``Adapter.lease_seconds``), found the abandoned run and
+  finished it.
+
+``run.acknowledged_durable`` (a run the subject acknowledged exists after any crash) is
+a crash check of every case: :func:`.oracle.check_acknowledged_run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from . import oracle
+from .adapter import Adapter
+from .history import WorkerReport
+from .plan import Fault, FaultPlan, Resume
+
+if TYPE_CHECKING:
+    from .explorer import CaseRun, Explorer, Options
+
+RECURRING_BOUND = 12
+"""Resumes a ``recurring`` case runs before the harness stops it (its own bound, reported
+as such: ``recurring.bounded`` fails)."""
+CLOCK_MARGIN_S = 1.0
+"""Seconds added to the runtime's declared lease when the harness advances a recovering
+worker's clock (``discovery``)."""
+
+
+def _verdict(check: str, valid: bool | None, details: str) -> oracle.Verdict:
+    return oracle.Verdict(check, "resume", valid, details)
+
+
+def hands_input(adapter: Adapter, resume: Resume, index: int, acknowledged: bool) -> bool:
+    """Whether worker ``index`` of a case is handed the run's input: the first always;
+    a later one under ``redelivery``, or before the subject acknowledged the run (a
+    caller retries a request nobody acknowledged), or when the adapter expects
+    redelivery and the policy is not ``input-once``."""
+    if index == 0 or not acknowledged or resume.policy == "redelivery":
+        return True
+    if resume.policy == "input-once":
+        return False
+    return bool(adapter.expects_redelivery)
+
+
+def check_effects_once(name: str, golden: dict[str, list[dict[str, Any]]], ledgers: dict[str, list[dict[str, Any]]]) -> oracle.Verdict:
+    """``NAME``: per provider and operation, no more rows than the golden run made (a
+    charge under a second key, a mail sent twice), and no key in two rows."""
+    over = []
+    for kind in sorted(ledgers):
+        mine = Counter(str(r.get("op")) for r in ledgers[kind])
+        theirs = Counter(str(r.get("op")) for r in golden.get(kind, []))
+        over += [f"{kind} {op}: {n} row(s), golden {theirs[op]}" for op, n in sorted(mine.items()) if n > theirs[op]]
+        keys = Counter(r.get("key") for r in ledgers[kind] if r.get("key"))
+        over += [f"{kind} key {str(k)[:12]} in {n} rows" for k, n in keys.items() if n > 1]
+    if over:
+        return _verdict(name, False, "applied more than once: " + "; ".join(over))
+    total = sum(len(rows) for rows in ledgers.values())
+    return _verdict(name, True, f"{total} provider row(s), none beyond the golden run's")
+
+
+class Policy:
+    """The default resume policy (module docstring); the others subclass it."""
+
+    name: ClassVar[str] = "default"
+
+    def __init__(self, spec: Resume) -> None:
+        self.spec = spec
+
+    def fault_for(self, plan: tuple[Fault, ...], index: int) -> Fault | None:
+        """The fault armed in worker ``index`` (None: it runs fault-free)."""
+        return plan[index] if index < len(plan) else None
+
+    def optional(self, plan: tuple[Fault, ...], index: int) -> bool:
+        """Whether worker ``index``'s fault may go unfired (a repeated fault whose point
+        the worker did not reach); else that is a harness error."""
+        return False
+
+    def bound(self, options: Options, plan: tuple[Fault, ...]) -> int:
+        """Resumes the case may start before it is stopped."""
+        return options.max_resumes + len(plan) - 1
+
+    def over_bound(self, cx: CaseRun, status: str) -> oracle.Verdict:
+        return oracle.Verdict("run.ends", "end", False, f"the run did not end after {cx.resumes} resume(s); last status {status!r}")
+
+    async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
+        """One fault-free resume step; its status and whether it ran."""
+        return await ex._plain_resume(cx)
+
+    async def finish(self, ex: Explorer, cx: CaseRun) -> None:
+        """The end checks against the golden run and the invariants
+        (:meth:`.explorer.Explorer.end_verdicts`) on the final state."""
+        final = await ex.final_evidence(cx)
+        cx.result.verdicts += ex.end_verdicts(cx, final)
+
+
+class InputOnce(Policy):
+    """The input goes to the first worker only (until the subject acknowledged the run)."""
+
+    name = "input-once"
+
+
+class Redelivery(Policy):
+    """The input goes to every worker, whatever the adapter declares."""
+
+    name = "redelivery"
+
+
+class Concurrent(Policy):
+    """After the fault, ``resume.workers`` resumers start together on the same run."""
+
+    name = "concurrent"
+
+    async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
+        if cx.kind_state.get("concurrent-done"):  # one round at once, then as usual
+            return await ex._plain_resume(cx)
+        cx.kind_state["concurrent-done"] = True
+        n = self.spec.workers
+        jobs = [ex._job("resume", cx.case.conversation, cx.run_id, FaultPlan(), cx.workdir,
+                        input_given=hands_input(ex.adapter, cx.case.resume, cx.resumes, cx.acknowledged))
+                for _ in range(n)]
+        exits = await asyncio.gather(*(ex.pool.run(job, log, timeout=ex.options.worker_timeout) for job, log in jobs))
+        reports = [WorkerReport.from_file(job.result_path) for job, _ in jobs]
+        for (job, _), exit_, report in zip(jobs, exits, reports):
+            cx.result.workers.append({"role": "resume", "concurrent": n, **exit_.to_dict()})
+            cx.acknowledged = cx.acknowledged or report.accepted
+            await ex.quiesce(job.worker_id)
+            # a resumer refused mid-node (the other took the lease) left its model call
+            # unrecorded, as a crash does: it may be billed once more (docs/design.md, the
+            # oracle); two owners that both recorded their calls get no such margin
+            for node, calls in oracle.in_flight_model_calls(report.trace()).items():
+                cx.allowance[node] = cx.allowance.get(node, 0) + calls
+        final = await ex.evidence(cx.run_id)
+        terminal = ex.terminal_statuses()
+        ended = [r.end for r, e in zip(reports, exits) if r.end is not None and e.returncode == 0]
+        if ended:
+            cx.result.resume_trace = ended[0].trace
+        cx.result.verdicts += [
+            oracle.run_check("concurrent.one_terminal_status", "resume", lambda: self._one_status(reports, final.observation.status, terminal)),
+            oracle.run_check("concurrent.loser_fenced", "resume", lambda: self._loser_fenced(reports, exits, terminal)),
+            oracle.run_check("concurrent.log_intact", "resume", lambda: self._log_intact(final.observation)),
+            oracle.run_check("concurrent.effects_once", "resume",
+                             lambda: check_effects_once("concurrent.effects_once", cx.golden.evidence.ledgers, final.ledgers)),
+        ]
+        if not ended:
+            cx.result.verdicts.append(oracle.Verdict(
+                "resume.runs", "end", False, f"none of the {n} concurrent resumers ended by itself: "
+                + "; ".join((r.end.error or r.end.status) if r.end else e.describe() for r, e in zip(reports, exits))))
+            return final.observation.status, False
+        return final.observation.status, True
+
+    @staticmethod
+    def _one_status(reports: list[WorkerReport], stored: str, terminal: tuple[str, ...]) -> oracle.Verdict:
+        said = sorted({r.end.status for r in reports if r.end is not None and r.end.status in terminal})
+        if len(said) > 1:
+            return _verdict("concurrent.one_terminal_status", False, f"the resumers ended the run as {', '.join(said)}")
+        if said and stored != said[0]:
+            return _verdict("concurrent.one_terminal_status", False, f"a resumer ended the run {said[0]!r}, the store holds {stored!r}")
+        return _verdict("concurrent.one_terminal_status", True, f"status {stored}" + (f", as {len(reports)} resumers agree" if said else ""))
+
+    @staticmethod
+    def _loser_fenced(reports: list[WorkerReport], exits: list[Any], terminal: tuple[str, ...]) -> oracle.Verdict:
+        def ran_steps(r: WorkerReport) -> bool:
+            return any(e.source == "step" and e.name == "step.before" for e in r.trace())
+
+        owners = [i for i, (r, e) in enumerate(zip(reports, exits))
+                  if e.returncode == 0 and r.end is not None and r.end.status != "error" and ran_steps(r)]
+        if len(owners) > 1:
+            said = ", ".join(sorted({reports[i].end.status for i in owners if reports[i].end is not None}))
+            return _verdict("concurrent.loser_fenced", False, f"{len(owners)} of {len(reports)} resumers ran steps and "
+                            f"none of them was refused (they ended {said}): two owners at once, no loser fenced")
+        refused = [(r.end.error or "").split(":")[0] for r, e in zip(reports, exits)
+                   if r.end is not None and r.end.status == "error"]
+        how = f"; refused: {', '.join(refused)}" if refused else ""
+        return _verdict("concurrent.loser_fenced", True, f"{len(owners)} resumer(s) ran steps unrefused{how}")
+
+    @staticmethod
+    def _log_intact(obs: Any) -> oracle.Verdict:
+        v = oracle.check_clean_prefix(obs)
+        return _verdict("concurrent.log_intact", v.valid, v.details)
+
+
+class Recurring(Policy):
+    """The plan's last fault again in every later worker, until the runtime gives up."""
+
+    name = "recurring"
+
+    def fault_for(self, plan: tuple[Fault, ...], index: int) -> Fault | None:
+        return plan[min(index, len(plan) - 1)] if plan else None
+
+    def optional(self, plan: tuple[Fault, ...], index: int) -> bool:
+        return index >= len(plan)
+
+    def bound(self, options: Options, plan: tuple[Fault, ...]) -> int:
+        return options.recurring_bound
+
+    def over_bound(self, cx: CaseRun, status: str) -> oracle.Verdict:
+        fault = cx.case.plan.faults[-1]
+        return _verdict("recurring.bounded", False,
+                        f"the runtime did not give up: {cx.resumes} resume(s), each with {fault.label()}, and the run is "
+                        f"still {status!r}; the case was stopped by the harness's own bound (Options.recurring_bound="
+                        f"{cx.explorer.options.recurring_bound}), not by the runtime")
+
+    async def finish(self, ex: Explorer, cx: CaseRun) -> None:
+        final = await ex.final_evidence(cx)
+        status, golden = final.observation.status, cx.golden.evidence.observation.status
+        declared = ex.adapter.crash_loop_status
+        stopped = any(v.check == "recurring.bounded" for v in cx.result.verdicts)
+        if not stopped:
+            attempts = cx.resumes + 1
+            if status == golden:
+                cx.result.verdicts.append(_verdict("recurring.bounded", True, f"the run ended {status} after {attempts} "
+                                                   f"worker(s): the fault's point was not reached again"))
+            elif declared is not None and status == declared:
+                cx.result.verdicts.append(_verdict("recurring.bounded", True, f"the runtime gave up after {attempts} worker(s): "
+                                                   f"{status} (its crash-loop status)"))
+            else:
+                want = f"its declared crash-loop status {declared!r}" if declared else "a crash-loop status (the adapter declares none)"
+                cx.result.verdicts.append(_verdict("recurring.bounded", False, f"the run ended {status!r} after {attempts} "
+                                                   f"worker(s): neither {golden!r} nor {want}"))
+        cx.result.verdicts.append(oracle.run_check("recurring.effects_once", "resume", lambda: check_effects_once(
+            "recurring.effects_once", cx.golden.evidence.ledgers, final.ledgers)))
+        if status == golden:  # it finished: judge it as any case
+            cx.result.verdicts += ex.end_verdicts(cx, final)
+
+
+class Discovery(Policy):
+    """After the fault, a worker given no run id and no input runs the runtime's own
+    recovery, its clock advanced past the declared lease; then resumes by id."""
+
+    name = "discovery"
+
+    async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
+        if cx.kind_state.get("discovery-done"):
+            return await ex._plain_resume(cx)
+        cx.kind_state["discovery-done"] = True
+        before = await cx.observe()
+        if type(ex.adapter).recover is Adapter.recover:
+            cx.result.verdicts.append(_verdict(
+                "discovery.found", False, f"recovery by id only: {ex.adapter.name or type(ex.adapter).__name__} declares no "
+                f"recover(); nothing finds the abandoned run (status {before.status!r}) unless a caller knows its id"))
+            return await ex._plain_resume(cx)
+        lease = ex.adapter.lease_seconds
+        offset = (lease + CLOCK_MARGIN_S) if lease is not None else 0.0
+        job, log = ex._job("recover", cx.case.conversation, "", FaultPlan(), cx.workdir, input_given=False,
+                           clock_offset_s=offset)
+        exit_ = await ex.pool.run(job, log, timeout=ex.options.worker_timeout)
+        report = WorkerReport.from_file(job.result_path)
+        cx.result.workers.append({"role": "recover", **exit_.to_dict()})
+        await ex.quiesce(job.worker_id)
+        after = await cx.observe()
+        how = (report.end.error or report.end.status) if report.end is not None else exit_.describe()
+        clock = f"clock advanced {offset:g} s" if offset else "no lease declared"
+        if after.status in ex.terminal_statuses():
+            cx.result.verdicts.append(_verdict("discovery.found", True, f"the runtime's own recovery found the run "
+                                               f"({before.status}) and ended it {after.status} ({clock}; it said {how})"))
+        else:
+            touched = (after.lease_epoch or 0) != (before.lease_epoch or 0)
+            what = "took the run but left it" if touched else "did not find the run: it is still"
+            cx.result.verdicts.append(_verdict("discovery.found", False, f"the runtime's own recovery {what} "
+                                               f"{after.status!r} ({clock}; it said {how})"))
+        if report.end is not None:
+            cx.result.resume_trace = report.end.trace
+        return after.status, True
+
+
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, InputOnce, Redelivery, Concurrent, Recurring, Discovery)}
+"""Policy classes by name (:data:`.plan.RESUME_POLICIES`)."""
+
+
+def policy_of(resume: Resume) -> Policy:
+    """The policy object of a case's :class:`.plan.Resume`."""
+    return POLICIES[resume.policy](resume)
+
+
+SCOPE_OPTION = "recovery_scope"
+"""``Environment.options`` key of a discovery case's scope (the controller's reads, such
+as ``observe``, see it too; workers also get it as ``RunContext.scope``)."""
+
+
+def scope_of(run_id: str) -> str:
+    """The recovery scope of a ``discovery`` case's run (its queue, executor id): a name
+    of the case's own, so a sweep never takes another case's run."""
+    return "cm-scope-" + run_id.removeprefix("cm-run-")

@@ -1,0 +1,714 @@
+"""Crash states, not crash instants: kill cases grouped by the crash state they must
+leave, and resumes shared between equal crash states (issue 19; docs/architecture.md,
+"Crash-state pruning"; docs/design.md, "Fault kinds, precisely").
+
+A SIGKILL leaves only what the worker had handed the kernel: the durable stores'
+contents and the requests already sent. The golden runs measure the worker's I/O at
+every crash point (:mod:`.iostate`); two kill points between which the worker sent no
+byte to any socket or file, opened or closed no socket and read no answer leave the
+same crash state. :func:`crash_state_groups` cuts a golden trace into such groups,
+checking the twin golden run too (the same points, measured in a run with a timing of
+its own: a boundary either run sees splits the group) and keeping a point alone when
+the two runs reached it at different positions of the other logical tasks (a
+concurrent stretch whose interleaving is not fixed). :func:`plan_cases` runs one case
+per group (its *representative*: the group's first case in the given order) and a
+seeded sample of the others; every other member's result is derived, not guessed: its
+own crash checks run on the representative's crash state with its own trace (the
+golden trace up to its point), its end checks on the representative's final state with
+its own allowance of in-flight model calls (:func:`derive`). A sampled member's crash
+state (:func:`state_document`: the adapter's observation and the providers' ledgers,
+identifiers renamed as the oracle does) that differs from its representative's is a
+harness error: the grouping was unsound, never a pass.
+
+Only ``kill`` is grouped: after a SIGTERM or a cancel the subject acts, so those cases
+run at every point. Any single-fault case of a kind whose worker ends by itself
+(kill, term, cancel: no setting of its own, no stopped worker) may *share* its resume:
+once its crash state was read, a case whose crash state equals one already resumed
+takes that resume's final state for its end checks (with its own allowance), and a
+seeded sample runs its resume anyway and must end in the same state. The resume of a
+crash state is a function of that state: that is the premise a durable runtime's
+recovery rests on, and the sample tests it. A sampled case whose own resume ended
+elsewhere keeps its own verdicts (its resume ran), its state shares no more, and the
+summary names it and the cases that had taken the shared resume (found by a blind
+trial: a runtime that resumes from a projection its adapter does not observe).
+
+:func:`run_pruned` runs a list of cases this way (:func:`.matrix.run_cases` calls it);
+:class:`PruneSummary` is what the report says: ``kill: 1,089 points -> 214 crash
+states, all pass; sample 22/22 agree``, and the groups in the JSON report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import coverage, faults, invariants, oracle
+from .adapter import Observation
+from .history import TraceEntry
+from .iostate import IoMark
+from .normalize import IdentifierModel, Renamer
+from .plan import Case
+
+if TYPE_CHECKING:
+    from .explorer import CaseResult, CaseRun, Explorer
+    from .golden import GoldenRun
+
+PRUNED_KINDS = ("kill",)
+"""Kinds grouped by crash state: the worker dies at the point and acts no more."""
+RESUME_CHECKS = ("resume.runs", "run.ends")
+"""Verdicts the resume workers of a case give (not its crash or end checks)."""
+DEFAULT_SAMPLE = 0.05
+"""Share of pruned cases (and of shared resumes) run whole as the grouping's check."""
+
+Same = Callable[[IoMark, IoMark], bool]
+"""Whether two marks of one golden run leave the same crash state (default: equal)."""
+
+
+@dataclass(frozen=True)
+class PruneOptions:
+    """``prune``: group kill cases and run one per group; ``share``: a resume of a crash
+    state equal to one already resumed is not run again; ``sample``: the share of pruned
+    cases and of shared resumes run whole anyway, drawn with ``seed``; ``same``: the
+    grouping's test of two marks (a test plants an unsound one)."""
+
+    prune: bool = True
+    share: bool = True
+    sample: float = DEFAULT_SAMPLE
+    seed: int = 0
+    same: Same | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.sample <= 1.0:
+            from .errors import InvalidArgument
+
+            raise InvalidArgument(f"prune sample={self.sample!r} must be between 0 and 1")
+
+
+OFF = PruneOptions(prune=False, share=False)
+"""Every case run whole (``--no-prune``)."""
+
+
+# -- grouping --------------------------------------------------------------------------
+
+
+def _frontiers(trace: list[Any]) -> list[int]:
+    """For each entry, a hash of how far every *other* logical task had got (its count
+    of points so far): equal in two runs when the entry was reached at the same place
+    of the others (an order-independent sum, updated in O(1) a point)."""
+    counts: dict[str, int] = {}
+    total = 0
+    out = []
+    mask = (1 << 61) - 1
+    for entry in trace:
+        task = entry[2]
+        n = counts.get(task, 0)
+        mine = hash((task, n)) if n else 0
+        out.append((total - mine) & mask)
+        counts[task] = n + 1
+        total = (total - mine + hash((task, n + 1))) & mask
+    return out
+
+
+@dataclass
+class PointGroup:
+    """Consecutive points of one golden trace that leave one crash state: the entries,
+    and the mark (:class:`.iostate.IoMark`) they share."""
+
+    entries: list[TraceEntry]
+    mark: IoMark | None
+
+
+def crash_state_groups(golden: GoldenRun, same: Same | None = None) -> tuple[list[PointGroup], str | None]:
+    """The golden trace cut into groups of points that leave one crash state (module
+    docstring), in trace order, and None; or every point alone and the reason when the
+    golden runs carry no marks (:attr:`.golden.GoldenRun.io`)."""
+    same = same or (lambda a, b: a == b)
+    io = golden.io
+    trace = golden.trace
+    if io is None or io.marks is None or io.twin_marks is None:
+        why = (io.note if io is not None and io.note else "the golden runs did not measure their I/O")
+        return [PointGroup([e], None) for e in trace], why
+    twin = {tuple(e[1:]): (m, f) for e, m, f in zip(io.twin_trace, io.twin_marks, _frontiers(io.twin_trace))}
+    groups: list[PointGroup] = []
+    open_: tuple[IoMark, IoMark] | None = None  # the open group's marks in both runs
+    for entry, mark, frontier in zip(trace, io.marks, _frontiers(trace)):
+        other = twin.get(tuple(entry[1:]))
+        settled = other is not None and other[1] == frontier
+        if settled and open_ is not None and same(open_[0], mark) and same(open_[1], other[0]):
+            groups[-1].entries.append(entry)
+            continue
+        groups.append(PointGroup([entry], mark))
+        open_ = (mark, other[0]) if settled and other is not None else None
+    return groups, None
+
+
+@dataclass
+class CaseGroup:
+    """Kill cases that must leave one crash state: ``cases[0]`` runs (the
+    representative), the others are derived from it unless sampled."""
+
+    conversation: str
+    kind: str
+    cases: list[Case]
+    mark: IoMark | None
+
+    @property
+    def representative(self) -> Case:
+        return self.cases[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"conversation": self.conversation, "kind": self.kind, "representative": self.representative.id,
+                "members": [c.id for c in self.cases[1:]],
+                "mark": dict(self.mark._asdict()) if self.mark is not None else None}
+
+
+@dataclass
+class Plan:
+    """How a list of cases runs: ``groups`` (every grouped kill case, in groups of one
+    or more), ``sampled`` (ids of members run whole as the check), ``group_of`` (case id
+    -> its group), ``notes`` (conversations left ungrouped, and why)."""
+
+    groups: list[CaseGroup] = field(default_factory=list)
+    sampled: set[str] = field(default_factory=set)
+    group_of: dict[str, CaseGroup] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def runs(self, case: Case) -> bool:
+        """Whether ``case`` runs (a representative, a sampled member, or ungrouped)."""
+        group = self.group_of.get(case.id)
+        return group is None or group.representative is case or case.id in self.sampled
+
+    @property
+    def pruned(self) -> int:
+        return sum(len(g.cases) - 1 for g in self.groups) - len(self.sampled)
+
+
+def groupable(case: Case) -> bool:
+    """A single-fault case of a kind grouped by crash state (:data:`PRUNED_KINDS`),
+    resumed by the default policy (another policy's resume is what the case tests:
+    :mod:`.policies`)."""
+    return (len(case.plan.faults) == 1 and case.plan.faults[0].kind in PRUNED_KINDS
+            and case.resume.policy == "default")
+
+
+def plan_cases(cases: list[Case], goldens: dict[str, GoldenRun], options: PruneOptions) -> Plan:
+    """Group the kill cases of ``cases`` by crash state (:func:`crash_state_groups` of
+    their conversation's golden run) and draw the sample; deterministic: the same
+    cases, golden marks and options give the same plan."""
+    plan = Plan()
+    point_group: dict[str, dict[tuple[str, str, int], int]] = {}
+    marks: dict[str, list[PointGroup]] = {}
+    for conv in sorted({c.conversation for c in cases if groupable(c)}):
+        golden = goldens.get(conv)
+        if golden is None:
+            continue
+        groups, why = crash_state_groups(golden, options.same)
+        if why:
+            plan.notes.append(f"{conv}: kill cases not grouped: {why}")
+        marks[conv] = groups
+        point_group[conv] = {tuple(e[1:]): i for i, g in enumerate(groups) for e in g.entries}
+    by_key: dict[tuple[str, str, int], CaseGroup] = {}
+    for case in cases:
+        if not groupable(case) or case.conversation not in point_group:
+            continue
+        fault = case.plan.faults[0]
+        index = point_group[case.conversation].get(fault.point.key)
+        if index is None:
+            index = -len(by_key) - 1  # not in the golden trace: alone (validate_case refuses it first)
+        key = (case.conversation, fault.kind, index)
+        group = by_key.get(key)
+        if group is None:
+            mark = marks[case.conversation][index].mark if index >= 0 else None
+            group = by_key[key] = CaseGroup(case.conversation, fault.kind, [], mark)
+            plan.groups.append(group)
+        group.cases.append(case)
+        plan.group_of[case.id] = group
+    members = [c.id for g in plan.groups for c in g.cases[1:]]
+    if members and options.sample > 0:
+        k = min(len(members), math.ceil(options.sample * len(members)))
+        plan.sampled = set(random.Random(options.seed).sample(members, k))
+    return plan
+
+
+# -- crash states as documents ---------------------------------------------------------
+
+
+def state_document(ev: oracle.Evidence, model: IdentifierModel | None) -> dict[str, Any]:
+    """A run's durable state as one document with its identifiers renamed as the
+    oracle renames them (:func:`.oracle.evidence_document`, :class:`.normalize.Renamer`:
+    the transcript and state first, then the effect rows and each provider's ledger as
+    unordered rows), plus what a resume also reads: the log (seq, node, kind, lease
+    epoch, whether the record decodes), the run's lease epoch, its invocations (epoch,
+    whether a traceparent and a link were stored), each effect row's lease epoch and the
+    model calls billed per node. Two runs are in the same state exactly when their
+    documents are equal."""
+    doc = oracle.evidence_document(ev)
+    r = Renamer(model or IdentifierModel(), doc)
+    obs = ev.observation
+    effects = None if obs.effects is None else [
+        {"node": e.node_id, "tool": e.tool, "key": e.key, "status": e.status, "result": e.result,
+         "lease_epoch": e.lease_epoch} for e in obs.effects]
+    return {
+        "status": doc["status"],
+        "transcript": r(doc["transcript"], ("transcript",)),
+        "answer": r(doc["answer"], ("answer",)),
+        "budget": r(doc["budget"], ("budget",)),
+        "pending": r(doc["pending"], ("pending",)),
+        "state_error": r(obs.state_error, ("state_error",)),
+        "log": None if obs.log is None else [[e.seq, e.node_id, e.kind, e.lease_epoch, e.error is None] for e in obs.log],
+        "lease_epoch": obs.lease_epoch,
+        "invocations": None if obs.invocations is None else [
+            [i.epoch, i.traceparent is not None, i.link is not None] for i in obs.invocations],
+        "effects": None if effects is None else r.copy().rows(effects, ("effects",)),
+        "ledgers": {kind: r.copy().rows(rows, ("ledgers", kind)) for kind, rows in doc["ledgers"].items()},
+        "model_calls": dict(sorted(ev.model_calls.items())),
+    }
+
+
+def state_key(doc: dict[str, Any]) -> str:
+    """The document as canonical JSON (the key equal states share)."""
+    return json.dumps(doc, sort_keys=True, default=str)
+
+
+def state_differences(a: dict[str, Any], b: dict[str, Any], limit: int = 6) -> list[str]:
+    """Where two state documents differ, one line a field (``log: 3 rows vs 4 rows``;
+    the values themselves when short)."""
+    out = []
+    for k in list(a) + [k for k in b if k not in a]:
+        x, y = a.get(k), b.get(k)
+        if x == y:
+            continue
+        if isinstance(x, list) and isinstance(y, list) and len(x) != len(y):
+            out.append(f"{k}: {len(x)} row(s) vs {len(y)}")
+        else:
+            tx, ty = (json.dumps(v, sort_keys=True, default=str) for v in (x, y))
+            out.append(f"{k}: {tx[:160]} vs {ty[:160]}")
+    return out[:limit]
+
+
+# -- derived results -------------------------------------------------------------------
+
+
+@dataclass
+class Record:
+    """What a case that others depend on left: the crash state after its (last) faulted
+    worker, its final state, and the result."""
+
+    crash: oracle.Evidence | None
+    final: oracle.Evidence
+    result: CaseResult
+    #: the first faulted worker's trace up to its fault (None: not known)
+    trace: list[Any] | None = None
+
+
+def followed_golden(trace: list[Any] | None, golden: list[Any], case: Case) -> bool:
+    """Whether a representative's worker passed, up to its fault, the same points as the
+    golden run up to that point (in any order). Its members' results are derived from its
+    crash state with the golden trace up to their own points; a run whose parallel
+    siblings finished in another order than the golden run's (support_desk's parallel
+    turns) may have acknowledged a different set by then, so its members run whole."""
+    if trace is None:
+        return True
+    key = case.plan.faults[0].point.key
+    at = next((i for i, e in enumerate(golden) if tuple(e[1:]) == key), None)
+    if at is None:
+        return False
+    return sorted(tuple(e) for e in trace) == sorted(tuple(e) for e in golden[:at + 1])
+
+
+def order_free(doc: dict[str, Any]) -> dict[str, Any]:
+    """A state document with its log as the set of records it holds (node, kind, lease
+    epoch, decodes), without the commit order: two resumes of one crash state may commit
+    a turn's parallel siblings in either order, which no end check compares."""
+    log = doc.get("log")
+    if log is None:
+        return doc
+    return {**doc, "log": sorted([row[1:] for row in log], key=lambda row: json.dumps(row, default=str))}
+
+
+def _pruned_result_class() -> type:
+    from .explorer import CaseResult
+
+    @dataclass
+    class PrunedResult(CaseResult):
+        """A kill case not run: its crash state is its representative's (the worker sent
+        nothing between their points in the golden run); its verdicts are its own
+        checks on that state (:func:`derive`). ``representative``: that case's id."""
+
+        representative: str = ""
+
+        def to_dict(self) -> dict[str, Any]:
+            return {**super().to_dict(), "representative": self.representative}
+
+    return PrunedResult
+
+
+_PRUNED: type | None = None
+
+
+def derive(case: Case, rep: Record, golden: GoldenRun) -> CaseResult:
+    """The result of kill case ``case`` from its representative's record: the crash
+    checks on the representative's crash state with ``case``'s own trace (the golden
+    trace up to its point: a kill ends the worker there), the representative's resume
+    verdicts, the end checks and invariants on its final state with ``case``'s own
+    allowance of model calls in flight (:func:`.oracle.in_flight_model_calls`)."""
+    global _PRUNED
+    if _PRUNED is None:
+        _PRUNED = _pruned_result_class()
+    fault = case.plan.faults[0]
+    at = next(i for i, e in enumerate(golden.trace) if tuple(e[1:]) == fault.point.key)
+    trace = list(golden.trace[:at + 1])
+    assert rep.crash is not None
+    first = rep.result.workers[0] if rep.result.workers else {}
+    ev = oracle.CrashEvidence(fault, trace, trace, first.get("returncode"), first.get("signal", 9), False,
+                              rep.crash.observation, Observation(rep.result.run_id, "absent"))
+    verdicts = oracle.crash_checks(ev)
+    verdicts += [v for v in rep.result.verdicts if v.check in RESUME_CHECKS]
+    allowance = oracle.in_flight_model_calls(trace)
+    verdicts += oracle.end_checks(golden.evidence, rep.final, allowance, golden.identifiers)
+    verdicts += invariants.end_invariants(rep.final, allowance)
+    outcome = "pass" if oracle.merge(verdicts) is True else "fail"
+    result = _PRUNED(case, rep.result.subject, outcome, verdicts=verdicts, run_id=rep.result.run_id,
+                     resume_trace=list(rep.result.resume_trace), representative=rep.result.case.id)
+    result.reached = set(rep.result.reached)
+    return result
+
+
+# -- the explorer's hook ---------------------------------------------------------------
+
+
+@dataclass
+class _Shared:
+    owner: str
+    done: asyncio.Future[Record | None]
+
+
+def shareable(case: Case) -> bool:
+    """A single-fault case whose faulted worker ends by itself and leaves nothing of its
+    kind behind (no setting of its own, no stopped worker): kill, term, cancel; resumed
+    by the default policy."""
+    if len(case.plan.faults) != 1 or case.resume.policy != "default":
+        return False
+    kind = faults.kind(case.plan.faults[0].kind)
+    return not isinstance(kind, faults.CaseSetting | faults.Stops)
+
+
+class CrashStates:
+    """The explorer's hook while :func:`run_pruned` runs (``Explorer.crash_states``):
+    the explorer reads every faulted worker's crash state whole (ledgers too) into
+    ``CaseRun.crash``, asks :meth:`share_resume` before the first fault-free resume and
+    calls :meth:`finished` with the final state."""
+
+    def __init__(self, options: PruneOptions, plan: Plan, goldens: dict[str, GoldenRun]) -> None:
+        self.options = options
+        self.plan = plan
+        self.goldens = goldens
+        self.records: dict[str, Record] = {}
+        self.shared: dict[tuple[str, str, str], _Shared] = {}
+        self.owned: dict[str, tuple[str, str, str]] = {}
+        self.docs: dict[str, dict[str, Any]] = {}  # case id -> its crash state's document
+        #: shared resumes: sharer id -> owner id; sampled sharers: id -> owner id
+        self.took: dict[str, str] = {}
+        self.share_sampled: dict[str, str] = {}
+        self.share_checked: list[tuple[str, str, list[str]]] = []  # (sharer, owner, differences)
+
+    def _doc(self, cx: CaseRun) -> dict[str, Any]:
+        doc = self.docs.get(cx.case.id)
+        if doc is None and cx.crash is not None:
+            doc = self.docs[cx.case.id] = state_document(cx.crash, cx.golden.identifiers)
+        return doc or {}
+
+    async def share_resume(self, cx: CaseRun) -> bool:
+        """Before ``cx``'s first fault-free resume: True when an equal crash state was
+        resumed already (its final state, resume verdicts, trace and reached labels are
+        now ``cx``'s: ``cx.final``...), False when this case resumes itself (it owns its
+        crash state, or it is in the sample, or the owner's resume failed)."""
+        if not self.options.share or cx.crash is None or not shareable(cx.case):
+            return False
+        key = (cx.explorer.subject, cx.case.conversation, state_key(self._doc(cx)))
+        entry = self.shared.get(key)
+        if entry is None:
+            self.shared[key] = _Shared(cx.case.id, asyncio.get_running_loop().create_future())
+            self.owned[cx.case.id] = key
+            return False
+        # a sampled kill member runs whole; so does a seeded share of the others, and
+        # each must end where the resume of the equal state ended
+        drawn = random.Random(f"{self.options.seed}:{cx.case.id}").random() < self.options.sample
+        if cx.case.id in self.plan.sampled or (self.options.sample > 0 and drawn):
+            self.share_sampled[cx.case.id] = entry.owner
+            return False
+        record = await entry.done
+        if record is None:
+            return False
+        cx.final = record.final
+        cx.result.verdicts += [v for v in record.result.verdicts if v.check in RESUME_CHECKS]
+        cx.result.resume_trace = list(record.result.resume_trace)
+        cx.result.reached |= {e.name for e in record.result.resume_trace if e.source == "label"}
+        cx.result.workers.append({"role": "resume", "shared": record.result.case.id, "pid": None, "returncode": None,
+                                  "signal": None, "seconds": 0.0, "timed_out": False, "cpu_ms": None})
+        self.took[cx.case.id] = record.result.case.id
+        return True
+
+    def finished(self, cx: CaseRun, final: oracle.Evidence) -> None:
+        """``cx`` read its final state: keep what others need (a representative's or a
+        sampled member's crash state, an owner's resume)."""
+        case_id = cx.case.id
+        if case_id in self.plan.group_of or case_id in self.owned or case_id in self.share_sampled:
+            self.records[case_id] = Record(cx.crash, final, cx.result, cx.first_trace)
+        key = self.owned.get(case_id)
+        if key is not None and not self.shared[key].done.done():
+            self.shared[key].done.set_result(self.records[case_id])  # the waiting sharers go on now
+
+    def case_over(self, result: CaseResult) -> None:
+        """After ``result``'s case ended however it ended: an owner's waiting sharers
+        get its record (None: its resume did not end in a final state); a sampled
+        sharer's final state is compared with its owner's."""
+        key = self.owned.pop(result.case.id, None)
+        record = self.records.get(result.case.id)
+        if key is not None:
+            entry = self.shared[key]
+            if not entry.done.done():  # its resume did not end in a final state
+                entry.done.set_result(None)
+            if record is None or result.outcome == "harness-error":
+                del self.shared[key]  # a later case with this state resumes itself
+        owner = self.share_sampled.get(result.case.id)
+        if owner is not None and record is not None:
+            theirs = self.records.get(owner)
+            if theirs is not None and result.outcome != "harness-error":
+                golden = self.goldens[result.case.conversation]
+                mine_doc = order_free(state_document(record.final, golden.identifiers))
+                their_doc = order_free(state_document(theirs.final, golden.identifiers))
+                diffs = state_differences(their_doc, mine_doc)
+                self.share_checked.append((result.case.id, owner, diffs))
+                if diffs:  # its own resume ran: its verdicts stand; the state shares no more
+                    for k, e in list(self.shared.items()):
+                        if e.owner == owner:
+                            del self.shared[k]
+                    note = (f"resume sharing disagreed: this case's crash state equals {owner}'s, but its own "
+                            f"resume ended in another state: {'; '.join(diffs)}")
+                    result.error = f"{result.error}; {note}" if result.error else note
+
+
+# -- running ---------------------------------------------------------------------------
+
+
+def executed(results: list[CaseResult]) -> int:
+    """Cases whose workers ran (not derived from a representative)."""
+    return sum(1 for r in results if r.workers)
+
+
+def workers_forked(results: list[CaseResult]) -> int:
+    """Worker processes the cases forked (a shared resume forks none)."""
+    return sum(1 for r in results for w in r.workers if "shared" not in w)
+
+
+@dataclass
+class PruneSummary:
+    """What pruning did in one run of cases (module docstring)."""
+
+    options: PruneOptions
+    plan: Plan
+    results: list[CaseResult] = field(default_factory=list)
+    #: sampled members compared with their representative: (member, representative, differences)
+    checked: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    shared: int = 0
+    #: case -> the case whose resume it took
+    shared_from: dict[str, str] = field(default_factory=dict)
+    share_checked: list[tuple[str, str, list[str]]] = field(default_factory=list)
+
+    @property
+    def points(self) -> int:
+        return sum(len(g.cases) for g in self.plan.groups)
+
+    @property
+    def states(self) -> int:
+        return len(self.plan.groups)
+
+    @property
+    def agree(self) -> int:
+        return sum(not d for _, _, d in self.checked)
+
+    @property
+    def executed(self) -> int:
+        return executed(self.results)
+
+    @property
+    def workers(self) -> int:
+        return workers_forked(self.results)
+
+    def kill_counts(self) -> Counter[str]:
+        ids = {c.id for g in self.plan.groups for c in g.cases}
+        return Counter(r.outcome for r in self.results if r.case.id in ids)
+
+    def lines(self) -> list[str]:
+        """``kill: 1,089 points -> 214 crash states, all pass; sample 22/22 agree`` and,
+        when resumes were shared, how many and how their sample went."""
+        out = []
+        if self.plan.groups:
+            c = self.kill_counts()
+            verdict = "all pass" if set(c) <= {"pass"} and c else ", ".join(
+                f"{n} {'pass' if k == 'pass' else k}" for k, n in sorted(c.items()))
+            kinds = "/".join(sorted({g.kind for g in self.plan.groups}))
+            out.append(f"{kinds}: {self.points:,} points -> {self.states:,} crash states, {verdict}; "
+                       f"sample {self.agree}/{len(self.checked)} agree")
+        if self.shared or self.share_checked:
+            agree = sum(not d for _, _, d in self.share_checked)
+            out.append(f"resumes: {self.shared:,} case(s) took the resume of an equal crash state; "
+                       f"sample {agree}/{len(self.share_checked)} agree")
+            for member, owner, diffs in self.share_checked:
+                if diffs:
+                    took = sorted(c for c, o in self.shared_from.items() if o == owner)
+                    out.append(f"resumes of one crash state differ ({member} vs {owner}: {diffs[0]}): the subject's "
+                               f"resume depends on more than the state its adapter observes (durable state observe() "
+                               f"leaves out, or a race); {len(took)} case(s) had taken {owner}'s resume"
+                               + (f" ({', '.join(took[:3])}{', ...' if len(took) > 3 else ''})" if took else "")
+                               + "; --no-prune judges every case by its own resume")
+        return out + self.plan.notes
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report's ``pruning``: options, counts, the groups, each pruned case's
+        representative, the samples and their differences, the shared resumes."""
+        pruned = {c.id: g.representative.id for g in self.plan.groups for c in g.cases[1:]
+                  if c.id not in self.plan.sampled}
+        return {
+            "kinds": list(PRUNED_KINDS), "sample_share": self.options.sample, "seed": self.options.seed,
+            "points": self.points, "crash_states": self.states, "pruned": pruned,
+            "sample": [{"case": m, "representative": r, "agree": not d, "differences": d} for m, r, d in self.checked],
+            "groups": [g.to_dict() for g in self.plan.groups if len(g.cases) > 1],
+            "shared_resumes": self.shared, "executed": self.executed, "workers": self.workers,
+            "share_sample": [{"case": m, "owner": o, "agree": not d, "differences": d} for m, o, d in self.share_checked],
+            "summary": self.lines(), "notes": list(self.plan.notes),
+        }
+
+
+async def run_pruned(
+    explorer: Explorer, cases: list[Case], goldens: dict[str, GoldenRun], jobs: int,
+    on_result: Callable[[CaseResult], None] | None = None, *, stop: Callable[[CaseResult], bool] | None = None,
+    options: PruneOptions | None = None, replay_failures: int = 0,
+) -> tuple[list[CaseResult], PruneSummary]:
+    """Run ``cases`` ``jobs`` at a time as :func:`.matrix.run_cases` does, pruned
+    (module docstring; ``options``: default the explorer's ``Options.prune``). Results
+    in case order, derived ones included; ``on_result`` sees each once it is final (a
+    derived one when its representative ended, a sampled one once compared); once
+    ``stop(result)`` is True no further case starts. A case that runs and fails is
+    replayed up to ``replay_failures`` times (:func:`.matrix.run_case_replayed`); a member
+    whose derived result fails runs whole instead (a failure is always shown by a run of
+    its own, and a racy subject's is told flaky by its replays)."""
+    from .matrix import run_case_replayed
+
+    opts = options or explorer.options.prune or PruneOptions()
+    plan = plan_cases(cases, goldens, opts) if opts.prune else Plan()
+    summary = PruneSummary(opts, plan)
+    hook = CrashStates(opts, plan, goldens) if (opts.prune or opts.share) else None
+    index = {c.id: i for i, c in enumerate(cases)}
+    results: list[CaseResult | None] = [None] * len(cases)
+    stopped = False
+    waiting: dict[str, CaseResult] = {}  # sampled members whose representative is not done
+    fallback: list[Case] = []  # members of a representative that left no record: they run
+
+    def emit(result: CaseResult) -> None:
+        nonlocal stopped
+        results[index[result.case.id]] = result
+        if on_result:
+            on_result(result)
+        if stop is not None and stop(result):
+            stopped = True
+
+    def compare(member: CaseResult, rep: str) -> None:
+        assert hook is not None
+        mine, theirs = hook.records.get(member.case.id), hook.records.get(rep)
+        if mine is None or mine.crash is None or theirs.crash is None or member.outcome == "harness-error":
+            return
+        if not followed_golden(mine.trace, goldens[member.case.conversation].trace, member.case):
+            return  # its siblings finished in another order: a crash state of another interleaving
+        golden = goldens[member.case.conversation]
+        diffs = state_differences(state_document(theirs.crash, golden.identifiers),
+                                  state_document(mine.crash, golden.identifiers))
+        summary.checked.append((member.case.id, rep, diffs))
+        if diffs:
+            member.outcome = "harness-error"
+            member.error = (f"crash-state grouping unsound: {member.case.id} was grouped with {rep} (the golden run "
+                            f"sent nothing between their points) but its crash state differs: {'; '.join(diffs)}")
+
+    def over(result: CaseResult) -> None:
+        coverage.mark_not_run(result)
+        if hook is not None:
+            hook.case_over(result)
+        group = plan.group_of.get(result.case.id)
+        if group is None:
+            emit(result)
+            return
+        rep = group.representative
+        if result.case is not rep:  # a sampled member
+            if results[index[rep.id]] is None:
+                waiting[result.case.id] = result
+                return
+            compare(result, rep.id)
+            emit(result)
+            return
+        emit(result)
+        record = hook.records.get(rep.id) if hook is not None else None
+        usable = (record is not None and record.crash is not None and result.outcome != "harness-error"
+                  and followed_golden(record.trace, goldens[rep.conversation].trace, rep))
+        for member in group.cases[1:]:
+            if member.id in plan.sampled:
+                if member.id in waiting:
+                    sampled = waiting.pop(member.id)
+                    if usable:
+                        compare(sampled, rep.id)
+                    emit(sampled)
+            elif usable:
+                assert record is not None
+                derived = derive(member, record, goldens[member.conversation])
+                if derived.outcome == "pass":
+                    emit(derived)
+                else:  # a failure is shown by a run of its own (and replayed: flaky or not)
+                    fallback.append(member)
+            else:
+                fallback.append(member)
+
+    async def run(todo: list[Case]) -> None:
+        queue: asyncio.Queue[Case] = asyncio.Queue()
+        for case in todo:
+            queue.put_nowait(case)
+
+        async def worker() -> None:
+            while not stopped:
+                try:
+                    case = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                over(await run_case_replayed(explorer, case, goldens[case.conversation], replay_failures))
+
+        await asyncio.gather(*(worker() for _ in range(min(jobs, max(1, len(todo))))))
+
+    explorer.crash_states = hook
+    try:
+        await run([c for c in cases if plan.runs(c)])
+        for result in list(waiting.values()):  # representative never ran (stopped): stands alone
+            emit(result)
+        if fallback and not stopped:
+            for case in fallback:
+                plan.group_of.pop(case.id, None)
+            await run(fallback)
+    finally:
+        explorer.crash_states = None
+    if hook is not None:
+        summary.shared = len(hook.took)
+        summary.shared_from = dict(hook.took)
+        summary.share_checked = hook.share_checked
+    summary.results = [r for r in results if r is not None]
+    return summary.results, summary
+
+
+def options_of(prune: bool = True, sample: float = DEFAULT_SAMPLE, seed: int = 0) -> PruneOptions:
+    """The CLI's knobs as options: ``--no-prune`` (neither grouping nor shared resumes),
+    ``--prune-sample``, ``--seed``."""
+    return dataclasses.replace(PruneOptions() if prune else OFF, sample=sample, seed=seed)

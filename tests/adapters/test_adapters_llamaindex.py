@@ -1,0 +1,108 @@
+"""LlamaIndex Workflows as a subject (harness/adapters/llamaindex.py): context snapshots
+at every step end, as LlamaIndex's "Writing durable workflows" page does them; what the
+matrix found, pinned for the installed version (measured on llama-index-workflows 2.26.1).
+
+A failure whose message says "now" means LlamaIndex changed: re-run the matrices of
+docs/findings.md's "LlamaIndex Workflows" section and update it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+pytest.importorskip("workflows", reason="LlamaIndex adapter tests need the extra: pip install 'crashmatrix[llamaindex]'")
+
+ADAPTER = "crashmatrix.harness.adapters.llamaindex:LlamaIndexAdapter"
+WL = "crashmatrix.scenarios.realworld.llamaindex_checkout"
+
+
+def test_app_is_importable_without_starting_anything() -> None:
+    code = (f"import threading, crashmatrix.harness.adapters.llamaindex, {WL}; "
+            "assert threading.active_count() == 1, threading.enumerate(); print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_a_finished_context_run_again_starts_the_workflow_over() -> None:
+    """Why the adapter judges completion itself: a snapshot taken after the StopEvent
+    (``is_running`` false), given to ``run(ctx=...)``, runs the workflow again from its
+    StartEvent, on the state it carries (a context is shared across runs, by design)."""
+    from workflows import Context, Workflow, step
+    from workflows.events import StartEvent, StopEvent
+
+    class Count(Workflow):
+        @step
+        async def count(self, ctx: Context, ev: StartEvent) -> StopEvent:
+            async with ctx.store.edit_state() as state:
+                state["runs"] = state.get("runs", 0) + 1
+            return StopEvent(result=await ctx.store.get("runs"))
+
+    async def main() -> tuple[Any, Any, bool]:
+        first = Count().run()
+        result = await first
+        snapshot = first.ctx.to_dict()
+        workflow = Count()
+        again = await workflow.run(ctx=Context.from_dict(workflow, snapshot))
+        return result, again, snapshot["is_running"]
+
+    result, again, running = asyncio.run(main())
+    assert (result, running) == (1, False)
+    assert again == 2, f"now a finished context is {again!r} when run again: LlamaIndex changed; update docs/findings.md"
+
+
+def test_cancel_run_cancels_a_step_in_flight() -> None:
+    """``handler.cancel_run()`` (what the adapter calls when its caller is cancelled)
+    cancels the step that is running: the step's work after its await never happens and
+    the run ends ``WorkflowCancelledByUser``."""
+    from workflows import Context, Workflow, step
+    from workflows.errors import WorkflowCancelledByUser
+    from workflows.events import StartEvent, StopEvent
+
+    effects: list[str] = []
+
+    class Slow(Workflow):
+        @step
+        async def work(self, ctx: Context, ev: StartEvent) -> StopEvent:
+            await asyncio.sleep(0.5)
+            effects.append("done")
+            return StopEvent(result="done")
+
+    async def main() -> BaseException | None:
+        handler = Slow().run()
+        await asyncio.sleep(0.05)
+        await handler.cancel_run()
+        await asyncio.sleep(0.7)
+        try:
+            await handler
+        except BaseException as exc:  # noqa: BLE001 - the run's end is what is pinned
+            return exc
+        return None
+
+    ended = asyncio.run(main())
+    assert effects == [] and isinstance(ended, WorkflowCancelledByUser), (effects, ended)
+
+
+def test_kills_between_effect_and_snapshot_and_a_cancelled_caller(matrix_cases: Any) -> None:
+    """Keyed: a kill after the charge, before the snapshot that follows it, runs the step
+    again with the same key (one charge). Naive: twice. A cancel of the caller at the
+    charge step's start reaches the workflow only through ``cancel_run``, a message to
+    its control loop; the step runs in the workflow's own task and has sent the charge by
+    then: the charge is made, its end never snapshotted, and the resume makes it again."""
+    keyed = matrix_cases(ADAPTER, f"{WL}:KEYED",
+                         ["kill@step.after[tool-4.0]#1", "cancel@step.before[tool-4.0]#1"], goldens=2)
+    first, second = keyed.golden_traces["conv1"]
+    assert first == second, "LlamaIndex: two golden runs reached different points; update docs/findings.md"
+    golden = keyed.cases[0].golden.evidence.observation
+    assert golden.status == "completed" and [e.node_id for e in golden.log][-1] == "model-6"
+    for case in keyed.cases:
+        assert case.result.outcome == "pass" and case.extra("payment") == 0, (case.result.case.id, case.why())
+
+    naive = matrix_cases(ADAPTER, f"{WL}:NAIVE", ["kill@step.after[tool-4.0]#1", "cancel@step.before[tool-4.0]#1"])
+    for case in naive.cases:
+        assert case.failed == {"provider.payment.ledger_equal", "effects.applied_once"} and case.extra("payment") == 1, (
+            f"LlamaIndex, naive: {case.result.case.id} now {case.why()}; update docs/findings.md")

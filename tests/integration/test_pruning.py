@@ -1,0 +1,71 @@
+"""Crash-state pruning on the real thing (a slice of checkout conv1's kill matrix, real
+PostgreSQL, real SIGKILLs): every member agrees with its representative, derived
+verdicts equal the verdicts of running the members whole, and a planted unsound
+grouping (one that groups across a write) is a harness error, never a pass."""
+
+from __future__ import annotations
+
+import asyncio
+
+from crashmatrix.harness.enumeration import enumerate_cases
+from crashmatrix.harness.pruning import PruneOptions, run_pruned
+from crashmatrix.harness.session import open_session
+
+TASKS = ("turn-1", "turn-1.tool-0")  # a model turn and a tool: 14 points, 4 crash states
+
+
+def verdicts(results: list) -> dict[str, tuple[str, list[str]]]:
+    return {r.case.id: (r.outcome, sorted(v.check for v in r.failed)) for r in results}
+
+
+def test_pruned_kill_cases_agree_and_an_unsound_grouping_is_a_harness_error() -> None:
+    async def main() -> tuple:
+        async with open_session("reference", "checkout") as ex:
+            goldens = {"conv1": await ex.golden("conv1")}
+            cases = [c for c in enumerate_cases("checkout", goldens, ("kill",)) if c.plan.faults[0].point.task in TASKS]
+            whole = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(sample=1.0, share=False))
+            derived = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(sample=0.0, share=False))
+            # groups by the sockets opened only: across the model call's and the appends' bytes
+            unsound = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(
+                sample=1.0, share=False, same=lambda a, b: a.opened == b.opened))
+        return cases, whole, derived, unsound
+
+    cases, (whole, s_whole), (derived, s_derived), (unsound, s_unsound) = asyncio.run(main())
+    assert len(cases) == 14
+    groups = [[c.plan.faults[0].point.name for c in g.cases] for g in s_whole.plan.groups]
+    assert groups == [["node.launch", "step.before", "model.call.before"], ["model.call.after", "log.append.before"],
+                      ["log.append.after", "step.after", "node.launch", "step.before", "tool.request.before",
+                       "tool.request.after", "log.append.before"], ["log.append.after", "step.after"]]
+    # every member ran whole and left its representative's crash state
+    assert len(s_whole.checked) == 10 and s_whole.agree == 10, s_whole.checked
+    assert all(r.outcome == "pass" for r in whole), [(r.case.id, r.error) for r in whole if r.outcome != "pass"]
+    # run only the representatives: the members' derived verdicts are the ones they get whole
+    assert s_derived.executed == 4 and verdicts(derived) == verdicts(whole)
+    assert s_derived.lines()[0] == "kill: 14 points -> 4 crash states, all pass; sample 0/0 agree"
+    # the planted grouping merges a point before an append with points after it
+    bad = [r for r in unsound if r.outcome == "harness-error"]
+    assert bad and all("crash-state grouping unsound" in (r.error or "") for r in bad), [r.error for r in bad]
+    assert {m for m, _, d in s_unsound.checked if d} == {r.case.id for r in bad}
+    assert "log" in " ".join(d for _, _, diffs in s_unsound.checked for d in diffs)
+
+
+def test_sampled_kinds_join_the_matrix_and_say_so() -> None:
+    """The CLI default's sampled kinds (issue 16) and resume policies (issue 17) through the
+    Python API: one case of each kind and two concurrent ones, run and passed on the
+    reference runtime, and notes naming how many of how many."""
+    from crashmatrix.harness.matrix import run_matrix
+
+    report = asyncio.run(run_matrix("checkout", "reference", kinds=(), conversations=("conv1",),
+                                    sampled_kinds={"pause": 1, "net": 1, "cancel-edge": 1, "db-restart": 1},
+                                    sampled_policies={"concurrent": 2}))
+    kinds = sorted(r.case.plan.faults[0].kind + (f"/{r.case.resume.label()}" if r.case.resume.label() else "")
+                   for r in report.results)
+    assert kinds == ["cancel-edge", "db-restart", "kill/concurrent", "kill/concurrent", "net", "pause"], kinds
+    assert all(r.outcome == "pass" for r in report.results), [(r.case.id, r.outcome, r.error) for r in report.results]
+    assert report.kinds == ("pause", "net", "cancel-edge", "db-restart")
+    assert any(n.startswith("sampled kinds (seed 0; ") and "pause 1 of 82" in n for n in report.notes), report.notes
+    assert any(n.startswith("sampled resume policies (seed 0; ") and "concurrent 2 of 82 kill cases" in n
+               for n in report.notes), report.notes
+    # two resumers ran at once in each concurrent case
+    assert all(sum(1 for w in r.workers if w.get("concurrent") == 2) == 2 for r in report.results
+               if r.case.resume.label() == "concurrent")

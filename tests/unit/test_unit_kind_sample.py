@@ -1,0 +1,42 @@
+"""The CLI default's sampled kinds (issue 16): a seeded, order-keeping sample per kind."""
+
+from __future__ import annotations
+
+from crashmatrix.harness.matrix import sample_by_kind
+from crashmatrix.harness.plan import Case, CrashPoint, Fault, FaultPlan
+
+
+def _cases(kind: str, n: int) -> list[Case]:
+    return [Case("checkout", "conv1", FaultPlan((Fault(kind, CrashPoint("label", "log.append.after", f"turn-{i}", 1)),)))
+            for i in range(1, n + 1)]
+
+
+def test_each_kind_keeps_its_count_in_enumeration_order_and_the_seed_decides() -> None:
+    cases = _cases("pause", 40) + _cases("cancel-edge", 3) + _cases("kill", 5)
+    picked, note = sample_by_kind(cases, {"pause": 6, "cancel-edge": 10, "db-restart": 4}, seed=7)
+    kinds = [c.plan.faults[0].kind for c in picked]
+    assert kinds.count("pause") == 6 and kinds.count("cancel-edge") == 3 and "kill" not in kinds
+    assert [cases.index(c) for c in picked] == sorted(cases.index(c) for c in picked)
+    assert note == "sampled kinds (seed 7; --kinds runs a kind at every point): pause 6 of 40, cancel-edge 3 of 3, db-restart 0 of 0"
+    assert sample_by_kind(cases, {"pause": 6}, seed=7)[0] == [c for c in picked if c.plan.faults[0].kind == "pause"]
+    other = sample_by_kind(cases, {"pause": 6}, seed=8)[0]
+    assert other != [c for c in picked if c.plan.faults[0].kind == "pause"]
+
+
+def test_a_sampled_policy_is_kill_cases_resumed_that_way_seeded_and_in_order() -> None:
+    from crashmatrix.harness.adapter import Observation
+    from crashmatrix.harness.golden import GoldenRun
+    from crashmatrix.harness.matrix import sample_by_policy
+    from crashmatrix.harness.oracle import Evidence
+
+    trace = [("label", "log.append.after", f"turn-{i}", 1) for i in range(1, 31)]
+    goldens = {"conv1": GoldenRun("conv1", "cm-run-g", trace, Evidence(Observation("cm-run-g", "completed"), {}, {}), 0.1)}
+    picked, note = sample_by_policy("checkout", goldens, {"concurrent": 5}, ("label",), seed=3)
+    assert len(picked) == 5 and {c.plan.faults[0].kind for c in picked} == {"kill"}
+    assert {c.resume.label() for c in picked} == {"concurrent"} and all(c.id.endswith("/concurrent") for c in picked)
+    points = [c.plan.faults[0].point.task for c in picked]
+    assert points == sorted(points, key=lambda t: int(t.split("-")[1]))  # enumeration order
+    assert note == ("sampled resume policies (seed 3; --resume runs a policy at every point): "
+                    "concurrent 5 of 30 kill cases")
+    assert sample_by_policy("checkout", goldens, {"concurrent": 5}, ("label",), seed=3)[0] == picked
+    assert sample_by_policy("checkout", goldens, {"concurrent": 5}, ("label",), seed=4)[0] != picked

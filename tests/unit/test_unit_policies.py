@@ -1,0 +1,98 @@
+"""crashmatrix.harness.policies and plan.Resume: the resume policies' pure parts (ids,
+who gets the input, the checks on worker reports and ledgers); the policies run for
+real in tests/integration/test_resume_policies.py and the selftest."""
+
+from __future__ import annotations
+
+import pytest
+
+from crashmatrix.harness.adapter import Adapter
+from crashmatrix.harness.errors import PlanError
+from crashmatrix.harness.history import End, TraceEntry, WorkerReport
+from crashmatrix.harness.plan import RESUME_POLICIES, Case, Resume
+from crashmatrix.harness.policies import POLICIES, Concurrent, check_effects_once, hands_input, policy_of
+from crashmatrix.harness.pool import WorkerExit
+from crashmatrix.reference_runtime.attempts import attempts_without_progress
+from crashmatrix.reference_runtime.leases import Lease
+
+BASE = "checkout/conv1/kill@log.append.before[turn-4]#1"
+
+
+def test_a_policy_is_the_case_id_s_last_component_and_round_trips() -> None:
+    assert Case.parse(BASE).resume == Resume() and Case.parse(BASE).id == BASE
+    for label, resume in (("concurrent", Resume("concurrent")), ("concurrent=3", Resume("concurrent", 3)),
+                          ("recurring", Resume("recurring")), ("discovery", Resume("discovery")),
+                          ("input-once", Resume("input-once")), ("redelivery", Resume("redelivery"))):
+        case = Case.parse(f"{BASE}/{label}")
+        assert case.resume == resume and case.id == f"{BASE}/{label}" and Resume.parse(label) == resume
+    assert set(POLICIES) == set(RESUME_POLICIES)
+    assert type(policy_of(Resume("concurrent"))) is Concurrent
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (f"{BASE}/sideways", "resume='sideways' must be one of default, concurrent"),
+    (f"{BASE}/default", "the default resume policy is written as no component"),
+    (f"{BASE}/concurrent=1", "resume workers=1 must be an integer from 2 to 16"),
+    (f"{BASE}/recurring=2", "only 'concurrent' takes a number of workers"),
+])
+def test_a_bad_policy_is_one_clear_error(text: str, message: str) -> None:
+    with pytest.raises(PlanError, match=message.replace("(", r"\(")):
+        Case.parse(text)
+
+
+class _Declares(Adapter):
+    async def prepare(self, env): ...  # type: ignore[no-untyped-def]
+    async def start(self, ctx): ...  # type: ignore[no-untyped-def]
+    async def resume(self, ctx): ...  # type: ignore[no-untyped-def]
+    async def observe(self, env, run_id): ...  # type: ignore[no-untyped-def]
+
+
+def test_who_is_handed_the_input() -> None:
+    redelivered, stored = _Declares(), _Declares()
+    stored.expects_redelivery = False
+    for adapter in (redelivered, stored):
+        assert hands_input(adapter, Resume(), 0, True)  # the first worker always
+        assert hands_input(adapter, Resume("input-once"), 1, False)  # not acknowledged: the caller retries
+        assert not hands_input(adapter, Resume("input-once"), 1, True)
+        assert hands_input(adapter, Resume("redelivery"), 1, True)
+    assert hands_input(redelivered, Resume(), 2, True) and not hands_input(stored, Resume(), 2, True)
+    assert not hands_input(stored, Resume("concurrent"), 1, True)
+
+
+def _report(status: str, steps: bool, error: str | None = None) -> WorkerReport:
+    trace = [TraceEntry("step", "step.before", "turn-5", 1)] if steps else []
+    return WorkerReport([End(status, trace, error)])
+
+
+def _exit(rc: int) -> WorkerExit:
+    return WorkerExit(1, rc, None, 0.1)
+
+
+def test_a_fenced_loser_and_two_owners() -> None:
+    terminal = ("completed", "failed")
+    fenced = Concurrent._loser_fenced([_report("completed", True), _report("error", True, "LeaseLost: stale")],
+                                      [_exit(0), _exit(1)], terminal)
+    assert fenced.valid is True and "refused: LeaseLost" in fenced.details
+    late = Concurrent._loser_fenced([_report("completed", True), _report("completed", False)], [_exit(0), _exit(0)], terminal)
+    assert late.valid is True  # the second found the run done and ran nothing
+    both = Concurrent._loser_fenced([_report("completed", True), _report("completed", True)], [_exit(0), _exit(0)], terminal)
+    assert both.valid is False and "no loser fenced" in both.details
+    # a second owner that ran steps and left the run unfinished is an owner too
+    half = Concurrent._loser_fenced([_report("completed", True), _report("interrupted", True)], [_exit(0), _exit(0)], terminal)
+    assert half.valid is False and "they ended completed, interrupted" in half.details
+    split = Concurrent._one_status([_report("completed", True), _report("failed", True)], "completed", terminal)
+    assert split.valid is False and "completed, failed" in split.details
+    assert Concurrent._one_status([_report("completed", True)], "running", terminal).valid is False
+
+
+def test_effects_once_counts_rows_per_operation_against_the_golden_run() -> None:
+    golden = {"payment": [{"op": "charge", "key": "a"}], "mail": [{"op": "message", "key": "m"}]}
+    assert check_effects_once("x", golden, golden).valid is True
+    twice = check_effects_once("x", golden, {"payment": [{"op": "charge", "key": "a"}, {"op": "charge", "key": "b"}]})
+    assert twice.valid is False and "payment charge: 2 row(s), golden 1" in twice.details
+
+
+def test_attempts_without_progress_counts_epochs_after_the_newest_record() -> None:
+    assert attempts_without_progress(Lease("r", "w", 1, progress_epoch=0)) == 0  # the first attempt
+    assert attempts_without_progress(Lease("r", "w", 3, progress_epoch=2)) == 0  # the last attempt appended
+    assert attempts_without_progress(Lease("r", "w", 7, progress_epoch=1)) == 5  # five in a row appended nothing

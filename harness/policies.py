@@ -12,7 +12,8 @@ run --resume``), and the case runner (:meth:`.explorer.Explorer._drive`) asks it
 - how many resumes may run before the case is stopped, and what that means
   (:meth:`Policy.bound`, :meth:`Policy.over_bound`);
 - how a fault-free resume runs (:meth:`Policy.resume`: one worker by id;
-  ``concurrent``: N workers at once; ``discovery``: a worker given no run id that runs
+  ``concurrent``: N workers at once, held at a start gate until all are forked,
+  :func:`.worker.wait_at_gate`; ``discovery``: a worker given no run id that runs
   the runtime's own recovery, :meth:`.adapter.Adapter.recover`);
 - whether a worker is handed the input (:func:`hands_input`: ``input-once`` only until
   the subject acknowledged the run, ``redelivery`` always, else the adapter's
@@ -154,8 +155,11 @@ class Concurrent(Policy):
             return await ex._plain_resume(cx)
         cx.kind_state["concurrent-done"] = True
         n = self.spec.workers
+        gate = cx.workdir / f"start-gate-{cx.resumes}"  # they wait there for each other (worker.wait_at_gate)
+        gate.mkdir()
         jobs = [ex._job("resume", cx.case.conversation, cx.run_id, FaultPlan(), cx.workdir,
-                        input_given=hands_input(ex.adapter, cx.case.resume, cx.resumes, cx.acknowledged))
+                        input_given=hands_input(ex.adapter, cx.case.resume, cx.resumes, cx.acknowledged),
+                        start_gate=str(gate), gate_parties=n)
                 for _ in range(n)]
         exits = await asyncio.gather(*(ex.pool.run(job, log, timeout=ex.options.worker_timeout) for job, log in jobs))
         reports = [WorkerReport.from_file(job.result_path) for job, _ in jobs]

@@ -58,7 +58,10 @@ class Job:
     I/O at every crash point (:mod:`.iostate`; golden runs only, the ground of
     crash-state pruning); ``input_given``, ``scope``, ``clock_offset_s``: as
     :class:`.adapter.RunContext`'s; ``build``: the label of the build whose zygote forks
-    it (:mod:`.builds`; empty: the session has one build).
+    it (:mod:`.builds`; empty: the session has one build); ``start_gate``: a directory
+    the worker waits at, before the subject runs, until ``gate_parties`` workers have
+    arrived (:func:`wait_at_gate`; the ``concurrent`` resume policy's resumers start
+    together; empty: no gate).
     """
 
     role: str
@@ -76,6 +79,8 @@ class Job:
     scope: str | None = None
     clock_offset_s: float = 0.0
     build: str = ""
+    start_gate: str = ""
+    gate_parties: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +89,7 @@ class Job:
             "env": self.env.to_dict(), "plan": self.plan.to_dict(), "result_path": self.result_path,
             "await_points": self.await_points, "record_io": self.record_io, "input_given": self.input_given,
             "scope": self.scope, "clock_offset_s": self.clock_offset_s, "build": self.build,
+            "start_gate": self.start_gate, "gate_parties": self.gate_parties,
         }
 
     @classmethod
@@ -93,6 +99,7 @@ class Job:
             Environment.from_dict(d["env"]), FaultPlan.from_dict(d["plan"]), d["result_path"],
             bool(d.get("await_points", False)), bool(d.get("record_io", False)), bool(d.get("input_given", True)),
             d.get("scope"), float(d.get("clock_offset_s", 0.0)), str(d.get("build", "")),
+            str(d.get("start_gate", "")), int(d.get("gate_parties", 0)),
         )
 
 
@@ -197,6 +204,30 @@ class _WithheldInput:
         raise InputWithheld(f"run {self._run_id}: this worker was not handed the input (input-once)")
 
 
+#: seconds between looks at the start gate, and the longest a worker waits there (a party
+#: that died before it must not hold the others: they go on as if started apart)
+GATE_POLL_S = 0.0005
+GATE_LIMIT_S = 10.0
+
+
+def wait_at_gate(gate: str, parties: int, worker_id: str, *, limit_s: float = GATE_LIMIT_S) -> bool:
+    """Mark this worker's arrival in directory ``gate`` (a file named ``worker_id``) and
+    wait, polling every :data:`GATE_POLL_S`, until ``parties`` workers have arrived.
+    Returns True when they all did, False after ``limit_s`` seconds without them.
+
+    Forked one after another, N resumers would otherwise start up to a fork apart, and
+    under load one may finish a short resume before the next takes its first step: the
+    race the ``concurrent`` policy exists to run would not happen (the policy's mutants
+    were then caught only sometimes)."""
+    os.close(os.open(os.path.join(gate, worker_id), os.O_WRONLY | os.O_CREAT, 0o600))
+    deadline = time.monotonic() + limit_s
+    while len(os.listdir(gate)) < parties:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(GATE_POLL_S)
+    return True
+
+
 def run_job(job: Job) -> int:
     """Run one job in this (forked) process; return the exit code (0: the adapter
     returned, even after a cancellation; 1: the adapter raised)."""
@@ -268,6 +299,8 @@ def run_job(job: Job) -> int:
             status = result[0] if result else status
         return status
 
+    if job.start_gate:
+        wait_at_gate(job.start_gate, job.gate_parties, job.worker_id)
     try:
         status = anyio.run(main)
     except BaseException as exc:  # reported, then the exit code says it

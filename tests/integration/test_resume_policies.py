@@ -29,8 +29,16 @@ def test_every_policy_passes_on_the_reference_runtime() -> None:
     assert {"concurrent.one_terminal_status", "concurrent.loser_fenced", "concurrent.log_intact",
             "concurrent.effects_once"} <= set(checks)
     assert [w.get("concurrent") for w in concurrent.workers] == [None, 2, 2]
-    assert sorted(w["returncode"] for w in concurrent.workers[1:]) == [0, 1]  # the loser was refused
-    assert "refused: LeaseLost" in checks["concurrent.loser_fenced"].details
+    # the resumers wait for each other at a start gate (worker.wait_at_gate), so they race
+    # for the lease and the loser is refused; only if the winner's short resume ended
+    # before the other took a step (a scheduler's choice, seen once in CI under load) may
+    # both exit 0, the late one having found the run ended and run no step
+    fenced = checks["concurrent.loser_fenced"].details
+    if sorted(w["returncode"] for w in concurrent.workers[1:]) == [0, 1]:
+        assert "1 resumer(s) ran steps unrefused; refused: LeaseLost" in fenced, fenced
+    else:
+        assert [w["returncode"] for w in concurrent.workers[1:]] == [0, 0], concurrent.workers
+        assert fenced == "1 resumer(s) ran steps unrefused", fenced
     # the same kill in every worker: six attempts, then the attempt limit says crash loop
     bounded = next(v for v in recurring.verdicts if v.check == "recurring.bounded")
     assert "gave up after 7 worker(s): failed (its crash-loop status)" in bounded.details, bounded.details

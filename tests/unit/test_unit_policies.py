@@ -96,3 +96,37 @@ def test_attempts_without_progress_counts_epochs_after_the_newest_record() -> No
     assert attempts_without_progress(Lease("r", "w", 1, progress_epoch=0)) == 0  # the first attempt
     assert attempts_without_progress(Lease("r", "w", 3, progress_epoch=2)) == 0  # the last attempt appended
     assert attempts_without_progress(Lease("r", "w", 7, progress_epoch=1)) == 5  # five in a row appended nothing
+
+
+def test_the_start_gate_holds_each_resumer_until_all_have_arrived(tmp_path) -> None:
+    import threading
+    import time
+
+    from crashmatrix.harness.worker import Job, wait_at_gate
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    left: dict[str, float] = {}
+
+    def party(worker_id: str, delay: float) -> None:
+        time.sleep(delay)
+        assert wait_at_gate(str(gate), 2, worker_id, limit_s=5)
+        left[worker_id] = time.monotonic()
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=party, args=("cmw-1", 0.0)), threading.Thread(target=party, args=("cmw-2", 0.2))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert min(left.values()) - t0 >= 0.2  # the first waited for the second
+    # a party that never comes does not hold the one that did for longer than the limit
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    assert wait_at_gate(str(alone), 2, "cmw-3", limit_s=0.05) is False
+    from crashmatrix.harness.adapter import Environment
+    from crashmatrix.harness.plan import FaultPlan
+
+    job = Job("resume", "s", "w", "c", "r", "cmw-4", Environment("dsn", {}, "dir"), FaultPlan(), "x",
+              start_gate=str(gate), gate_parties=3)
+    assert Job.from_dict(job.to_dict()) == job

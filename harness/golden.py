@@ -121,3 +121,10 @@ def determinism_gate(first: GoldenRun, second: GoldenRun, identifier_fields: tup
             f"workload is not deterministic: {where}: two golden runs differ: {differences[0]}{more}; "
             f"seed its randomness and clock (docs/adapters.md, \"Determinism\")", differences)
     return model
+
+
+def golden_failure(broken_checks: list[str]) -> str:
+    """How a golden run's failure reads, in the matrix's result and the summary line:
+    ``"did not complete"`` when its one broken check is ``run.ends`` (the subject
+    returned another status, or raised), else ``"breaks an invariant"``."""
+    return "did not complete" if broken_checks == ["run.ends"] else "breaks an invariant"

@@ -18,7 +18,7 @@ from typing import Any
 from .errors import InvalidArgument, PlanError
 from .enumeration import double_fault_cases, double_fault_note, enumerate_cases, shard, validate_case
 from .explorer import CaseResult, Explorer, Options
-from .golden import GoldenRun
+from .golden import GoldenRun, golden_failure
 from .names import Names, resolve
 from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, Case, FaultPlan, Resume
 from .session import open_session
@@ -293,8 +293,8 @@ def golden_result(workload: str, subject: str, golden: GoldenRun) -> CaseResult:
     result = CaseResult(Case(workload, golden.conversation, FaultPlan()), subject, "fail" if golden.broken else "pass",
                         verdicts=list(golden.verdicts), run_id=golden.run_id, seconds=golden.seconds)
     if golden.broken:
-        what = ("did not complete" if [v.check for v in golden.broken] == ["run.ends"]
-                else f"breaks an invariant ({', '.join(v.check for v in golden.broken)})")
+        checks = [v.check for v in golden.broken]
+        what = golden_failure(checks) + ("" if checks == ["run.ends"] else f" ({', '.join(checks)})")
         result.error = f"the golden run {what}: it is no baseline, so no case of {golden.conversation} was run"
     return result
 

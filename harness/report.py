@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .explorer import CaseResult
+from .golden import golden_failure
 from .matrix import OUTCOMES, MatrixReport
 
 _COLUMN = {"pass": 0, "fail": 1, "flaky": 2, "harness-error": 3}
@@ -123,7 +124,7 @@ def print_summary(console: Console, report: MatrixReport) -> None:
     if report.results:
         console.print(summary_table(report))
     for g in (r for r in report.golden_results if r.outcome != "pass"):
-        what = "did not complete" if [v.check for v in g.failed] == ["run.ends"] else "breaks an invariant"
+        what = golden_failure([v.check for v in g.failed])
         console.print(f"[red]golden run of {escape(g.case.conversation)} {what}[/red]: "
                       f"{escape(', '.join(v.check for v in g.failed))} (no case of it was run)")
     c = report.counts

@@ -10,11 +10,11 @@ check of its own: the generic ones run on the state after it was killed.
 
 from __future__ import annotations
 
-import os
 import signal
 from typing import TYPE_CHECKING
 
 from ..errors import HarnessError
+from ..services.process import sigkill_group
 from ._base import FaultKind, Stops, register, signal_self
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class Freeze(Stops, FaultKind):
     async def at_stop(self, cx: CaseRun, w: WorkerRun) -> None:
         await cx.drive(w.index + 1, "frozen")
         assert w.pid is not None
-        os.killpg(w.pid, signal.SIGKILL)  # its own process group: nothing of it survives
+        sigkill_group(w.pid)  # its own process group: nothing of it survives
 
     async def after_worker(self, cx: CaseRun, w: WorkerRun) -> None:
         assert w.exit is not None

@@ -51,7 +51,7 @@ from . import coverage, faults, invariants, oracle, policies, registry
 from .adapter import Environment, Observation
 from .errors import HarnessError
 from .faults import CaseSetting, Drains, ObservesBefore, SessionResource, Stops
-from .golden import GoldenRun, determinism_gate, trace_divergence
+from .golden import GoldenRun, determinism_gate, golden_failure, trace_divergence
 from .history import End, Trace, WorkerReport
 from .iostate import GoldenIo
 from .plan import Case, Fault, FaultPlan
@@ -475,8 +475,8 @@ class Explorer:
         result = CaseResult(case, self.subject, "pass", run_id=run_id)
         if golden.broken:  # not a baseline: judging a case against it would be meaningless
             result.outcome, result.verdicts = "fail", list(golden.broken)
-            result.error = (f"not run: the golden run of {case.conversation} breaks an invariant "
-                            f"({invariants.summary(golden.broken)})")
+            result.error = (f"not run: the golden run of {case.conversation} "
+                            f"{golden_failure([v.check for v in golden.broken])} ({invariants.summary(golden.broken)})")
             return result
         directory = self.workdir / run_id
         try:

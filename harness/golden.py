@@ -124,7 +124,8 @@ def determinism_gate(first: GoldenRun, second: GoldenRun, identifier_fields: tup
 
 
 def golden_failure(broken_checks: list[str]) -> str:
-    """How a golden run's failure reads, in the matrix's result and the summary line:
-    ``"did not complete"`` when its one broken check is ``run.ends`` (the subject
-    returned another status, or raised), else ``"breaks an invariant"``."""
+    """How a golden run's failure reads, in the matrix's result, a case refused for it
+    and the summary line: ``"did not complete"`` when its one broken check is
+    ``run.ends`` (the subject returned another status, or raised), else ``"breaks an
+    invariant"``."""
     return "did not complete" if broken_checks == ["run.ends"] else "breaks an invariant"

@@ -46,9 +46,10 @@ identifiers' raw values.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,11 +72,18 @@ component: the provider's name, a row, a message)."""
 
 _PREFIX_RE = re.compile(r"([A-Za-z]{2,12})[_-][A-Za-z0-9]")
 _FIELD_RE = re.compile(r"[^A-Za-z0-9]+")
+_SPACE_RE = re.compile(r"\s")
+"""Any whitespace character: ``\\s`` of a str pattern is :meth:`str.isspace`'s set."""
 
 
 def place_of(path: Path) -> Place:
     """``path`` with list indices replaced by ``"*"``."""
     return tuple("*" if isinstance(p, int) else str(p) for p in path)
+
+
+def _component(key: Any) -> str:
+    """One component of a place, as :func:`place_of` makes it."""
+    return "*" if isinstance(key, int) else str(key)
 
 
 def is_atom(value: Any) -> bool:
@@ -85,7 +93,7 @@ def is_atom(value: Any) -> bool:
         return False
     if isinstance(value, int):
         return True
-    return isinstance(value, str) and 0 < len(value) <= MAX_ATOM_LEN and not any(c.isspace() for c in value)
+    return isinstance(value, str) and 0 < len(value) <= MAX_ATOM_LEN and _SPACE_RE.search(value) is None
 
 
 def _ident(value: Any) -> str:
@@ -180,6 +188,19 @@ class IdentifierModel:
     def holds_identifiers(self, place: Place) -> bool:
         return place in self.places or declared(place, self.fields)
 
+    def identifier_places(self) -> Callable[[Place], bool]:
+        """:meth:`holds_identifiers` remembered per place: a document has few places and
+        many leaves (the oracle asks for every leaf of every case)."""
+        known: dict[Place, bool] = {}
+
+        def holds(place: Place) -> bool:
+            answer = known.get(place)
+            if answer is None:
+                answer = known[place] = self.holds_identifiers(place)
+            return answer
+
+        return holds
+
     def to_dict(self) -> dict[str, Any]:
         """JSON shape (the golden cache stores it)."""
         return {"places": sorted(list(p) for p in self.places), "fields": sorted(self.fields),
@@ -195,11 +216,11 @@ class IdentifierModel:
         """The identifiers of one run's document: each atom at an identifier place (not a
         constant there), with the place it was first found at (walk order)."""
         out: dict[str, Place] = {}
-        for path, value in walk(doc):
-            place = place_of(path)
-            if is_atom(value) and self.holds_identifiers(place):
+        holds = self.identifier_places()
+        for place, value in walk_places(doc):
+            if holds(place) and is_atom(value):
                 ident = _ident(value)
-                if ident not in self.constants.get(place, ()) and ident not in out:
+                if ident not in out and ident not in self.constants.get(place, ()):
                     out[ident] = place
         return out
 
@@ -210,6 +231,7 @@ def matches(pattern: Place, place: Place) -> bool:
     return len(pattern) == len(place) and all(x == "*" or x == y for x, y in zip(pattern, place))
 
 
+@functools.lru_cache(maxsize=4096)
 def declared(place: Place, fields: frozenset[str] = frozenset()) -> bool:
     """Whether ``place`` holds identifiers by declaration: one of :data:`DECLARED_PLACES`,
     or a field named in ``fields`` (an adapter's or a declared service's)."""
@@ -230,6 +252,22 @@ def walk(value: Any, path: Path = ()) -> Iterable[tuple[Path, Any]]:
             yield from walk(v, path + (i,))
     else:
         yield path, value
+
+
+def walk_places(value: Any, place: Place = ()) -> Iterable[tuple[Place, Any]]:
+    """:func:`walk` with each leaf's place instead of its path (``place_of(path)``, built
+    as the walk goes down rather than once per leaf)."""
+    if isinstance(value, dict):
+        key_place = place + ("<key>",)
+        for k, v in value.items():
+            yield key_place, k
+            yield from walk_places(v, place + (_component(k),))
+    elif isinstance(value, list | tuple):
+        item_place = place + ("*",)
+        for v in value:
+            yield from walk_places(v, item_place)
+    else:
+        yield place, value
 
 
 # -- learning -------------------------------------------------------------------------
@@ -426,6 +464,7 @@ class Renamer:
 
     def __init__(self, model: IdentifierModel, doc: Any) -> None:
         self.model = model
+        self._holds = model.identifier_places()
         found = model.identifiers_in(doc)
         self.idents: dict[str, Place] = found
         self.seen: dict[str, str] = {}
@@ -435,7 +474,7 @@ class Renamer:
 
     def copy(self) -> Renamer:
         other = object.__new__(Renamer)
-        other.model, other.idents, other._embedded = self.model, self.idents, self._embedded
+        other.model, other.idents, other._embedded, other._holds = self.model, self.idents, self._embedded, self._holds
         other.seen, other.counts = dict(self.seen), dict(self.counts)
         return other
 
@@ -452,7 +491,7 @@ class Renamer:
         if isinstance(value, bool) or value is None or isinstance(value, float):
             return value
         ident = _ident(value)
-        if is_atom(value) and ident in self.idents and (len(ident) >= MIN_EMBEDDED_LEN or self.model.holds_identifiers(place)):
+        if ident in self.idents and is_atom(value) and (len(ident) >= MIN_EMBEDDED_LEN or self._holds(place)):
             if ident not in self.model.constants.get(place, ()):
                 return self.label(ident)
         if isinstance(value, str) and self._embedded is not None:
@@ -461,12 +500,17 @@ class Renamer:
 
     def __call__(self, value: Any, path: Path = ()) -> Any:
         """``value`` (found at ``path`` of the document) with every identifier renamed."""
+        return self._rename(value, place_of(path))
+
+    def _rename(self, value: Any, place: Place) -> Any:
         if isinstance(value, dict):
-            return {self.rename_value(k, place_of(path + ("<key>",))) if isinstance(k, str) else k: self(v, path + (k,))
+            key_place = place + ("<key>",)
+            return {self.rename_value(k, key_place) if isinstance(k, str) else k: self._rename(v, place + (_component(k),))
                     for k, v in value.items()}
         if isinstance(value, list | tuple):
-            return [self(v, path + (i,)) for i, v in enumerate(value)]
-        return self.rename_value(value, place_of(path))
+            item_place = place + ("*",)
+            return [self._rename(v, item_place) for v in value]
+        return self.rename_value(value, place)
 
     def rows(self, rows: list[Any], path: Path) -> list[Any]:
         """Rename the rows of an unordered list found at ``path``: labelled in an order

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -309,6 +310,26 @@ def _normalise(ev: Evidence, model: IdentifierModel) -> _Normalised:
                        ev.observation.state_error, renamers)
 
 
+_GOLDEN_DOCS: dict[int, tuple[weakref.ref[Evidence], IdentifierModel, _Normalised]] = {}
+"""The golden runs' normalised documents, by ``id`` of their evidence (held weakly: a
+finished matrix's goldens are not kept): one golden run is compared with every case of
+its conversation, and normalising it was half the oracle's CPU."""
+_GOLDEN_DOCS_LIMIT = 64
+
+
+def _normalised_golden(golden: Evidence, model: IdentifierModel) -> _Normalised:
+    """:func:`_normalise` of a golden run, made once per evidence object and model (both
+    by identity; the evidence of a run is not changed once observed)."""
+    hit = _GOLDEN_DOCS.get(id(golden))
+    if hit is not None and hit[0]() is golden and hit[1] is model:
+        return hit[2]
+    normalised = _normalise(golden, model)
+    if len(_GOLDEN_DOCS) >= _GOLDEN_DOCS_LIMIT:
+        _GOLDEN_DOCS.clear()
+    _GOLDEN_DOCS[id(golden)] = (weakref.ref(golden), model, normalised)
+    return normalised
+
+
 _IDENTIFYING = ("role", "op", "node", "node_id", "tool", "name", "key", "ref", "status")
 """Fields shown first when a row or message is printed in a diff: what it is."""
 
@@ -433,14 +454,18 @@ def _explain_duplicates(kind: str, golden_rows: list[dict[str, Any]], case_rows:
     return "; ".join(parts)
 
 
+_DECLARED_ONLY = IdentifierModel()
+"""The model of a matrix without a learned one: only the declared places."""
+
+
 def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int],
                identifiers: IdentifierModel | None = None) -> list[Verdict]:
     """Every end check, comparing ``case`` with ``golden`` up to a renaming of the
     identifiers ``identifiers`` names (learned from the golden pair,
     :func:`learn_identifiers`; None: only the declared places). ``allowance``: node ->
     model calls that were in flight when a fault landed."""
-    model = identifiers or IdentifierModel()
-    g, c = _normalise(golden, model), _normalise(case, model)
+    model = identifiers or _DECLARED_ONLY
+    g, c = _normalised_golden(golden, model), _normalise(case, model)
     out: list[Verdict] = []
 
     def status() -> Verdict:

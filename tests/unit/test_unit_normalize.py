@@ -224,3 +224,23 @@ def test_different_lengths_and_missing_fields_are_differences() -> None:
     b["ledgers"]["payment"][0]["request"]["currency"] = "eur"
     _, differences = learn(a, b, unordered=UNORDERED)
     assert [d.why for d in differences] == ["only in the second run"]
+
+
+def test_the_whitespace_an_atom_may_not_hold_is_str_isspace_s() -> None:
+    """is_atom looks for whitespace with one regular expression: the same characters as
+    ``str.isspace`` (free text is never an identifier), over every code point."""
+    import sys
+
+    from crashmatrix.harness.normalize import is_atom
+
+    disagree = [hex(c) for c in range(sys.maxunicode + 1) if is_atom(f"a{chr(c)}b") == chr(c).isspace()]
+    assert disagree == []
+
+
+def test_the_places_of_a_walk_are_its_paths_places() -> None:
+    """walk_places (places built on the way down) yields what walk + place_of does, in the
+    same order, keys that are integers included."""
+    from crashmatrix.harness.normalize import place_of, walk, walk_places
+
+    doc = run_doc(KEY_FORMATS["uuid4"], extra_mail=True) | {"odd": {3: ["x", {"k": [1, 2]}], "y": (True, None)}}
+    assert list(walk_places(doc)) == [(place_of(p), v) for p, v in walk(doc)]

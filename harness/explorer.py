@@ -320,7 +320,8 @@ class Explorer:
 
     def _job(self, role: str, conversation: str, run_id: str, plan: FaultPlan, directory: Path, *,
              input_given: bool = True, clock_offset_s: float = 0.0, start_gate: str = "",
-             gate_parties: int = 0) -> tuple[Job, str]:
+             gate_parties: int = 0, hold_at: tuple[str, str] | None = None, lead: bool = False
+             ) -> tuple[Job, str]:
         self._n += 1
         worker_id = f"cmw-{self._n}-{uuid.uuid4().hex[:8]}"
         base = directory / worker_id
@@ -331,7 +332,8 @@ class Explorer:
             subject, build = b.subject, b.label
         job = Job(role, subject, self.workload_name, conversation, run_id, worker_id, env, plan,
                   f"{base}.jsonl", self.options.await_points, input_given=input_given, scope=_CASE_SCOPE.get(),
-                  clock_offset_s=clock_offset_s, build=build, start_gate=start_gate, gate_parties=gate_parties)
+                  clock_offset_s=clock_offset_s, build=build, start_gate=start_gate, gate_parties=gate_parties,
+                  hold_at=hold_at, lead=lead)
         return job, f"{base}.log"
 
     async def _worker(self, job: Job, log: str) -> tuple[WorkerExit, WorkerReport]:

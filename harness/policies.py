@@ -47,12 +47,13 @@ a crash check of every case: :func:`.oracle.check_acknowledged_run`.
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections import Counter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import oracle
 from .adapter import Adapter
-from .history import WorkerReport
+from .history import Trace, WorkerReport
 from .plan import Fault, FaultPlan, Resume
 
 if TYPE_CHECKING:
@@ -145,6 +146,29 @@ class Redelivery(Policy):
     name = "redelivery"
 
 
+#: how many crash points after the fault's a ``concurrent`` round may hold its lead at
+HOLD_CHOICES = 6
+
+
+def hold_point(case_id: str, trace: Trace, fault: tuple[str, str, int] | None) -> tuple[str, str] | None:
+    """Where the lead of a ``concurrent`` round holds while the others resume
+    (:class:`.worker.Lead`): None (they all start together), or one of the first
+    :data:`HOLD_CHOICES` distinct points (``(name, task)``) the golden run passed after
+    the fault's point ``fault`` (``(name, task, occurrence)``): the points a resume from
+    there passes first, in the node it takes up again (its probe, its provider call, its
+    append). Chosen by the case id (CRC-32), so a replay holds at the same place."""
+    after: list[tuple[str, str]] = []
+    if fault is not None:
+        at = next((i for i, e in enumerate(trace) if (e[1], e[2], e[3]) == fault), None)
+        for _, name, task, _ in trace[at + 1:] if at is not None else ():
+            if (name, task) not in after:
+                after.append((name, task))
+            if len(after) == HOLD_CHOICES:
+                break
+    choices: list[tuple[str, str] | None] = [None, *after]
+    return choices[zlib.crc32(case_id.encode()) % len(choices)]
+
+
 class Concurrent(Policy):
     """After the fault, ``resume.workers`` resumers start together on the same run."""
 
@@ -157,15 +181,22 @@ class Concurrent(Policy):
         n = self.spec.workers
         gate = cx.workdir / f"start-gate-{cx.resumes}"  # they wait there for each other (worker.wait_at_gate)
         gate.mkdir()
+        # the first may hold in the node it takes up again while the others resume (worker.Lead)
+        fault = cx.case.plan.faults[0].point.key if cx.case.plan.faults else None
+        hold = hold_point(cx.case.id, cx.golden.trace, fault)
         jobs = [ex._job("resume", cx.case.conversation, cx.run_id, FaultPlan(), cx.workdir,
                         input_given=hands_input(ex.adapter, cx.case.resume, cx.resumes, cx.acknowledged),
-                        start_gate=str(gate), gate_parties=n)
-                for _ in range(n)]
+                        start_gate=str(gate), gate_parties=n, hold_at=hold, lead=i == 0)
+                for i in range(n)]
         exits = await asyncio.gather(*(ex.pool.run(job, log, timeout=ex.options.worker_timeout) for job, log in jobs))
         reports = [WorkerReport.from_file(job.result_path) for job, _ in jobs]
         for (job, _), exit_, report in zip(jobs, exits, reports):
-            cx.result.workers.append({"role": "resume", "concurrent": n, **exit_.to_dict()})
+            # "held_at": where the first resumer held while the others resumed (None: none held)
+            cx.result.workers.append({"role": "resume", "concurrent": n, "lead": job.lead,
+                                      "held_at": "[".join(hold) + "]" if hold else None, **exit_.to_dict()})
             cx.acknowledged = cx.acknowledged or report.accepted
+            # the recovery branches each resumer reached count for coverage, winner or not
+            cx.result.reached |= {e[1] for e in report.trace() if e[0] == "label"}
             await ex.quiesce(job.worker_id)
             # a resumer refused mid-node (the other took the lease) left its model call
             # unrecorded, as a crash does: it may be billed once more (docs/design.md, the

@@ -61,7 +61,10 @@ class Job:
     it (:mod:`.builds`; empty: the session has one build); ``start_gate``: a directory
     the worker waits at, before the subject runs, until ``gate_parties`` workers have
     arrived (:func:`wait_at_gate`; the ``concurrent`` resume policy's resumers start
-    together; empty: no gate).
+    together; empty: no gate); ``hold_at``: with a start gate, the others wait on past
+    it until the *lead* (the worker with ``lead``) has reached this crash point
+    (``[name, task]``, its first occurrence) or ended, and the lead holds there until
+    they ended (:class:`Lead`; empty: all start together).
     """
 
     role: str
@@ -81,6 +84,8 @@ class Job:
     build: str = ""
     start_gate: str = ""
     gate_parties: int = 0
+    hold_at: tuple[str, str] | None = None
+    lead: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,7 +94,8 @@ class Job:
             "env": self.env.to_dict(), "plan": self.plan.to_dict(), "result_path": self.result_path,
             "await_points": self.await_points, "record_io": self.record_io, "input_given": self.input_given,
             "scope": self.scope, "clock_offset_s": self.clock_offset_s, "build": self.build,
-            "start_gate": self.start_gate, "gate_parties": self.gate_parties,
+            "start_gate": self.start_gate, "gate_parties": self.gate_parties, "hold_at": list(self.hold_at) if self.hold_at else None,
+            "lead": self.lead,
         }
 
     @classmethod
@@ -99,7 +105,8 @@ class Job:
             Environment.from_dict(d["env"]), FaultPlan.from_dict(d["plan"]), d["result_path"],
             bool(d.get("await_points", False)), bool(d.get("record_io", False)), bool(d.get("input_given", True)),
             d.get("scope"), float(d.get("clock_offset_s", 0.0)), str(d.get("build", "")),
-            str(d.get("start_gate", "")), int(d.get("gate_parties", 0)),
+            str(d.get("start_gate", "")), int(d.get("gate_parties", 0)), tuple(d["hold_at"]) if d.get("hold_at") else None,  # type: ignore[arg-type]
+            bool(d.get("lead", False)),
         )
 
 
@@ -141,6 +148,8 @@ class Recorder:
         #: cancelled it (its one ``CancelledError`` ends the run: :mod:`.faults.cancel_edge`)
         self.task: asyncio.Task[Any] | None = None
         self.edge_cancelled = False
+        #: the lead of a staggered round says how far it got (``Job.lead``, :class:`Lead`)
+        self.lead: Lead | None = None
 
     def _mark(self) -> None:
         from .iostate import Unavailable
@@ -161,6 +170,8 @@ class Recorder:
                 self._mark()
             if self.lasting is not None and self.lasting.due(name, task, n):
                 self.lasting.heal(self.emit, entry)
+            if self.lead is not None:
+                self.lead.reached(name, task)
             if not (self.pending and self.pending[0].point.key == (name, task, n)):
                 return
             fault = self.pending.pop(0)
@@ -226,6 +237,78 @@ def wait_at_gate(gate: str, parties: int, worker_id: str, *, limit_s: float = GA
             return False
         time.sleep(GATE_POLL_S)
     return True
+
+
+#: the longest the lead of a staggered round stays at its mark for the others to end
+#: (one of them may wait for a row lock the lead holds: then both go on after it)
+HOLD_LIMIT_S = 2.0
+
+
+class Lead:
+    """A staggered round of resumers (the ``concurrent`` policy's, ``Job.hold_at``). The
+    *lead* starts at once; at its first passage of the hold point it says so (the file
+    ``GATE-lead/held``) and stays there until every other resumer of the round has ended
+    (``GATE-lead/ended-WORKER``) or :data:`HOLD_LIMIT_S` passed, then goes on. The others
+    wait at the start gate until the lead is held (or ended), then run.
+
+    It is the redelivery a queue makes while the first consumer is half way (its
+    visibility timeout ran out while it worked, or it stalled): the second resumer takes
+    the run over from a worker stopped in the middle of its own recovery (an effect
+    probed and not yet retried, a provider call about to go out, a record not yet
+    appended), and the first one then goes on from there. Resumers that start together
+    meet only at the lease: the second steals it before the first has done anything its
+    fence would not refuse, and the windows in between were reached by one case in tens,
+    differently from run to run (measured: docs/benchmarks.md)."""
+
+    def __init__(self, gate: str, hold_at: tuple[str, str], parties: int) -> None:
+        self.marks, self.hold_at, self.parties = self.directory(gate), tuple(hold_at), parties
+        self.held = False
+        os.makedirs(self.marks, exist_ok=True)
+
+    @staticmethod
+    def directory(gate: str) -> str:
+        """Where the round's marks go: beside the gate, whose files count its arrivals."""
+        return gate.rstrip(os.sep) + "-lead"
+
+    def reached(self, name: str, task: str, *, limit_s: float = HOLD_LIMIT_S) -> bool:
+        """The lead is at crash point ``name`` of ``task``: the first time at the hold
+        point, say so and hold until the others ended (True) or ``limit_s`` passed."""
+        if self.held or (name, task) != self.hold_at:
+            return False
+        self.held = True
+        _touch(os.path.join(self.marks, "held"))
+        deadline = time.monotonic() + limit_s
+        while sum(n.startswith("ended-") for n in os.listdir(self.marks)) < self.parties - 1:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(GATE_POLL_S)
+        return True
+
+    def ended(self) -> None:
+        """The lead ended (before its hold point, or after): nobody waits for it."""
+        _touch(os.path.join(self.marks, "held"))
+
+    @staticmethod
+    def follow(gate: str, *, limit_s: float = GATE_LIMIT_S) -> bool:
+        """A follower: wait until the lead is held (or ended); False after ``limit_s``
+        seconds without it."""
+        mark = os.path.join(Lead.directory(gate), "held")
+        deadline = time.monotonic() + limit_s
+        while not os.path.exists(mark):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(GATE_POLL_S)
+        return True
+
+    @staticmethod
+    def followed(gate: str, worker_id: str) -> None:
+        """A follower ended: the lead need not hold for it any longer."""
+        os.makedirs(Lead.directory(gate), exist_ok=True)
+        _touch(os.path.join(Lead.directory(gate), f"ended-{worker_id}"))
+
+
+def _touch(path: str) -> None:
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
 
 
 def run_job(job: Job) -> int:
@@ -301,12 +384,21 @@ def run_job(job: Job) -> int:
 
     if job.start_gate:
         wait_at_gate(job.start_gate, job.gate_parties, job.worker_id)
+        if job.hold_at:
+            if job.lead:
+                recorder.lead = Lead(job.start_gate, job.hold_at, job.gate_parties)
+            else:
+                Lead.follow(job.start_gate)
     try:
         status = anyio.run(main)
     except BaseException as exc:  # reported, then the exit code says it
         recorder.emit(End("error", recorder.trace, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=20)))
         return 1
     finally:
+        if recorder.lead is not None:
+            recorder.lead.ended()
+        elif job.hold_at and job.start_gate:
+            Lead.followed(job.start_gate, job.worker_id)
         crashpoint_module.disarm()
         if recorder.lasting is not None:
             recorder.lasting.heal(recorder.emit, "worker-end")

@@ -29,6 +29,7 @@ def test_every_policy_passes_on_the_reference_runtime() -> None:
     assert {"concurrent.one_terminal_status", "concurrent.loser_fenced", "concurrent.log_intact",
             "concurrent.effects_once"} <= set(checks)
     assert [w.get("concurrent") for w in concurrent.workers] == [None, 2, 2]
+    assert "lease.taken_over" in concurrent.reached  # a concurrent round's branches count for coverage
     # the resumers wait for each other at a start gate (worker.wait_at_gate), so they race
     # for the lease and the loser is refused; only if the winner's short resume ended
     # before the other took a step (a scheduler's choice, seen once in CI under load) may

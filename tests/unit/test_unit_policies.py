@@ -128,5 +128,69 @@ def test_the_start_gate_holds_each_resumer_until_all_have_arrived(tmp_path) -> N
     from crashmatrix.harness.plan import FaultPlan
 
     job = Job("resume", "s", "w", "c", "r", "cmw-4", Environment("dsn", {}, "dir"), FaultPlan(), "x",
-              start_gate=str(gate), gate_parties=3)
+              start_gate=str(gate), gate_parties=3, hold_at=("tool.request.before", "turn-4.tool-0"), lead=True)
     assert Job.from_dict(job.to_dict()) == job
+
+
+def test_a_held_lead_waits_for_the_others_to_end_and_they_wait_for_it_to_hold(tmp_path) -> None:
+    """worker.Lead: the followers start once the lead is at its hold point; the lead goes
+    on once they ended; either side waits no longer than its limit for a party that
+    never comes."""
+    import threading
+    import time
+
+    from crashmatrix.harness.worker import Lead
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    events: list[str] = []
+
+    def lead() -> None:
+        held = Lead(str(gate), ("tool.request.before", "turn-4.tool-0"), parties=2)
+        assert held.reached("step.before", "turn-4.tool-0") is False  # not the hold point
+        time.sleep(0.1)
+        events.append("lead at hold")
+        assert held.reached("tool.request.before", "turn-4.tool-0", limit_s=5) is True
+        events.append("lead goes on")
+        assert held.reached("tool.request.before", "turn-4.tool-0") is False  # holds once
+
+    def follower() -> None:
+        assert Lead.follow(str(gate), limit_s=5)
+        events.append("follower starts")
+        time.sleep(0.1)
+        events.append("follower ends")
+        Lead.followed(str(gate), "cmw-2")
+
+    threads = [threading.Thread(target=follower), threading.Thread(target=lead)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert events == ["lead at hold", "follower starts", "follower ends", "lead goes on"]
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    assert Lead(str(alone), ("x", "t"), parties=2).reached("x", "t", limit_s=0.05) is False  # nobody follows
+    assert Lead.follow(str(tmp_path / "nobody"), limit_s=0.05) is False  # no lead ever holds
+    ended = tmp_path / "ended"
+    ended.mkdir()
+    Lead(str(ended), ("x", "t"), parties=2).ended()  # a lead that ended before its hold point
+    assert Lead.follow(str(ended), limit_s=0.05) is True
+
+
+def test_the_hold_point_is_one_of_the_points_after_the_fault_chosen_by_the_case_id() -> None:
+    from crashmatrix.harness.history import TraceEntry
+    from crashmatrix.harness.policies import HOLD_CHOICES, hold_point
+
+    trace = [TraceEntry("label", name, task, 1) for name, task in [
+        ("step.before", "turn-1"), ("effect.started.after", "turn-1.tool-0"), ("tool.request.before", "turn-1.tool-0"),
+        ("tool.request.after", "turn-1.tool-0"), ("log.append.before", "turn-1.tool-0"),
+        ("log.append.after", "turn-1.tool-0"), ("step.before", "turn-2"), ("step.after", "turn-2"),
+        ("log.append.before", "turn-2"), ("log.append.after", "turn-2")]]
+    fault = ("effect.started.after", "turn-1.tool-0", 1)
+    after = [(e.name, e.task) for e in trace[2:2 + HOLD_CHOICES]]
+    chosen = {hold_point(f"checkout/conv1/kill@x#{i}/concurrent", trace, fault) for i in range(200)}
+    assert chosen == {None, *after}  # all start together, or the lead holds at one of the next points
+    case = "checkout/conv1/kill@effect.started.after[turn-1.tool-0]#1/concurrent"
+    assert hold_point(case, trace, fault) == hold_point(case, trace, fault)  # a replay holds at the same place
+    assert hold_point(case, trace, ("nowhere", "t", 1)) is None  # a point the golden run did not pass
+    assert hold_point(case, trace[:2], fault) is None  # nothing after the fault's point

@@ -144,7 +144,7 @@ def run(
     term_grace: Annotated[float, typer.Option(help="Seconds a worker may drain after SIGTERM before it is SIGKILLed.")] = 10.0,
     max_failures_shown: Annotated[int, typer.Option(help="Failing cases printed in detail.")] = 20,
     plan: Annotated[Optional[Path], typer.Option(help="Run exactly this fault plan (JSON, schema in crashmatrix.harness.plan) on the one --conversation given.")] = None,
-    shard: Annotated[Optional[str], typer.Option(help="Run shard K/N of the matrix (disjoint, deterministic), e.g. 2/4 for the second of four CI jobs.")] = None,
+    shard: Annotated[Optional[str], typer.Option(help="Run shard K/N of the matrix (disjoint, deterministic; the kill cases of one crash state stay in one shard), e.g. 2/4 for the second of four CI jobs.")] = None,
     depth: Annotated[int, typer.Option(min=1, max=2, help="2: add double faults, a second fault at each point of each case's own resume (crash during recovery).")] = 1,
     sample: Annotated[Optional[int], typer.Option(min=1, help="With --depth 2: run this many double-fault cases, drawn with --seed (CI profile: 200; nightly: omit to run all).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random choice: double-fault sampling, the embedded fault proxy's jitter, slicer sizes and toxicity rolls.")] = 0,

@@ -239,8 +239,12 @@ async def run_matrix(
                 check_case_label(case, explorer.upgrade)
                 validate_case(case, goldens)
                 check_links(case, tuple(wl.providers))
-        if shard_spec:
-            cases = shard(cases, shard_spec)
+        if shard_spec:  # kill cases of one crash state stay in one shard, so it prunes as the whole does
+            from .pruning import shard_by_crash_state
+
+            prune = explorer.options.prune
+            cases = (shard_by_crash_state(cases, goldens, shard_spec, prune) if prune is None or prune.prune
+                     else shard(cases, shard_spec))
         cases = [c for c in cases if c.conversation in healthy and c.plan.faults]
         all_kinds = kinds + tuple(k for k in (sampled_kinds or {}) if k not in kinds)
         report = MatrixReport(workload, subject, all_kinds, sources, goldens, jobs=jobs, golden_results=reported,

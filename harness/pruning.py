@@ -237,6 +237,31 @@ def plan_cases(cases: list[Case], goldens: dict[str, GoldenRun], options: PruneO
     return plan
 
 
+def shard_by_crash_state(cases: list[Case], goldens: dict[str, GoldenRun], spec: str,
+                         options: PruneOptions | None = None) -> list[Case]:
+    """Shard ``K/N`` of ``cases`` as :func:`.enumeration.shard` takes it (every N-th from
+    the K-th: disjoint, covering, deterministic), except that the kill cases of one crash
+    state (:func:`plan_cases`) count as one unit and stay together. Every N-th case would
+    almost never hold two points of one group, so a sharded matrix would not prune at all
+    (long_run ``--shard 1/40``: 71 points -> 71 crash states, and no member to sample).
+    Raises :class:`.plan.PlanError` for a malformed spec."""
+    from .enumeration import shard
+
+    shard([], spec)  # the spec's one-line error, before anything else
+    k, n = (int(x) for x in spec.split("/"))
+    plan = plan_cases(cases, goldens, dataclasses.replace(options or PruneOptions(), sample=0.0))
+    units: list[list[Case]] = []
+    placed: set[int] = set()
+    for case in cases:
+        group = plan.group_of.get(case.id)
+        if group is None:
+            units.append([case])
+        elif id(group) not in placed:
+            placed.add(id(group))
+            units.append(group.cases)
+    return [case for unit in units[k - 1::n] for case in unit]
+
+
 # -- crash states as documents ---------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from crashmatrix.harness.enumeration import enumerate_cases
-from crashmatrix.harness.pruning import PruneOptions, run_pruned
+from crashmatrix.harness.pruning import PruneOptions, run_pruned, shard_by_crash_state
 from crashmatrix.harness.session import open_session
 
 TASKS = ("turn-1", "turn-1.tool-0")  # a model turn and a tool: 14 points, 4 crash states
@@ -23,15 +23,22 @@ def test_pruned_kill_cases_agree_and_an_unsound_grouping_is_a_harness_error() ->
         async with open_session("reference", "checkout") as ex:
             goldens = {"conv1": await ex.golden("conv1")}
             cases = [c for c in enumerate_cases("checkout", goldens, ("kill",)) if c.plan.faults[0].point.task in TASKS]
+            shards = [shard_by_crash_state(cases, goldens, f"{k}/3") for k in (1, 2, 3)]
             whole = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(sample=1.0, share=False))
             derived = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(sample=0.0, share=False))
             # groups by the sockets opened only: across the model call's and the appends' bytes
             unsound = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(
                 sample=1.0, share=False, same=lambda a, b: a.opened == b.opened))
-        return cases, whole, derived, unsound
+        return cases, shards, whole, derived, unsound
 
-    cases, (whole, s_whole), (derived, s_derived), (unsound, s_unsound) = asyncio.run(main())
+    cases, shards, (whole, s_whole), (derived, s_derived), (unsound, s_unsound) = asyncio.run(main())
     assert len(cases) == 14
+    # a shard keeps each crash state's cases together (every 3rd case would split them all),
+    # and the shards still cover the matrix once
+    assert sorted(c.id for part in shards for c in part) == sorted(c.id for c in cases)
+    shard_of = {c.id: k for k, part in enumerate(shards) for c in part}
+    assert all(len({shard_of[c.id] for c in g.cases}) == 1 for g in s_whole.plan.groups)
+    assert [len(part) for part in shards] == [3 + 2, 2, 7]  # groups 1 and 4, group 2, group 3
     groups = [[c.plan.faults[0].point.name for c in g.cases] for g in s_whole.plan.groups]
     assert groups == [["node.launch", "step.before", "model.call.before"], ["model.call.after", "log.append.before"],
                       ["log.append.after", "step.after", "node.launch", "step.before", "tool.request.before",

@@ -1,7 +1,7 @@
 """crashmatrix beside the loop a team writes by hand (docs/design.md, "Sources": seed
 000's eleven-kill loop), on the same services, in one run.
 
-    python benchmarks/bench_handrolled.py [--subject reference] [--mutant replays-model-call]
+    python benchmarks/bench_handrolled.py [--subject reference] [--mutant replays-model-call[,NAME...]]
         [--conversation conv1] [--jobs 4]  # --mutant '': the clean subject only
 
 The hand-rolled loop, as seed 000's team ran it: one uninterrupted run in a fresh
@@ -157,7 +157,7 @@ def show(name: str, r: dict[str, Any]) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    subjects = [("clean", args.subject)] + ([("mutant", "defect:" + args.mutant)] if args.mutant else [])
+    subjects = [("clean", args.subject)] + [("mutant", "defect:" + m) for m in args.mutant.split(",") if m]
     for label, subject in subjects:
         args.subject_now = subject
         load0 = os.getloadavg()[0]

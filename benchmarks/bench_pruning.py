@@ -61,10 +61,13 @@ def failing_states(results: list[CaseResult], summary: pruning.PruneSummary | No
 
 def produced(r: CaseResult) -> str:
     """How a pruned run produced ``r``: derived from its representative (no worker ran),
-    with a shared resume (its faulted worker ran, the resume was another case's), or
-    run whole."""
+    a sampled member whose crash state differed from its representative's (a harness
+    error: the grouping was unsound), with a shared resume (its faulted worker ran, the
+    resume was another case's), or run whole."""
     if not r.workers:
         return "derived"
+    if r.outcome == "harness-error" and "crash-state grouping unsound" in (r.error or ""):
+        return "sampled member: its crash state differed from its representative's"
     return "shared resume" if any("shared" in w for w in r.workers) else "ran whole"
 
 
@@ -94,6 +97,17 @@ async def run_subject(subject: str, args: argparse.Namespace, kinds: tuple[str, 
             cases = cases[int(a or 0):int(b) if b else None]
         print(f"{subject} on {args.workload} ({', '.join(convs)}): {len(cases)} cases, golden runs "
               f"{time.monotonic() - t0:.1f} s; load {os.getloadavg()[0]:.1f}, cores {os.cpu_count()}", flush=True)
+        broken = {c: sorted(v.check for v in g.broken) for c, g in goldens.items() if g.broken}
+        for c, checks in broken.items():
+            print(f"  the golden run of {c} is broken ({', '.join(checks)}): no matrix on it (every case would be "
+                  f"refused for it)", flush=True)
+        if spec is not None and broken and not cases:
+            hit = sorted({c for checks in broken.values() for c in checks} & set(spec.caught_by))
+            print(f"  MUTANT {spec.name}: caught by its golden run ({', '.join(hit) or 'a check it does not name'}), "
+                  f"before any case: nothing to prune", flush=True)
+            if rows is not None:
+                rows.append({"mutant": spec.name, "golden": ", ".join(hit) or "?"})
+            return bool(hit)
         runs: dict[str, tuple[list[CaseResult], pruning.PruneSummary, float]] = {}
         catch: dict[str, float | None] = {}
         for mode in modes:
@@ -201,6 +215,8 @@ def main() -> None:
               "| wall unpruned/pruned |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in rows:
+            if "golden" in r:
+                print(f"| {r['mutant']} | 0 (its golden run breaks {r['golden']}) | golden/golden | - | - | - | - | - |")
             if "caught" in r:
                 print(f"| {r['mutant']} | {r['cases']} ({r['executed']}) | {r['caught']} | {fmt(r['first_pruned'])} / "
                       f"{fmt(r['first_unpruned'])} | {r['states'][0]} / {r['states'][1]} | {r['equal']} | "

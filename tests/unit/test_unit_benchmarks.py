@@ -56,3 +56,34 @@ def test_compare_verdicts_finds_a_changed_verdict_and_a_missing_case(tmp_path: P
     assert "1 case(s) only in BEFORE:\n  w/c/kill@b[t]#1" in out and "1 case(s) only in AFTER:\n  w/c/kill@c[t]#1" in out
     assert "before: pass -\n    after:  fail pause.zombie_effects" in out
     assert out.rstrip().endswith("same case ids: 1; only before: 1; only after: 1; different verdicts: 1")
+
+
+def test_sample_agreement_fails_on_a_disagreeing_member(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import sample_agreement
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+    def report(agree: bool) -> dict:
+        groups = [{"representative": "w/c/kill@a[t]#1", "members": ["w/c/kill@b[t]#1"]},
+                  {"representative": "w/c/kill@c[t]#1", "members": []}]
+        sample = [{"case": "w/c/kill@b[t]#1", "representative": "w/c/kill@a[t]#1", "agree": agree,
+                   "differences": [] if agree else ["state.log: 2 rows, representative 1"]}]
+        cases = [{"id": i, "outcome": "pass"} for i in ("w/c/kill@a[t]#1", "w/c/kill@b[t]#1", "w/c/kill@c[t]#1")]
+        return {"workload": "w", "subject": "s", "cases": cases,
+                "pruning": {"points": 3, "crash_states": 2, "groups": groups, "sample": sample,
+                            "share_sample": [], "shared_resumes": 0}}
+
+    (tmp_path / "good.json").write_text(json.dumps(report(True)))
+    (tmp_path / "bad.json").write_text(json.dumps(report(False)))
+    (tmp_path / "plain.json").write_text(json.dumps({"cases": []}))
+    assert sample_agreement.main([str(tmp_path / "good.json")]) == 0
+    out = capsys.readouterr().out
+    assert "kill 3 points -> 2 crash states, 1 groups with members, 1 members; sample 1/1 agree" in out
+    assert sample_agreement.main([str(tmp_path / "good.json"), str(tmp_path / "bad.json")]) == 1
+    out = capsys.readouterr().out
+    assert "sample 0/1 agree" in out and "DISAGREES: w/c/kill@b[t]#1 vs w/c/kill@a[t]#1" in out
+    assert sample_agreement.main([str(tmp_path / "plain.json")]) == 2

@@ -210,7 +210,7 @@ def decode(payload: Payload, *, blobs: BlobStore | None = None) -> Any:
         raise UnreadablePayload(
             f"payload format_version={version} is newer than this build's {FORMAT_VERSION}"
         )
-    missing = [v for v in range(version, FORMAT_VERSION) if v not in UPGRADERS]
+    missing = [v for v in range(version, FORMAT_VERSION) if v not in UPGRADERS] if version != FORMAT_VERSION else None
     if missing:  # refused before anything is read: never half-upgraded
         raise UnreadablePayload(f"payload format_version={version}: this build ({FORMAT_VERSION}) has no upgrader "
                                 f"from version {missing[0]} to {missing[0] + 1}")

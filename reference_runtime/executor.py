@@ -707,10 +707,9 @@ class Execution:
             record.state.CopyFrom(state_payload)
         pending = _Pending(record, effect, state_updates or {}, read)
         if not self.rt.group_commit:  # one appender at a time, one record per statement
-            await anyio.lowlevel.checkpoint_if_cancelled()  # never queue in a cancelled scope
             turn = self._take_turn()
             try:
-                await turn  # suspends exactly once, free or not (see _take_turn)
+                await turn  # suspends exactly once, free or not (see _take_turn); a cancellation point
             except BaseException:
                 self._leave_queue(turn)
                 raise

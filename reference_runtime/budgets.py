@@ -45,16 +45,16 @@ def usage(graph: Any) -> Usage:
 def exceeded(agent: Any, graph: Any, launching: list[Any]) -> str | None:
     """The detail of the first limit that forbids launching ``launching`` (node specs),
     or None. Checked by the scheduler before each launch (a node boundary)."""
-    used = usage(graph)
+    # the graph's running totals read directly (no Usage object: this runs before every launch)
     max_turns = getattr(agent, "max_turns", None)
-    if max_turns is not None:
+    if max_turns is not None and graph.turns_used >= max_turns:
         for spec in launching:
-            if spec.kind == "model" and used.turns >= max_turns:
-                return f"max_turns: {used.turns} turns done, limit {max_turns} (not launching {spec.node_id})"
+            if spec.kind == "model":
+                return f"max_turns: {graph.turns_used} turns done, limit {max_turns} (not launching {spec.node_id})"
     max_tokens = getattr(agent, "max_tokens", None)
-    if max_tokens is not None and used.tokens >= max_tokens:
-        return f"max_tokens: {used.tokens} used, limit {max_tokens}"
+    if max_tokens is not None and graph.tokens_used >= max_tokens:
+        return f"max_tokens: {graph.tokens_used} used, limit {max_tokens}"
     max_wall_ms = getattr(agent, "max_wall_ms", None)
-    if max_wall_ms is not None and used.wall_ms >= max_wall_ms:
-        return f"max_wall_ms: {used.wall_ms} used, limit {max_wall_ms}"
+    if max_wall_ms is not None and graph.wall_ms_used >= max_wall_ms:
+        return f"max_wall_ms: {graph.wall_ms_used} used, limit {max_wall_ms}"
     return None

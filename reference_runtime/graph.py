@@ -79,18 +79,20 @@ class RunGraph:
         records = self.records
         specs = self.specs
         turns = tokens = wall_ms = 0
-        for item in stored:
-            record = item.record
-            node_id = record.node_id
+        for _, node_id, record in stored:  # the row's node id: the store checked it is the record's
             if node_id not in records:
                 budget = record.budget
-                turns += record.kind == "model"
+                if record.kind == "model":
+                    turns += 1
                 tokens += budget.tokens
                 wall_ms += budget.wall_ms
             records[node_id] = record
-            for spec in record.spawned:
-                if spec.node_id not in specs:
-                    specs[spec.node_id] = spec
+            spawned = record.spawned
+            if spawned:  # a tool's record spawns nothing: no iterator for it
+                for spec in spawned:
+                    spec_id = spec.node_id
+                    if spec_id not in specs:
+                        specs[spec_id] = spec
         self.turns_used += turns
         self.tokens_used += tokens
         self.wall_ms_used += wall_ms

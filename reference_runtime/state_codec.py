@@ -126,15 +126,19 @@ class StateSchema:
                     f"registered nor declared transient in state schema {self.name!r}; register it with a codec "
                     f"(schema.field) or declare it transient with a factory (schema.transient)"
                 )
-            encoded = field_codec.encode(value)
-            try:
-                codec._check_durable(encoded, f"state field {name!r}")
-            except codec.CodecError as exc:
-                raise StateCodecError(str(exc)) from None
-            out[name] = encoded
+            out[name] = field_codec.encode(value)
         if not out:
             return None
-        return codec.encode({"schema": self.name, "version": self.version, "fields": out}, blobs=blobs, threshold=threshold)
+        try:  # one durability check for the document (the codec's read-back)...
+            return codec.encode({"schema": self.name, "version": self.version, "fields": out}, blobs=blobs,
+                                threshold=threshold)
+        except codec.CodecError:
+            for name, encoded in out.items():  # ...and only when it refuses, one per field, to name it
+                try:
+                    codec._check_durable(encoded, f"state field {name!r}")
+                except codec.CodecError as exc:
+                    raise StateCodecError(str(exc)) from None
+            raise
 
     # -- read ----------------------------------------------------------------------------
 

@@ -226,6 +226,12 @@ class Adapter(ABC):
     #: lease or timeout; the harness advances a recovering worker's clock by it, resume
     #: policy ``discovery``); None: no lease (recovery finds abandoned runs at once)
     lease_seconds: float | None = None
+    #: whether the runtime takes a run over from a worker that stopped but still holds it
+    #: (its lease expired or was stolen, and the stale worker is fenced); False: it never
+    #: takes a run from a live owner (a session advisory lock, say: a second worker is
+    #: refused while the first one's connection stands), so a ``pause`` case wakes the
+    #: stopped worker without a takeover and judges no zombie (docs/adapters.md)
+    takes_over_live_owner: bool = True
 
     #: the workload's persons in the loop this adapter hands a waiting run to and goes on:
     #: ``"operator"`` (the workload's coroutine on the reference runtime's store,

@@ -205,6 +205,7 @@ class WorkerRun:
     exit: WorkerExit | None = None
     report: WorkerReport = field(default_factory=WorkerReport)
     woke: oracle.Evidence | None = None
+    taken_over: bool = True
 
 
 @dataclass
@@ -631,7 +632,7 @@ class Explorer:
         else:
             obs = await cx.observe()
         evidence = oracle.CrashEvidence(fault, at_fault, full, w.exit.returncode, w.exit.signal, w.exit.timed_out, obs,
-                                        before, end=w.report.end, woke=w.woke, ledgers=ledgers,
+                                        before, end=w.report.end, woke=w.woke, taken_over=w.taken_over, ledgers=ledgers,
                                         acknowledged=cx.acknowledged)
         cx.result.verdicts += oracle.crash_checks(evidence)
         # a cancel lands after it fires (at the next await): what was in flight is what

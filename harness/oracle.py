@@ -133,6 +133,9 @@ class CrashEvidence:
     #: a stopped worker's (pause): the durable state and the providers' ledgers just
     #: before it was woken
     woke: Evidence | None = None
+    #: whether the stopped worker's run was taken over while it slept (False: its
+    #: adapter declares that it never takes a run from a live owner)
+    taken_over: bool = True
     #: the providers' own ledgers of the run at the crash state (effect providers, not
     #: the model's bill), read when the fault kind asks (``FaultKind.reads_ledgers``)
     ledgers: dict[str, list[dict[str, Any]]] | None = None

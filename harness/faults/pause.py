@@ -6,7 +6,9 @@ A paused worker stands for a GC pause, a VM migration or a process frozen by its
 it wakes with a stale lease after another worker took the run. Whatever it does next
 must be refused. Its successor is the worker the plan's next fault is armed in (a
 crash during the takeover) or a fault-free resume, and the case's workers run until
-the run is terminal before the zombie wakes. Crash checks: ``pause.zombie_fenced`` (the
+the run is terminal before the zombie wakes (an adapter that declares it never takes a
+run from a live owner, ``Adapter.takes_over_live_owner``, gets no takeover: the worker
+wakes as the owner, goes on, and the zombie checks say not applicable). Crash checks: ``pause.zombie_fenced`` (the
 durable state did not change after it woke) and ``pause.zombie_effects`` (no provider
 applied an effect for it after it woke: its lease had been taken, so whatever it sent
 was a second application of a call the run had already made, or one it never asked
@@ -42,6 +44,10 @@ class Pause(Stops, FaultKind):
         signal_self(signal.SIGSTOP)
 
     async def at_stop(self, cx: CaseRun, w: WorkerRun) -> None:
+        if not cx.explorer.adapter.takes_over_live_owner:  # it would refuse every successor
+            w.taken_over = False
+            w.woke = await cx.explorer.evidence(cx.run_id)
+            return
         await cx.drive(w.index + 1, "paused")
         await cx.explorer.quiesce(w.job.worker_id, database=False)  # the zombie's session stays
         w.woke = await cx.explorer.evidence(cx.run_id)
@@ -49,6 +55,10 @@ class Pause(Stops, FaultKind):
     def crash_checks(self, ev: CrashEvidence) -> list[Verdict]:
         assert ev.woke is not None, "pause: the state before the zombie woke was not read"
         woke = ev.woke
+        if not ev.taken_over:
+            why = ("not applicable: the adapter declares it never takes a run from a live owner "
+                   "(Adapter.takes_over_live_owner), so the stopped worker woke as the owner and went on")
+            return [Verdict("pause.zombie_fenced", "crash", True, why), Verdict("pause.zombie_effects", "crash", True, why)]
         return [run_check("pause.zombie_fenced", "crash", lambda: check_zombie_fenced(woke.observation, ev.observation, ev.end)),
                 run_check("pause.zombie_effects", "crash", lambda: check_zombie_effects(woke.ledgers, ev.ledgers or {}))]
 

@@ -93,3 +93,25 @@ def test_a_conversation_needing_a_person_the_adapter_does_not_answer_is_not_appl
     assert {r.case.conversation for r in report.results} == {"declined"} and report.results
     [note] = [n for n in report.notes if n.startswith("not applicable")]
     assert "support_desk/goodwill" in note and "workload.operator" in note and "answers_operator" in note
+
+
+def test_a_runtime_that_never_takes_a_run_from_a_live_owner_declares_it_and_pause_wakes_the_owner() -> None:
+    """advisory:AdvisoryAdapter refuses a second worker while the first one's session
+    holds the run's advisory lock (a frozen worker included). Declared
+    (``takes_over_live_owner = False``), its ``pause`` cases wake the stopped worker as
+    the owner, which finishes the run as the golden run did: the fault could not take
+    effect, and the case is reported not run. Undeclared,
+    the harness takes the refused takeover for a failed resume and the woken owner for a
+    zombie (the false alarm the blind set of 2026-12-02 found)."""
+    cases = [Case.parse("checkout/conv2/pause@tool.request.after[turn-2.tool-0]#1"),
+             Case.parse("checkout/conv1/pause@step.after[turn-4.tool-0]#1")]
+    declared = asyncio.run(run_matrix("checkout", "teamruntimes.advisory:AdvisoryAdapter", cases=cases, replay_failures=0))
+    # with no takeover the woken owner ends the run as the golden run did: the pause could
+    # not take effect, which the report says (not run), never a pass and never a failure
+    outcomes = [(r.outcome, r.error or "") for r in declared.results]
+    assert len(outcomes) == 2 and all(o == "not-run" and "could not take effect" in e for o, e in outcomes), outcomes
+    assert declared.exit_code == 0
+    undeclared = asyncio.run(run_matrix("checkout", "teamruntimes.advisory:UndeclaredAdvisoryAdapter", cases=cases,
+                                        replay_failures=0))
+    failed = {v.check for r in undeclared.results for v in r.failed}
+    assert "pause.zombie_fenced" in failed and "resume.runs" in failed, failed

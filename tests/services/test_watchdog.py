@@ -61,7 +61,9 @@ def test_sigkilled_controller_leaves_nothing(tmp_path: Path,
         info = json.loads(controller.stdout.readline())
         base = Path(info["base"])
         assert base.is_dir() and len(info["processes"]) > 1
-        assert all(pid_alive(p) for p in info["processes"])
+        # the postmaster lives; a child listed may be a backend that was just ending (the
+        # start's own connections), so not every listed child need still be alive
+        assert pid_alive(info["processes"][0]) and any(pid_alive(p) for p in info["processes"][1:])
         os.kill(controller.pid, signal.SIGKILL)
         controller.wait()
         assert eventually(lambda: not any(pid_alive(p) for p in info["processes"]), 10)

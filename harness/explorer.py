@@ -52,7 +52,7 @@ from .adapter import Environment, Observation
 from .errors import HarnessError
 from .faults import CaseSetting, Drains, ObservesBefore, SessionResource, Stops
 from .golden import GoldenRun, determinism_gate, golden_failure, trace_divergence
-from .history import End, Trace, WorkerReport
+from .history import End, Trace, WorkerReport, labels_of
 from .iostate import GoldenIo
 from .plan import Case, Fault, FaultPlan
 from .pool import WorkerExit, WorkerPool
@@ -178,11 +178,6 @@ def _tail(text: str, lines: int) -> str:
     """The last ``lines`` lines of a worker's log or traceback, indented (worker logs
     live in the session's directory, which is removed when the session ends)."""
     return "\n".join("    " + line for line in text.strip().splitlines()[-lines:])
-
-
-def _labels(trace: Trace) -> set[str]:
-    """The labelled points' names of ``trace``."""
-    return {e[1] for e in trace if e[0] == "label"}
 
 
 @dataclass
@@ -619,7 +614,7 @@ class Explorer:
             return status
         at_fault = self._fired(w, cx.golden if index == 0 else None)
         full = w.report.end.trace if w.report.end is not None else at_fault
-        cx.result.reached |= _labels(full[len(at_fault):] if index == 0 else full)
+        cx.result.reached |= labels_of(full[len(at_fault):] if index == 0 else full)
         if index == 0:  # a fault that changed nothing makes the case not-run (:mod:`.coverage`)
             entry["took_effect"] = coverage.took_effect(fault.kind, cx.golden, w.report.end, w.exit.returncode, at_fault)
         await self.quiesce(job.worker_id, database=kind.quiesce_database if isinstance(kind, Stops) else True)
@@ -660,7 +655,7 @@ class Explorer:
         end = report.end
         if end is not None:
             cx.result.resume_trace = end.trace
-            cx.result.reached |= _labels(end.trace)
+            cx.result.reached |= labels_of(end.trace)
         if exit_.returncode != 0 or end is None:
             await self.quiesce(job.worker_id)
             detail = (end.error if end is not None else None) or f"{exit_.describe()}; {_tail(_read(log), 3)}"

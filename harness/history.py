@@ -59,6 +59,11 @@ class TraceEntry(NamedTuple):
 
 
 Trace = list[TraceEntry]
+
+
+def labels_of(trace: Trace) -> set[str]:
+    """The labelled points' names of ``trace`` (what coverage counts)."""
+    return {e[1] for e in trace if e[0] == "label"}
 """A worker's trace, in the order the points were reached."""
 
 

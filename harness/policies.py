@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import oracle
 from .adapter import Adapter
-from .history import Trace, WorkerReport
+from .history import Trace, WorkerReport, labels_of
 from .plan import Fault, FaultPlan, Resume
 
 if TYPE_CHECKING:
@@ -170,7 +170,8 @@ def hold_point(case_id: str, trace: Trace, fault: tuple[str, str, int] | None) -
 
 
 class Concurrent(Policy):
-    """After the fault, ``resume.workers`` resumers start together on the same run."""
+    """After the fault, ``resume.workers`` resumers on the same run: started together,
+    or the first held at :func:`hold_point` while the others resume (:class:`.worker.Lead`)."""
 
     name = "concurrent"
 
@@ -196,7 +197,7 @@ class Concurrent(Policy):
                                       "held_at": "[".join(hold) + "]" if hold else None, **exit_.to_dict()})
             cx.acknowledged = cx.acknowledged or report.accepted
             # the recovery branches each resumer reached count for coverage, winner or not
-            cx.result.reached |= {e[1] for e in report.trace() if e[0] == "label"}
+            cx.result.reached |= labels_of(report.trace())
             await ex.quiesce(job.worker_id)
             # a resumer refused mid-node (the other took the lease) left its model call
             # unrecorded, as a crash does: it may be billed once more (docs/design.md, the

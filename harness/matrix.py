@@ -256,8 +256,14 @@ async def run_matrix(
             on_start(len(cases))
         t1 = time.monotonic()
 
+        at: dict[str, int] = {}  # case id -> its place in report.results (a case run again replaces its result)
+
         def finished(result: CaseResult) -> None:
-            report.results.append(result)
+            if result.case.id in at:
+                report.results[at[result.case.id]] = result
+            else:
+                at[result.case.id] = len(report.results)
+                report.results.append(result)
             report.seconds = time.monotonic() - t1
             if on_result:
                 on_result(result)
@@ -267,6 +273,7 @@ async def run_matrix(
         results, report.pruning = await run_pruned(explorer, cases, goldens, jobs, finished,
                                                    replay_failures=replay_failures)
         report.results[:] = results
+        at = {r.case.id: i for i, r in enumerate(results)}
         report.notes += report.pruning.lines()
         if depth == 2:
             doubles = double_fault_cases(report.results, kinds, sample=sample, seed=seed)

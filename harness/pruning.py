@@ -17,8 +17,13 @@ own crash checks run on the representative's crash state with its own trace (the
 golden trace up to its point), its end checks on the representative's final state with
 its own allowance of in-flight model calls (:func:`derive`). A sampled member's crash
 state (:func:`state_document`: the adapter's observation and the providers' ledgers,
-identifiers renamed as the oracle does) that differs from its representative's is a
-harness error: the grouping was unsound, never a pass.
+identifiers renamed as the oracle does) that differs from its representative's means
+the grouping was unsound for this subject (it wrote between crash points where the
+golden run saw nothing: a background task), so no member's verdict is derived any
+more: each conversation's sample is drawn on its own, its derived passes are held until
+its sample is compared, and after one disagreement anywhere every member not yet
+reported runs whole (*escalation*). The summary says so; no verdict rests on the
+unsound grouping, and none is a pass that was not run.
 
 Only ``kill`` is grouped: after a SIGTERM or a cancel the subject acts, so those cases
 run at every point. Any single-fault case of a kind whose worker ends by itself
@@ -230,10 +235,13 @@ def plan_cases(cases: list[Case], goldens: dict[str, GoldenRun], options: PruneO
             plan.groups.append(group)
         group.cases.append(case)
         plan.group_of[case.id] = group
-    members = [c.id for g in plan.groups for c in g.cases[1:]]
-    if members and options.sample > 0:
-        k = min(len(members), math.ceil(options.sample * len(members)))
-        plan.sampled = set(random.Random(options.seed).sample(members, k))
+    if options.sample > 0:  # each conversation's own sample: its derived verdicts rest on it
+        rng = random.Random(options.seed)
+        for conv in sorted({g.conversation for g in plan.groups}):
+            members = [c.id for g in plan.groups if g.conversation == conv for c in g.cases[1:]]
+            if members:
+                k = min(len(members), math.ceil(options.sample * len(members)))
+                plan.sampled |= set(rng.sample(members, k))
     return plan
 
 
@@ -443,6 +451,8 @@ class CrashStates:
         self.took: dict[str, str] = {}
         self.share_sampled: dict[str, str] = {}
         self.share_checked: list[tuple[str, str, list[str]]] = []  # (sharer, owner, differences)
+        #: a sampled sharer's own resume ended elsewhere: no resume is shared any more
+        self.unsound = False
 
     def _doc(self, cx: CaseRun) -> dict[str, Any]:
         doc = self.docs.get(cx.case.id)
@@ -455,7 +465,7 @@ class CrashStates:
         resumed already (its final state, resume verdicts, trace and reached labels are
         now ``cx``'s: ``cx.final``...), False when this case resumes itself (it owns its
         crash state, or it is in the sample, or the owner's resume failed)."""
-        if not self.options.share or cx.crash is None or not shareable(cx.case):
+        if self.unsound or not self.options.share or cx.crash is None or not shareable(cx.case):
             return False
         key = (cx.explorer.subject, cx.case.conversation, state_key(self._doc(cx)))
         entry = self.shared.get(key)
@@ -512,10 +522,8 @@ class CrashStates:
                 their_doc = order_free(state_document(theirs.final, golden.identifiers))
                 diffs = state_differences(their_doc, mine_doc)
                 self.share_checked.append((result.case.id, owner, diffs))
-                if diffs:  # its own resume ran: its verdicts stand; the state shares no more
-                    for k, e in list(self.shared.items()):
-                        if e.owner == owner:
-                            del self.shared[k]
+                if diffs:  # its own resume ran: its verdicts stand; no resume is shared any more
+                    self.unsound = True
                     note = (f"resume sharing disagreed: this case's crash state equals {owner}'s, but its own "
                             f"resume ended in another state: {'; '.join(diffs)}")
                     result.error = f"{result.error}; {note}" if result.error else note
@@ -547,6 +555,12 @@ class PruneSummary:
     #: case -> the case whose resume it took
     shared_from: dict[str, str] = field(default_factory=dict)
     share_checked: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    #: a sampled member's crash state differed from its representative's
+    unsound: bool = False
+    #: members run whole, not derived, because the grouping was found unsound
+    escalated: list[str] = field(default_factory=list)
+    #: cases run again whole because a shared resume was found unsound (they had taken one)
+    reran: list[str] = field(default_factory=list)
 
     @property
     def points(self) -> int:
@@ -583,6 +597,13 @@ class PruneSummary:
             kinds = "/".join(sorted({g.kind for g in self.plan.groups}))
             out.append(f"{kinds}: {self.points:,} points -> {self.states:,} crash states, {verdict}; "
                        f"sample {self.agree}/{len(self.checked)} agree")
+            for member, rep, diffs in self.checked:
+                if diffs:
+                    out.append(f"crash-state grouping unsound ({member} vs {rep}: {diffs[0]}): the subject wrote "
+                               f"between crash points without the golden run seeing it (a background task?); "
+                               f"{len(self.escalated):,} member(s) ran whole instead of taking a representative's "
+                               f"verdict")
+                    break
         if self.shared or self.share_checked:
             agree = sum(not d for _, _, d in self.share_checked)
             out.append(f"resumes: {self.shared:,} case(s) took the resume of an equal crash state; "
@@ -594,18 +615,21 @@ class PruneSummary:
                                f"resume depends on more than the state its adapter observes (durable state observe() "
                                f"leaves out, or a race); {len(took)} case(s) had taken {owner}'s resume"
                                + (f" ({', '.join(took[:3])}{', ...' if len(took) > 3 else ''})" if took else "")
-                               + "; --no-prune judges every case by its own resume")
+                               + f"; no resume was shared after it, and the {len(self.reran):,} case(s) judged on a "
+                                 f"shared resume ran again whole")
+                    break
         return out + self.plan.notes
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report's ``pruning``: options, counts, the groups, each pruned case's
         representative, the samples and their differences, the shared resumes."""
-        pruned = {c.id: g.representative.id for g in self.plan.groups for c in g.cases[1:]
-                  if c.id not in self.plan.sampled}
+        whole = {r.case.id for r in self.results if r.workers} | self.plan.sampled
+        pruned = {c.id: g.representative.id for g in self.plan.groups for c in g.cases[1:] if c.id not in whole}
         return {
             "kinds": list(PRUNED_KINDS), "sample_share": self.options.sample, "seed": self.options.seed,
             "points": self.points, "crash_states": self.states, "pruned": pruned,
             "sample": [{"case": m, "representative": r, "agree": not d, "differences": d} for m, r, d in self.checked],
+            "unsound": self.unsound, "escalated": list(self.escalated), "reran": list(self.reran),
             "groups": [g.to_dict() for g in self.plan.groups if len(g.cases) > 1],
             "shared_resumes": self.shared, "executed": self.executed, "workers": self.workers,
             "share_sample": [{"case": m, "owner": o, "agree": not d, "differences": d} for m, o, d in self.share_checked],
@@ -637,6 +661,27 @@ async def run_pruned(
     stopped = False
     waiting: dict[str, CaseResult] = {}  # sampled members whose representative is not done
     fallback: list[Case] = []  # members of a representative that left no record: they run
+    # a conversation's derived passes wait for its sample: one disagreement anywhere and
+    # they run whole instead (escalation), as does every member derived after it
+    unchecked = Counter(plan.group_of[m].conversation for m in plan.sampled)
+    held: dict[str, list[CaseResult]] = {}
+
+    def escalate(case: Case) -> None:
+        summary.escalated.append(case.id)
+        fallback.append(case)
+
+    def release(conversation: str) -> None:
+        for derived in held.pop(conversation, []):
+            if summary.unsound:
+                escalate(derived.case)
+            else:
+                emit(derived)
+
+    def concluded(member: CaseResult) -> None:  # a sampled member was compared, or cannot be
+        conv = member.case.conversation
+        unchecked[conv] -= 1
+        if unchecked[conv] <= 0:
+            release(conv)
 
     def emit(result: CaseResult) -> None:
         nonlocal stopped
@@ -657,10 +702,15 @@ async def run_pruned(
         diffs = state_differences(state_document(theirs.crash, golden.identifiers),
                                   state_document(mine.crash, golden.identifiers))
         summary.checked.append((member.case.id, rep, diffs))
-        if diffs:
-            member.outcome = "harness-error"
-            member.error = (f"crash-state grouping unsound: {member.case.id} was grouped with {rep} (the golden run "
-                            f"sent nothing between their points) but its crash state differs: {'; '.join(diffs)}")
+        if diffs:  # its own run's verdicts stand; no member is derived any more
+            note = (f"crash-state grouping unsound: {member.case.id} was grouped with {rep} (the golden run sent "
+                    f"nothing between their points) but its crash state differs: {'; '.join(diffs)}; the "
+                    f"members not yet derived run whole")
+            member.error = f"{member.error}; {note}" if member.error else note
+            if not summary.unsound:
+                summary.unsound = True
+                for conv in list(held):
+                    release(conv)
 
     def over(result: CaseResult) -> None:
         coverage.mark_not_run(result)
@@ -677,6 +727,7 @@ async def run_pruned(
                 return
             compare(result, rep.id)
             emit(result)
+            concluded(result)
             return
         emit(result)
         record = hook.records.get(rep.id) if hook is not None else None
@@ -689,13 +740,18 @@ async def run_pruned(
                     if usable:
                         compare(sampled, rep.id)
                     emit(sampled)
+                    concluded(sampled)
+            elif summary.unsound:
+                escalate(member)
             elif usable:
                 assert record is not None
                 derived = derive(member, record, goldens[member.conversation])
-                if derived.outcome == "pass":
-                    emit(derived)
-                else:  # a failure is shown by a run of its own (and replayed: flaky or not)
+                if derived.outcome != "pass":  # a failure is shown by a run of its own (and replayed)
                     fallback.append(member)
+                elif unchecked[member.conversation] > 0:
+                    held.setdefault(member.conversation, []).append(derived)
+                else:
+                    emit(derived)
             else:
                 fallback.append(member)
 
@@ -719,10 +775,23 @@ async def run_pruned(
         await run([c for c in cases if plan.runs(c)])
         for result in list(waiting.values()):  # representative never ran (stopped): stands alone
             emit(result)
+        for conv in list(held):  # a sampled member never ran (stopped)
+            release(conv)
         if fallback and not stopped:
             for case in fallback:
                 plan.group_of.pop(case.id, None)
             await run(fallback)
+        if hook is not None and hook.unsound and not stopped:
+            # a shared resume was unsound for this subject: every case judged on one (and
+            # every member derived from such a representative's final state) runs again whole
+            took = set(hook.took)
+            again = [c for c in cases if c.id in took or (
+                c.id in plan.group_of and plan.group_of[c.id].representative.id in took
+                and (r := results[index[c.id]]) is not None and not r.workers)]
+            summary.reran = [c.id for c in again]
+            for case in again:
+                plan.group_of.pop(case.id, None)
+            await run(again)
     finally:
         explorer.crash_states = None
     if hook is not None:

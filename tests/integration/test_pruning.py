@@ -1,11 +1,13 @@
 """Crash-state pruning on the real thing (a slice of checkout conv1's kill matrix, real
 PostgreSQL, real SIGKILLs): every member agrees with its representative, derived
 verdicts equal the verdicts of running the members whole, and a planted unsound
-grouping (one that groups across a write) is a harness error, never a pass."""
+grouping (one that groups across a write) is found by the sample, said, and escalated:
+every member then runs whole, so no verdict rests on it."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 
 from crashmatrix.harness.enumeration import enumerate_cases
 from crashmatrix.harness.pruning import PruneOptions, run_pruned, shard_by_crash_state
@@ -18,7 +20,7 @@ def verdicts(results: list) -> dict[str, tuple[str, list[str]]]:
     return {r.case.id: (r.outcome, sorted(v.check for v in r.failed)) for r in results}
 
 
-def test_pruned_kill_cases_agree_and_an_unsound_grouping_is_a_harness_error() -> None:
+def test_pruned_kill_cases_agree_and_an_unsound_grouping_is_escalated() -> None:
     async def main() -> tuple:
         async with open_session("reference", "checkout") as ex:
             goldens = {"conv1": await ex.golden("conv1")}
@@ -27,11 +29,14 @@ def test_pruned_kill_cases_agree_and_an_unsound_grouping_is_a_harness_error() ->
             whole = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(sample=1.0, share=False))
             derived = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(sample=0.0, share=False))
             # groups by the sockets opened only: across the model call's and the appends' bytes
-            unsound = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(
-                sample=1.0, share=False, same=lambda a, b: a.opened == b.opened))
-        return cases, shards, whole, derived, unsound
+            def opened(a, b):
+                return a.opened == b.opened
 
-    cases, shards, (whole, s_whole), (derived, s_derived), (unsound, s_unsound) = asyncio.run(main())
+            unsound = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(sample=1.0, share=False, same=opened))
+            escalated = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(sample=0.3, share=False, same=opened))
+        return cases, shards, whole, derived, unsound, escalated
+
+    cases, shards, (whole, s_whole), (derived, s_derived), (unsound, s_unsound), (escalated, s_esc) = asyncio.run(main())
     assert len(cases) == 14
     # a shard keeps each crash state's cases together (every 3rd case would split them all),
     # and the shards still cover the matrix once
@@ -50,10 +55,20 @@ def test_pruned_kill_cases_agree_and_an_unsound_grouping_is_a_harness_error() ->
     assert s_derived.executed == 4 and verdicts(derived) == verdicts(whole)
     assert s_derived.lines()[0] == "kill: 14 points -> 4 crash states, all pass; sample 0/0 agree"
     # the planted grouping merges a point before an append with points after it
-    bad = [r for r in unsound if r.outcome == "harness-error"]
-    assert bad and all("crash-state grouping unsound" in (r.error or "") for r in bad), [r.error for r in bad]
-    assert {m for m, _, d in s_unsound.checked if d} == {r.case.id for r in bad}
+    # (every member sampled: each keeps its own run's verdict, the disagreeing ones say so)
+    bad = [r for r in unsound if "crash-state grouping unsound" in (r.error or "")]
+    assert bad and s_unsound.unsound and {m for m, _, d in s_unsound.checked if d} == {r.case.id for r in bad}
+    assert verdicts(unsound) == verdicts(whole)
     assert "log" in " ".join(d for _, _, diffs in s_unsound.checked for d in diffs)
+    assert any(line.startswith("crash-state grouping unsound (") for line in s_unsound.lines()), s_unsound.lines()
+    # a sample of 30 % of the members finds it too; the unsampled members then run whole
+    # instead of taking their representative's verdict (held until the sample was compared)
+    members = [c.id for g in s_esc.plan.groups for c in g.cases[1:]]
+    assert len(s_esc.checked) == math.ceil(0.3 * len(members)) < len(members) and s_esc.unsound, s_esc.checked
+    # (a member whose derived verdict fails runs whole anyway: the rest are escalated)
+    assert s_esc.escalated and set(s_esc.escalated) <= {m for m in members if m not in s_esc.plan.sampled}
+    assert s_esc.executed == 14 and verdicts(escalated) == verdicts(whole)
+    assert s_esc.to_dict()["pruned"] == {} and s_esc.to_dict()["escalated"] == s_esc.escalated
 
 
 def test_sampled_kinds_join_the_matrix_and_say_so() -> None:

@@ -33,9 +33,11 @@ atoms found at the learned places (except values that were the same in both gold
 at that place: :attr:`IdentifierModel.constants`). Each is replaced by a readable label
 in order of first appearance: ``ch-1``, ``ch-2`` (the prefix is the value's own
 alphabetic prefix, such as ``ch_`` or ``msg_``, when the two golden runs' values share
-it: :attr:`IdentifierModel.prefixes`; else the field name it was found under: ``key-1``.
-A random key, URL-safe base64 say, starts like ``Qx_...`` now and then: that is no
-prefix, or its label would change from run to run). Identifiers of six characters or more are also replaced where they appear
+it *at the place the value is found*: :attr:`IdentifierModel.prefixes`; else the field
+name it was found under: ``key-1``. A random key, URL-safe base64 say, starts like
+``Qx_...`` or even ``Ch_...`` now and then: at its key's place that is no prefix, or its
+label would change from run to run and a correct runtime would fail a case in a hundred
+or so: ``tests/unit/test_unit_normalize.py``). Identifiers of six characters or more are also replaced where they appear
 inside longer strings (a charge id quoted in a mail body); shorter ones (integers from a
 sequence) only at identifier places, so that ``17`` the key is not confused with ``17``
 the quantity. Never masked: a second charge is ``ch-2``, not another ``ch-1``, so a key
@@ -181,9 +183,10 @@ class IdentifierModel:
     places: frozenset[Place] = frozenset()
     fields: frozenset[str] = frozenset()
     constants: Mapping[Place, frozenset[str]] = field(default_factory=dict)
-    #: the identifiers' own prefixes (``ch``, ``msg``): those both golden runs' values
-    #: had at the same identifier, the only ones labels are made of
-    prefixes: frozenset[str] = frozenset()
+    #: per identifier place, the identifiers' own prefixes (``ch``, ``msg``) that both
+    #: golden runs' values had at the same identifier found there: the only ones labels
+    #: of values found at that place are made of
+    prefixes: Mapping[Place, frozenset[str]] = field(default_factory=dict)
 
     def holds_identifiers(self, place: Place) -> bool:
         return place in self.places or declared(place, self.fields)
@@ -205,12 +208,13 @@ class IdentifierModel:
         """JSON shape (the golden cache stores it)."""
         return {"places": sorted(list(p) for p in self.places), "fields": sorted(self.fields),
                 "constants": sorted([list(p), sorted(v)] for p, v in self.constants.items()),
-                "prefixes": sorted(self.prefixes)}
+                "prefixes": sorted([list(p), sorted(v)] for p, v in self.prefixes.items())}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> IdentifierModel:
         return cls(frozenset(tuple(p) for p in data.get("places", ())), frozenset(data.get("fields", ())),
-                   {tuple(p): frozenset(v) for p, v in data.get("constants", ())}, frozenset(data.get("prefixes", ())))
+                   {tuple(p): frozenset(v) for p, v in data.get("constants", ())},
+                   {tuple(p): frozenset(v) for p, v in data.get("prefixes", ())})
 
     def identifiers_in(self, doc: Any) -> dict[str, Place]:
         """The identifiers of one run's document: each atom at an identifier place (not a
@@ -395,7 +399,12 @@ def learn(first: Any, second: Any, *, fields: Iterable[str] = (), unordered: Ite
             places |= candidate_places[ia]
             accepted[ia] = ib
 
-    prefixes = frozenset(pa for ia, ib in accepted.items() if (pa := _value_prefix(ia)) and pa == _value_prefix(ib))
+    shared_prefixes: dict[Place, set[str]] = {}
+    for ia, ib in accepted.items():
+        if (pa := _value_prefix(ia)) and pa == _value_prefix(ib):
+            for p in candidate_places[ia]:
+                shared_prefixes.setdefault(p, set()).add(pa)
+    prefixes = {p: frozenset(v) for p, v in shared_prefixes.items()}
     model = IdentifierModel(frozenset(places), fields,
                             {p: frozenset(v) for p, v in constants.items() if p in places or declared(p, fields)},
                             prefixes)
@@ -441,11 +450,11 @@ def _value_prefix(ident: str) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def _prefix(ident: str, place: Place, prefixes: frozenset[str]) -> str:
-    """The label prefix of ``ident``: its own prefix when it is one of ``prefixes`` (the
-    golden pair's), else the name of the field it was found under."""
+def _prefix(ident: str, place: Place, prefixes: Mapping[Place, frozenset[str]]) -> str:
+    """The label prefix of ``ident`` found at ``place``: its own prefix when the golden
+    pair's identifiers had it there (``prefixes``), else the name of the field."""
     own = _value_prefix(ident)
-    if own is not None and own in prefixes:
+    if own is not None and own in prefixes.get(place, ()):
         return own
     name = next((p for p in reversed(place) if p not in ("*", "<key>")), "id")
     return _FIELD_RE.sub("_", name).strip("_").lower() or "id"

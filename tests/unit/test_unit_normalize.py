@@ -192,7 +192,8 @@ def test_a_random_key_that_looks_prefixed_is_labelled_by_its_field() -> None:
     keys = iter(["Qx_aaaaaaaaaaaaaaaaaaaa", "Lm-bbbbbbbbbbbbbbbbbbbb", "zzzcccccccccccccccccccc", "9yddddddddddddddddddddd",
                  "Ab_eeeeeeeeeeeeeeeeeeee", "Ab_fffffffffffffffffffff"])
     model, differences = learn(run_doc(lambda: next(keys)), run_doc(lambda: next(keys)), unordered=UNORDERED)
-    assert differences == [] and {"ch", "msg", "call"} <= model.prefixes and not {"qx", "lm", "ab"} & model.prefixes
+    learned = set().union(*model.prefixes.values())
+    assert differences == [] and {"ch", "msg", "call"} <= learned and not {"qx", "lm", "ab"} & learned
     case = normalise(run_doc(lambda: next(keys)), model)
     assert case["effects"][0]["key"] == "key-1" and case == normalise(run_doc(KEY_FORMATS["uuid4"]), model)
 
@@ -244,3 +245,17 @@ def test_the_places_of_a_walk_are_its_paths_places() -> None:
 
     doc = run_doc(KEY_FORMATS["uuid4"], extra_mail=True) | {"odd": {3: ["x", {"k": [1, 2]}], "y": (True, None)}}
     assert list(walk_places(doc)) == [(place_of(p), v) for p, v in walk(doc)]
+
+
+def test_a_random_key_that_starts_like_another_identifiers_prefix_is_labelled_by_its_field() -> None:
+    """A URL-safe base64 key that starts ``Ch_`` or ``msg-`` by chance, where the golden
+    runs' charge and message ids start ``ch_`` and ``msg_``, is still ``key-1``: the prefix
+    counts only at the places it was learned (one case in a hundred or so of a correct
+    runtime with such keys failed effects.ledger_equal as ``ch-2`` vs ``key-1``)."""
+    keys = iter(["Qx_aaaaaaaaaaaaaaaaaaaa", "Lm-bbbbbbbbbbbbbbbbbbbb", "zzzcccccccccccccccccccc", "9yddddddddddddddddddddd",
+                 "Ch_eeeeeeeeeeeeeeeeeeee", "msg-ffffffffffffffffffff"])
+    model, differences = learn(run_doc(lambda: next(keys)), run_doc(lambda: next(keys)), unordered=UNORDERED)
+    assert differences == []
+    case = normalise(run_doc(lambda: next(keys)), model)
+    assert [e["key"] for e in case["effects"]] == ["key-1", "key-2"]
+    assert case == normalise(run_doc(KEY_FORMATS["uuid4"]), model)

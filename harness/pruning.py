@@ -453,6 +453,9 @@ class CrashStates:
         self.share_checked: list[tuple[str, str, list[str]]] = []  # (sharer, owner, differences)
         #: a sampled sharer's own resume ended elsewhere: no resume is shared any more
         self.unsound = False
+        #: cases ended (their last run's result); sampled sharers not yet compared: (sharer, owner)
+        self.ended: dict[str, CaseResult] = {}
+        self.pending: list[tuple[str, str]] = []
 
     def _doc(self, cx: CaseRun) -> dict[str, Any]:
         doc = self.docs.get(cx.case.id)
@@ -464,9 +467,12 @@ class CrashStates:
         """Before ``cx``'s first fault-free resume: True when an equal crash state was
         resumed already (its final state, resume verdicts, trace and reached labels are
         now ``cx``'s: ``cx.final``...), False when this case resumes itself (it owns its
-        crash state, or it is in the sample, or the owner's resume failed)."""
+        crash state, or it is in the sample, or the owner's case did not pass: a failure, a
+        flaky one too, is never copied; or this is a replay of the same case)."""
         if self.unsound or not self.options.share or cx.crash is None or not shareable(cx.case):
             return False
+        if cx.case.id in self.owned or cx.case.id in self.took or cx.case.id in self.share_sampled:
+            return False  # a replay of a failing case (run_case_replayed) resumes itself
         key = (cx.explorer.subject, cx.case.conversation, state_key(self._doc(cx)))
         entry = self.shared.get(key)
         if entry is None:
@@ -497,36 +503,45 @@ class CrashStates:
         case_id = cx.case.id
         if case_id in self.plan.group_of or case_id in self.owned or case_id in self.share_sampled:
             self.records[case_id] = Record(cx.crash, final, cx.result, cx.first_trace)
-        key = self.owned.get(case_id)
-        if key is not None and not self.shared[key].done.done():
-            self.shared[key].done.set_result(self.records[case_id])  # the waiting sharers go on now
 
     def case_over(self, result: CaseResult) -> None:
-        """After ``result``'s case ended however it ended: an owner's waiting sharers
-        get its record (None: its resume did not end in a final state); a sampled
-        sharer's final state is compared with its owner's."""
+        """After ``result``'s case ended however it ended (its replays too): an owner's
+        waiting sharers get its record when it passed, else None (each resumes itself);
+        a sampled sharer's final state is compared with its owner's once both ended."""
         key = self.owned.pop(result.case.id, None)
         record = self.records.get(result.case.id)
         if key is not None:
-            entry = self.shared[key]
-            if not entry.done.done():  # its resume did not end in a final state
-                entry.done.set_result(None)
-            if record is None or result.outcome == "harness-error":
+            # only a resume that passed is shared: the waiting sharers go on now, with it or
+            # (its resume did not end in a final state, or a check failed, or its replay
+            # disagreed) each resuming itself, so a flaky failure is not copied to them
+            passed = record is not None and result.outcome == "pass"
+            self.shared[key].done.set_result(record if passed else None)
+            if not passed:
                 del self.shared[key]  # a later case with this state resumes itself
+        self.ended[result.case.id] = result
         owner = self.share_sampled.get(result.case.id)
-        if owner is not None and record is not None:
-            theirs = self.records.get(owner)
-            if theirs is not None and result.outcome != "harness-error":
-                golden = self.goldens[result.case.conversation]
-                mine_doc = order_free(state_document(record.final, golden.identifiers))
-                their_doc = order_free(state_document(theirs.final, golden.identifiers))
-                diffs = state_differences(their_doc, mine_doc)
-                self.share_checked.append((result.case.id, owner, diffs))
-                if diffs:  # its own resume ran: its verdicts stand; no resume is shared any more
-                    self.unsound = True
-                    note = (f"resume sharing disagreed: this case's crash state equals {owner}'s, but its own "
-                            f"resume ended in another state: {'; '.join(diffs)}")
-                    result.error = f"{result.error}; {note}" if result.error else note
+        if owner is not None:
+            self.pending.append((result.case.id, owner))
+        for sharer, owner in [p for p in self.pending if p[0] in self.ended and p[1] in self.ended]:
+            self.pending.remove((sharer, owner))
+            self._compare(self.ended[sharer], self.ended[owner])
+
+    def _compare(self, sharer: CaseResult, owner: CaseResult) -> None:
+        """A sampled sharer's final state against its owner's, once both ended: counted
+        only when the owner passed (a failing owner's resume was shared with no one) and
+        the sharer's run is no harness error; a difference stops all sharing."""
+        mine, theirs = self.records.get(sharer.case.id), self.records.get(owner.case.id)
+        if mine is None or theirs is None or sharer.outcome == "harness-error" or owner.outcome != "pass":
+            return
+        golden = self.goldens[sharer.case.conversation]
+        diffs = state_differences(order_free(state_document(theirs.final, golden.identifiers)),
+                                  order_free(state_document(mine.final, golden.identifiers)))
+        self.share_checked.append((sharer.case.id, owner.case.id, diffs))
+        if diffs:  # its own resume ran: its verdicts stand; no resume is shared any more
+            self.unsound = True
+            note = (f"resume sharing disagreed: this case's crash state equals {owner.case.id}'s, but its own "
+                    f"resume ended in another state: {'; '.join(diffs)}")
+            sharer.error = f"{sharer.error}; {note}" if sharer.error else note
 
 
 # -- running ---------------------------------------------------------------------------
@@ -731,7 +746,7 @@ async def run_pruned(
             return
         emit(result)
         record = hook.records.get(rep.id) if hook is not None else None
-        usable = (record is not None and record.crash is not None and result.outcome != "harness-error"
+        usable = (record is not None and record.crash is not None and result.outcome not in ("harness-error", "flaky")
                   and followed_golden(record.trace, goldens[rep.conversation].trace, rep))
         for member in group.cases[1:]:
             if member.id in plan.sampled:

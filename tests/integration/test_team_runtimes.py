@@ -40,8 +40,9 @@ def test_a_correct_team_runtime_passes_a_shard_of_the_default_matrix(subject: st
     # 11 is prime to the 3 kinds: the shard holds kill, term and cancel cases (a shard of
     # 12 would hold kills only: cases come kill, term, cancel per point)
     report = asyncio.run(run_matrix("checkout", f"teamruntimes.{subject}", shard_spec="1/11"))
-    failed = [(r.case.id, [v.check for v in r.failed], r.error) for r in report.results if r.outcome != "pass"]
-    assert failed == [] and report.golden_results == [], failed[:3]
+    failed = [(r.case.id, r.outcome, [(v.check, v.details[:300]) for v in r.failed], r.error,
+               [w.get("shared") for w in r.workers if w.get("shared")]) for r in report.results if r.outcome != "pass"]
+    assert failed == [] and report.golden_results == [], failed[:4]
     assert len(report.results) > 80 and {r.case.plan.faults[0].kind for r in report.results} == {"kill", "term", "cancel"}
 
 

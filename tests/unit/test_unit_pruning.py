@@ -176,3 +176,44 @@ def test_a_representative_that_took_another_interleaving_is_not_derived_from() -
     b = {"log": [[1, "turn-5.tool-1", "tool", 1, True], [2, "turn-5.tool-0", "tool", 1, True]], "status": "completed"}
     assert a != b and order_free(a) == order_free(b)
     assert order_free(a) != order_free({**b, "log": b["log"][:1]})
+
+
+def _share_run(hook: pruning.CrashStates, case: Case, outcome: str = "pass"):
+    """A case run as the explorer drives the hook, up to its resume: (CaseRun, result)."""
+    import types
+    from pathlib import Path
+
+    from crashmatrix.harness.explorer import CaseRun
+
+    g = golden()
+    result = CaseResult(case, "reference", outcome, run_id=f"cm-run-{case.id[-8:]}")
+    cx = CaseRun(types.SimpleNamespace(subject="reference"), case, g, result.run_id, result, Path("."))
+    cx.crash = g.evidence
+    hook.docs[case.id] = {"state": "the same"}  # every case here leaves one crash state
+    return cx, result
+
+
+def test_a_resume_is_shared_only_once_its_owner_passed_and_a_replay_resumes_itself() -> None:
+    """A flaky failure of an owner's resume must not be copied to the cases that share
+    its crash state (the checkout matrix of a correct runtime once failed two term cases
+    that way), and a replay of a failing case (same id) runs its own resume."""
+    import asyncio
+
+    async def scenario(owner_outcome: str) -> tuple[bool, bool, bool]:
+        g = golden()
+        hook = pruning.CrashStates(pruning.PruneOptions(sample=0.0), pruning.Plan(), {"conv1": g})
+        (a, ra), (b, rb) = _share_run(hook, kill(0, "term")), _share_run(hook, kill(5, "term"))
+        assert await hook.share_resume(a) is False  # the first of the state owns it
+        waiting = asyncio.ensure_future(hook.share_resume(b))
+        hook.finished(a, g.evidence)
+        await asyncio.sleep(0)
+        early = waiting.done()  # the sharer waits for the owner's verdict, not its final state
+        replay, _ = _share_run(hook, kill(0, "term"))
+        replay_shares = await hook.share_resume(replay)
+        ra.outcome = owner_outcome
+        hook.case_over(ra)
+        return early, replay_shares, await waiting
+
+    assert asyncio.run(scenario("pass")) == (False, False, True)
+    assert asyncio.run(scenario("flaky")) == (False, False, False)
+    assert asyncio.run(scenario("fail")) == (False, False, False)

@@ -94,8 +94,8 @@ _APPEND_SQL = """
 WITH fence AS (
     SELECT 1 FROM cm_runs WHERE run_id = $1 AND lease_epoch = $5 FOR SHARE
 ), ins AS (
-    INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch)
-    SELECT $1, $2, $3, $4, $5 FROM fence
+    INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch, kind, tokens, wall_ms, spawned)
+    SELECT $1, $2, $3, $4, $5, $9, $10, $11, $12 FROM fence
     ON CONFLICT DO NOTHING
     RETURNING seq
 ), eff AS (
@@ -111,19 +111,32 @@ SELECT (SELECT count(*) FROM fence) AS fenced_ok,
 """
 
 
-# A batch for the group commit. Every array is text[] (records in base64): asyncpg has
-# built-in codecs for text[] only, and any other array type makes each new connection run
-# a type-introspection query first (see LOG_FRAMES_SQL).
+def record_facts(record: NodeRecord) -> tuple[str, int, int, list[str]]:
+    """What the graph's rebuild needs of a record, written beside it (schema version 6:
+    ``cm_run_log.kind``, ``tokens``, ``wall_ms``, ``spawned``) in the statement that
+    appends it, so a rehydrate gets the run's totals and frontier from the server
+    instead of walking every record in Python."""
+    budget = record.budget
+    return record.kind, budget.tokens, budget.wall_ms, [spec.node_id for spec in record.spawned]
+
+
+# A batch for the group commit. Every array is text[] (records in base64, the spawned ids
+# of each record as a JSON array): asyncpg has built-in codecs for text[] only, and any
+# other array type makes each new connection run a type-introspection query first (see
+# LOG_FRAMES_SQL).
 _APPEND_MANY_SQL = """
 WITH fence AS (
     SELECT 1 FROM cm_runs WHERE run_id = $1 AND lease_epoch = $2 FOR SHARE
 ), batch AS (
-    SELECT u.seq::bigint AS seq, u.node_id, decode(u.record, 'base64') AS record, u.idem_key, u.status, u.result
-      FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
-        AS u(seq, node_id, record, idem_key, status, result)
+    SELECT u.seq::bigint AS seq, u.node_id, decode(u.record, 'base64') AS record, u.idem_key, u.status, u.result,
+           u.kind, u.tokens::bigint AS tokens, u.wall_ms::bigint AS wall_ms,
+           ARRAY(SELECT jsonb_array_elements_text(u.spawned::jsonb)) AS spawned
+      FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+                  $9::text[], $10::text[], $11::text[], $12::text[])
+        AS u(seq, node_id, record, idem_key, status, result, kind, tokens, wall_ms, spawned)
 ), ins AS (
-    INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch)
-    SELECT $1, b.seq, b.node_id, b.record, $2 FROM batch b, fence
+    INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch, kind, tokens, wall_ms, spawned)
+    SELECT $1, b.seq, b.node_id, b.record, $2, b.kind, b.tokens, b.wall_ms, b.spawned FROM batch b, fence
     ON CONFLICT DO NOTHING
     RETURNING node_id
 ), eff AS (
@@ -219,6 +232,7 @@ class AppendOnlyLog:
             effect.idem_key if effect else None,
             effect.status if effect else None,
             json.dumps(effect.result, sort_keys=True) if effect else None,
+            *record_facts(record),
         )
         while True:
             try:
@@ -265,12 +279,15 @@ class AppendOnlyLog:
         import json
 
         datas = [rec.SerializeToString(deterministic=True) for rec, _ in items]
+        facts = [record_facts(rec) for rec, _ in items]
         args = (
             lease.run_id, lease.epoch,
             [str(first_seq + i) for i in range(len(items))], [rec.node_id for rec, _ in items],
             [base64.b64encode(d).decode() for d in datas],
             [eff.idem_key if eff else None for _, eff in items], [eff.status if eff else None for _, eff in items],
             [json.dumps(eff.result, sort_keys=True) if eff else None for _, eff in items],
+            [kind for kind, _, _, _ in facts], [str(tokens) for _, tokens, _, _ in facts],
+            [str(wall_ms) for _, _, wall_ms, _ in facts], [json.dumps(spawned) for _, _, _, spawned in facts],
         )
         while True:
             try:

@@ -14,9 +14,9 @@ from crashmatrix.reference_runtime import codec
 from crashmatrix.reference_runtime.db import Db
 from crashmatrix.reference_runtime.effects import EffectLedger, idempotency_key
 from crashmatrix.reference_runtime.leases import Lease, LeaseLost, acquire, set_status
-from crashmatrix.reference_runtime.logstore import AppendOnlyLog, CorruptRecord, EffectOutcome, LogConflict
+from crashmatrix.reference_runtime.logstore import AppendOnlyLog, CorruptRecord, EffectOutcome, LogConflict, record_facts
 from crashmatrix.reference_runtime.migrations import SCHEMA_VERSION, _ADVISORY_KEY, migrate
-from crashmatrix.reference_runtime.records_pb2 import Budget, NodeRecord
+from crashmatrix.reference_runtime.records_pb2 import Budget, NodeRecord, NodeSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -232,6 +232,30 @@ async def test_read_returns_seq_order(db: Db, run: tuple[str, Lease]) -> None:
     assert [(s.seq, s.node_id, s.record.node_id) for s in stored] == [(1, "a", "a"), (2, "b", "b"), (3, "c", "c")]
     assert codec.decode(stored[0].record.output) == {"messages": []}
     assert await log.read("cm-run-none") == []
+
+
+def current(node_id: str, spawned: tuple[str, ...] = (), tokens: int = 0, wall_ms: int = 0, kind: str = "model") -> NodeRecord:
+    """A record as this build writes it (format 2), spawning ``spawned``."""
+    return NodeRecord(
+        format_version=2, node_id=node_id, kind=kind, output=codec.encode({"messages": []}),
+        spawned=[NodeSpec(node_id=s, kind="tool", parents=[node_id], input=codec.encode({})) for s in spawned],
+        budget=Budget(tokens=tokens, wall_ms=wall_ms, model_calls=int(kind == "model")), lease_epoch=1,
+    )
+
+
+async def test_each_append_writes_the_record_facts_beside_it(db: Db, raw: asyncpg.Connection, run: tuple[str, Lease]) -> None:
+    """An append and a group commit write, in the statement that appends each record, what
+    the graph's rebuild needs of it (schema version 6): what the record itself says."""
+    run_id, lease = run
+    log = AppendOnlyLog(db)
+    one = current("turn-1", ("turn-1.tool-0", "turn-1.tool-1", "turn-2"), tokens=7, wall_ms=30)
+    await log.append(lease, 1, one, None)
+    tools = [current(f"turn-1.tool-{i}", kind="tool", wall_ms=5 + i) for i in range(2)]
+    assert await log.append_many(lease, 2, [(t, None) for t in tools]) == [True, True]
+    rows = await raw.fetch("SELECT kind, tokens, wall_ms, spawned FROM cm_run_log WHERE run_id = $1 ORDER BY seq", run_id)
+    assert [tuple(r) for r in rows] == [record_facts(r) for r in (one, *tools)]
+    assert [tuple(r) for r in rows] == [("model", 7, 30, ["turn-1.tool-0", "turn-1.tool-1", "turn-2"]),
+                                        ("tool", 0, 5, []), ("tool", 0, 6, [])]
 
 
 @pytest.mark.parametrize(

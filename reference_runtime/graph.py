@@ -205,7 +205,10 @@ class RunGraph:
         self.tokens_used += facts.tokens
         self.wall_ms_used += facts.wall_ms
         self.last_seq = n
-        self._pending = {node_id: specs[node_id] for node_id in sorted(specs.keys() - records.keys(), key=node_order)}
+        # the specs without a record: spawned ids not recorded (a C loop: no set of every id), and the root's
+        unrecorded = list(itertools.filterfalse(records.__contains__, ids))
+        unrecorded.extend(node_id for node_id in root if node_id not in records)
+        self._pending = {node_id: specs[node_id] for node_id in sorted(unrecorded, key=node_order)}
         self._open = Counter(scope_of(node_id) for node_id in self._pending)
 
     def _rebuild(self, stored: Sequence[StoredRecord]) -> None:

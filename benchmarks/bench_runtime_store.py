@@ -3,6 +3,7 @@
 
     python benchmarks/bench_runtime_store.py [--turns 1000] [--rounds 2] [--rehydrate 5000]
                                              [--vacuum-wait 75] [--dsn DSN] [--json PATH]
+                                             [--rehydrate-only] [--repeat 15] [--baseline DIR]
 
 1. **Turn append** (the executor's ``append``: encode + insert + commit, one fenced
    statement that also moves the node's effect) p50/p95 over turns 1-20 ("turn 10") and
@@ -18,9 +19,14 @@
 3. **Floor**: a ``SELECT 1`` round trip and a one-row INSERT with its own commit (fsync
    on), the least any turn append can cost on this server and disk.
 4. **Rehydrate** of ``--rehydrate`` records (a long_run log): the store's read (one round
-   trip returning the records framed as one protobuf message, parsed in one call), the
-   per-row path (three arrays, a parse per record), a plain row-by-row fetch, the fetch
-   alone, and the graph rebuild on top.
+   trip returning the records framed as one protobuf message, parsed in one call, with
+   the facts the rebuild needs), the per-row path (three arrays, a parse per record), a
+   plain row-by-row fetch, the framed fetch alone (as the read made it before schema
+   version 6: the goal's denominator) and the store's query alone, the graph rebuild on
+   top, the same log as rows without facts (an older build's), and with ``--baseline``
+   another build's read and rebuild; round-robin, ``--repeat`` rounds.
+5. With ``--baseline``: the append-only store's append of this build against the other
+   build's, interleaved record by record on one connection.
 
 Starts an embedded PostgreSQL (fsync on) unless --dsn (or $CRASHMATRIX_PG_DSN) is given.
 Figures go to stdout as JSON; docs/benchmarks.md records runs. Wall-clock figures on a
@@ -57,6 +63,8 @@ from crashmatrix.reference_runtime.snapshots import DeltaSnapshotStore  # noqa: 
 from crashmatrix.scenarios import long_run  # noqa: E402
 
 SNAPSHOT_EVERY = 50
+_VARINT4_V5 = "substring(int8send(((({n} & 127) | 128)::bigint << 24) | (((({n} >> 7) & 127) | 128) << 16)" \
+              " | (((({n} >> 14) & 127) | 128) << 8) | ({n} >> 21)) FROM 5)"
 TABLES = ("cm_run_log", "cm_run_snapshots", "cm_effects", "cm_runs", "bench_full_state")
 
 _FULL_SQL = """
@@ -248,15 +256,62 @@ async def long_run_records(n: int) -> list[StoredRecord]:
     return rt.store.runs["gen"][:n]  # type: ignore[attr-defined]
 
 
-async def bench_rehydrate(db: Db, n: int, repeat: int = 15) -> dict[str, Any]:
+# The framed fetch as the store's read made it before schema version 6 (records framed as
+# a Snapshot's entries, node ids, the plain check; no facts): the denominator of issue
+# 22's rehydrate goal, kept fixed so builds compare against the same fetch.
+FRAMED_FETCH_V5_SQL = """
+SELECT string_agg('\\x1a'::bytea || {v1} || '\\x12'::bytea || {v2} || record, ''::bytea ORDER BY seq) AS framed,
+       array_agg(node_id ORDER BY seq) AS nodes, count(*) AS n, min(seq) AS first, max(seq) AS last,
+       max(length(record)) AS longest,
+       bool_and(octet_length(node_id) < 128 AND substring(record FROM 1 FOR 4 + octet_length(node_id))
+                = '\\x0802'::bytea || '\\x12'::bytea || set_byte('\\x00'::bytea, 0, octet_length(node_id))
+                  || convert_to(node_id, 'UTF8')) AS plain
+  FROM cm_run_log WHERE run_id = $1
+"""
+
+
+def load_baseline(directory: str) -> Any:
+    """Another build's ``reference_runtime`` package (``git archive REV reference_runtime``
+    unpacked), imported beside this one as ``cm_baseline_rt`` with this build's generated
+    protobuf module (a superset: one descriptor pool holds one ``records.proto``)."""
+    import importlib.util
+
+    from crashmatrix.reference_runtime import records_pb2
+
+    root = Path(directory).resolve()
+    sys.modules["cm_baseline_rt.records_pb2"] = records_pb2
+    spec = importlib.util.spec_from_file_location("cm_baseline_rt", root / "__init__.py",
+                                                  submodule_search_locations=[str(root)])
+    assert spec is not None and spec.loader is not None
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["cm_baseline_rt"] = package
+    spec.loader.exec_module(package)
+    import cm_baseline_rt.graph  # type: ignore[import-not-found]  # noqa: F401
+    import cm_baseline_rt.logstore  # type: ignore[import-not-found]  # noqa: F401
+    return package
+
+
+async def bench_rehydrate(db: Db, n: int, repeat: int = 15, baseline: Any = None) -> dict[str, Any]:
+    """The read paths of one ``n``-record long_run log, measured round-robin (each
+    repetition runs every path once, so a change of the machine's speed hits them alike),
+    and the same log as rows of a build before schema version 6 (no facts beside the
+    records: the graph walks them). ``baseline``: another build's package
+    (:func:`load_baseline`), whose store's read and rebuild are measured in the same rounds."""
+    from crashmatrix.reference_runtime.logstore import _READ_FRAMED_SQL, record_facts
+
     records = await long_run_records(n)
-    run_id = f"bench-r-{uuid.uuid4().hex[:12]}"
-    await db.execute("INSERT INTO cm_runs (run_id, workload, input, status) VALUES ($1, 'bench', '{}'::jsonb, 'pending')", run_id)
-    rows = [(run_id, s.seq, s.node_id, s.record.SerializeToString(deterministic=True), 1) for s in records]
-    await db.conn.copy_records_to_table("cm_run_log", records=rows, columns=["run_id", "seq", "node_id", "record", "lease_epoch"])
+    run_id, old_id = f"bench-r-{uuid.uuid4().hex[:12]}", f"bench-r-{uuid.uuid4().hex[:12]}"
+    for rid in (run_id, old_id):
+        await db.execute("INSERT INTO cm_runs (run_id, workload, input, status) VALUES ($1, 'bench', '{}'::jsonb, 'pending')", rid)
+    rows = [(run_id, s.seq, s.node_id, s.record.SerializeToString(deterministic=True), 1, *record_facts(s.record))
+            for s in records]
+    await db.conn.copy_records_to_table("cm_run_log", records=rows, columns=[
+        "run_id", "seq", "node_id", "record", "lease_epoch", "kind", "tokens", "wall_ms", "spawned"])
+    await db.conn.copy_records_to_table("cm_run_log", records=[(old_id, *r[1:5]) for r in rows],
+                                        columns=["run_id", "seq", "node_id", "record", "lease_epoch"])
     await db.execute("VACUUM ANALYZE cm_run_log")
     log = AppendOnlyLog(db)
-    from crashmatrix.reference_runtime.logstore import _READ_FRAMED_SQL
+    fetch_v5 = FRAMED_FETCH_V5_SQL.format(v1=_VARINT4_V5.format(n="(length(record) + 5)"), v2=_VARINT4_V5.format(n="length(record)"))
 
     async def read() -> Any:
         return await log.read(run_id)
@@ -269,25 +324,80 @@ async def bench_rehydrate(db: Db, n: int, repeat: int = 15) -> dict[str, Any]:
         return [decode_row(run_id, r["seq"], r["node_id"], bytes(r["record"])) for r in rs]
 
     async def fetch_only() -> Any:
+        return await db.fetchrow(fetch_v5, run_id)
+
+    async def fetch_store_query() -> Any:
         return await db.fetchrow(_READ_FRAMED_SQL, run_id)
 
     async def read_and_rebuild() -> Any:
         return RunGraph.rehydrate(run_id, {}, await log.read(run_id))
 
+    async def read_and_rebuild_old_rows() -> Any:
+        return RunGraph.rehydrate(old_id, {}, await log.read(old_id))
+
+    fast, slow = await read_and_rebuild(), await read_and_rebuild_old_rows()
     assert [(s.seq, s.record) for s in await read()] == [(s.seq, s.record) for s in await read_rows()]
+    assert (fast.records, list(fast.specs), fast._pending, fast.tokens_used, fast.wall_ms_used, fast.turns_used) == (
+        slow.records, list(slow.specs), slow._pending, slow.tokens_used, slow.wall_ms_used, slow.turns_used)
+    paths: list[tuple[str, Any]] = [
+        ("fetch_only_framed", fetch_only), ("fetch_only_store_query", fetch_store_query),
+        ("fetch_decode_framed (the store's read)", read),
+        ("fetch_decode_per_row_arrays", read_rows), ("fetch_decode_row_by_row", row_by_row),
+        ("fetch_decode_framed_plus_graph_rebuild", read_and_rebuild),
+        ("rows_without_facts_read_plus_graph_rebuild", read_and_rebuild_old_rows),
+    ]
+    if baseline is not None:
+        base_log = baseline.logstore.AppendOnlyLog(db)
+        base_graph = baseline.graph.RunGraph
+
+        async def baseline_read_and_rebuild() -> Any:
+            return base_graph.rehydrate(run_id, {}, await base_log.read(run_id))
+
+        assert (await baseline_read_and_rebuild()).records == fast.records
+        paths.append(("baseline_read_plus_graph_rebuild", baseline_read_and_rebuild))
     out: dict[str, Any] = {"records": n, "bytes": sum(len(r[3]) for r in rows)}
-    for name, fn in (("fetch_only_framed", fetch_only), ("fetch_decode_framed (the store's read)", read),
-                     ("fetch_decode_per_row_arrays", read_rows), ("fetch_decode_row_by_row", row_by_row),
-                     ("fetch_decode_framed_plus_graph_rebuild", read_and_rebuild)):
+    wall: dict[str, list[float]] = {name: [] for name, _ in paths}
+    cpu: dict[str, list[float]] = {name: [] for name, _ in paths}
+    for name, fn in paths:
         await fn()
-        wall, cpu = [], []
-        for _ in range(repeat):
+    for _ in range(repeat):
+        for name, fn in paths:
             t0, c0 = time.perf_counter(), time.process_time()
-            await fn()
-            wall.append((time.perf_counter() - t0) * 1000)
-            cpu.append((time.process_time() - c0) * 1000)
-        out[name] = {"median_ms": round(statistics.median(wall), 2), "min_ms": round(min(wall), 2),
-                     "client_cpu_median_ms": round(statistics.median(cpu), 2)}
+            result = await fn()  # held until the time is taken: freeing it is not the read's
+            wall[name].append((time.perf_counter() - t0) * 1000)
+            cpu[name].append((time.process_time() - c0) * 1000)
+            del result
+    for name, _ in paths:
+        out[name] = {"median_ms": round(statistics.median(wall[name]), 2), "min_ms": round(min(wall[name]), 2),
+                     "client_cpu_median_ms": round(statistics.median(cpu[name]), 2)}
+    fetch = out["fetch_only_framed"]["median_ms"]
+    out["ratios_to_fetch_only_framed"] = {name: round(out[name]["median_ms"] / fetch, 2) for name, _ in paths}
+    return out
+
+
+async def bench_append_against(db: Db, baseline: Any, n: int = 600) -> dict[str, Any]:
+    """The append-only store's append of this build against ``baseline``'s, interleaved:
+    the first ``n`` records of a long_run log appended one by one into two runs, record
+    ``i`` by one build then the other (the order swapped every record), p50/p95 in ms.
+    Both write to this build's schema (the baseline's statement leaves the facts NULL)."""
+    records = await long_run_records(n)
+    stores = {"this_build": AppendOnlyLog(db), "baseline": baseline.logstore.AppendOnlyLog(db)}
+    leases = {}
+    for name in stores:
+        run_id = f"bench-a-{uuid.uuid4().hex[:12]}"
+        await db.execute("INSERT INTO cm_runs (run_id, workload, input, status, lease_epoch) "
+                         "VALUES ($1, 'bench', '{}'::jsonb, 'running', 1)", run_id)
+        leases[name] = Lease(run_id, "bench", 1)
+    times: dict[str, list[float]] = {name: [] for name in stores}
+    names = list(stores)
+    for i, item in enumerate(records):
+        for name in names if i % 2 else names[::-1]:
+            t0 = time.perf_counter()
+            await stores[name].append(leases[name], item.seq, item.record, None)
+            times[name].append((time.perf_counter() - t0) * 1000)
+    out: dict[str, Any] = {name: {"p50_ms": round(pct(t, 0.5), 3), "p95_ms": round(pct(t, 0.95), 3)} for name, t in times.items()}
+    out["this_over_baseline_p50"] = round(out["this_build"]["p50_ms"] / out["baseline"]["p50_ms"], 3)
+    out["appends_each"] = n
     return out
 
 
@@ -317,10 +427,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             await db.execute("CREATE TABLE IF NOT EXISTS bench_full_state (run_id text PRIMARY KEY, state bytea NOT NULL)")
             result: dict[str, Any] = {"load_average_start": os.getloadavg(), "turns": args.turns, "rounds": args.rounds,
                                       "server": await db.fetchval("SHOW server_version"), "fsync": await db.fetchval("SHOW fsync")}
-            result["floor"] = await bench_floor(db)
-            result["append"], runs = await bench_append(db, args.turns, args.rounds)
-            result["operating_costs"] = await operating_costs(db, runs, args.turns, args.vacuum_wait)
-            result["rehydrate"] = await bench_rehydrate(db, args.rehydrate)
+            if not args.rehydrate_only:
+                result["floor"] = await bench_floor(db)
+                result["append"], runs = await bench_append(db, args.turns, args.rounds)
+                result["operating_costs"] = await operating_costs(db, runs, args.turns, args.vacuum_wait)
+            baseline = load_baseline(args.baseline) if args.baseline else None
+            if baseline is not None:
+                result["append_against_baseline"] = await bench_append_against(db, baseline)
+            result["rehydrate"] = await bench_rehydrate(db, args.rehydrate, args.repeat, baseline)
             result["load_average_end"] = os.getloadavg()
             return result
         finally:
@@ -333,6 +447,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--rehydrate", type=int, default=5000)
     ap.add_argument("--vacuum-wait", type=float, default=75.0, help="seconds to watch autovacuum after the runs")
+    ap.add_argument("--rehydrate-only", action="store_true", help="measure only the rehydrate (section 4)")
+    ap.add_argument("--repeat", type=int, default=15, help="rounds of the rehydrate's paths")
+    ap.add_argument("--baseline", default=None, metavar="DIR",
+                    help="another build's reference_runtime directory (e.g. `git archive main reference_runtime` "
+                         "unpacked): its store's append (interleaved with this build's) and read + rebuild "
+                         "(in the same rounds) measured beside this build's")
     ap.add_argument("--dsn", default=None)
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     args = ap.parse_args()

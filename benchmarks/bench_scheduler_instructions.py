@@ -12,7 +12,11 @@ interpreter for 1 + ``runs`` executions of the shape, minus that of one (start-u
 imports, the first run's warm-up), per node. The executor runs as in ``bench_fanout``'s
 scheduler figure: the workload's scripts as local models, a store and a ledger that do no
 I/O, no lease or trace writes. Shape ``rehydrate_long_run_2500`` counts instead
-``RunGraph.rehydrate`` of a 2,500-turn chain's records (made once, in memory), per record.
+``RunGraph.rehydrate`` of a 2,500-turn chain's records (made once, in memory), per record;
+``rehydrate_read_long_run_2500`` the client's side of the default store's read and the
+rebuild of the same records: the parse of the framed ``RecordLog`` bytes, the
+``LogRead`` with the facts its server sums (summed once here) and ``RunGraph.rehydrate``
+from them, per record.
 
 Needs ``valgrind`` on PATH (Debian: ``apt install valgrind``); exits 2 naming it if not.
 Each count takes ~10-30 s (valgrind runs Python ~40x slower). Figures go to stdout as
@@ -38,6 +42,8 @@ from _bench_support import MemoryStore, print_figures  # noqa: E402
 
 from crashmatrix.reference_runtime.executor import Runtime  # noqa: E402
 from crashmatrix.reference_runtime.graph import RunGraph  # noqa: E402
+from crashmatrix.reference_runtime.logstore import LogRead, facts_of  # noqa: E402
+from crashmatrix.reference_runtime.records_pb2 import RecordLog  # noqa: E402
 from crashmatrix.reference_runtime.leases import Lease  # noqa: E402
 from crashmatrix.scenarios import long_run, research  # noqa: E402
 
@@ -47,8 +53,12 @@ SHAPES = {
     # not a schedule: RunGraph.rehydrate of a 2,500-turn chain's 4,999 records, already in
     # memory (the store's fetch and parse are bench_runtime_store's); per record
     "rehydrate_long_run_2500": (long_run.WORKLOAD, "t2500"),
+    # the same records as the default store's read hands them over: parsed from one framed
+    # RecordLog value with the facts summed beside them (logstore.LogRead); per record
+    "rehydrate_read_long_run_2500": (long_run.WORKLOAD, "t2500"),
 }
 REHYDRATE = "rehydrate_long_run_2500"
+REHYDRATE_READ = "rehydrate_read_long_run_2500"
 _IREFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
@@ -56,12 +66,18 @@ async def drive(shape: str, executions: int) -> int:
     """Schedule ``executions`` runs of ``shape`` in this process; the nodes of one."""
     workload, conversation = SHAPES[shape]
     nodes = 0
-    if shape == REHYDRATE:  # the records are made once in either count, so they cancel out
+    if shape in (REHYDRATE, REHYDRATE_READ):  # the records are made once in either count, so they cancel out
         rt = Runtime(None, agent(workload, conversation), worker_id="bench", handle_sigterm=False,  # type: ignore[arg-type]
                      store=MemoryStore(), ledger=NoLedger())  # type: ignore[arg-type]
         run_id, run_input = "ir-rehydrate", workload.run_input(conversation)
         await one_execution(rt, run_id, run_input, Lease(run_id, "bench", 1))
         stored = await rt.store.read(run_id)
+        if shape == REHYDRATE_READ:
+            records = [s.record for s in stored]
+            framed, nodes, facts = RecordLog(records=records).SerializeToString(), [s.node_id for s in stored], facts_of(records)
+            for _ in range(executions):
+                RunGraph.rehydrate(run_id, run_input, LogRead(nodes, RecordLog.FromString(framed).records, facts))
+            return len(stored)
         for _ in range(executions):
             RunGraph.rehydrate(run_id, run_input, stored)
         return len(stored)

@@ -11,16 +11,19 @@ sub-agent scope) as records arrive, so a readiness query costs O(frontier), not 
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import re
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import codec, state_codec
 from .subagents import SUBAGENT_KIND, child_messages, scope_of
 from .blobs import BlobStore
-from .logstore import StoredRecord
+from .logstore import LogFacts, LogRead, StoredRecord
 from .records_pb2 import NodeRecord, NodeSpec
 
 ROOT_NODE = "turn-1"
@@ -33,6 +36,102 @@ def node_order(node_id: str) -> tuple[Any, ...]:
     (cached: every transcript sorts a node's ancestors, so a long run asks for the same
     keys again and again)."""
     return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(node_id))
+
+
+_UNSET = object()
+
+
+class Deferred(dict):  # type: ignore[type-arg]
+    """A dict some of whose values are made when first read: a value still to be made is
+    stored as an ``int``, the argument ``make`` turns into it (once; the value replaces
+    it). A rehydrate's records and specs are these: making a protobuf object costs ~1 us,
+    and a resume reads few of them before it runs (every key is there from the start, so
+    ``in``, ``len`` and iteration over keys are the dict's own). Reading every value
+    (``values``, ``items``, ``==``, a copy) makes the rest first."""
+
+    __slots__ = ("_make",)
+
+    def __init__(self, items: Any, make: Callable[[int], Any]) -> None:
+        super().__init__(items)
+        self._make = make
+
+    def __getitem__(self, key: Any) -> Any:
+        value = dict.__getitem__(self, key)
+        if type(value) is int:
+            value = self._make(value)
+            dict.__setitem__(self, key, value)
+        return value
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = dict.get(self, key, _UNSET)
+        if value is _UNSET:
+            return default
+        if type(value) is int:
+            value = self._make(value)
+            dict.__setitem__(self, key, value)
+        return value
+
+    def make_all(self) -> None:
+        make = self._make
+        for key, value in dict.items(self):
+            if type(value) is int:
+                dict.__setitem__(self, key, make(value))  # a value replaced, not a key added
+
+    def __iter__(self) -> Any:  # not the dict's own: dict(d) and {**d} then read through __getitem__
+        return dict.__iter__(self)
+
+    def values(self) -> Any:
+        self.make_all()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self.make_all()
+        return dict.items(self)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key in self:
+            self[key]  # noqa: B018  # made before it leaves
+        return dict.pop(self, key, *default)
+
+    def popitem(self) -> Any:
+        self.make_all()
+        return dict.popitem(self)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key in self:
+            return self[key]
+        return dict.setdefault(self, key, default)
+
+    def copy(self) -> dict[Any, Any]:
+        self.make_all()
+        return dict(dict.items(self))
+
+    def __eq__(self, other: object) -> bool:
+        self.make_all()
+        if isinstance(other, Deferred):
+            other.make_all()
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __or__(self, other: Any) -> Any:
+        self.make_all()
+        return dict(dict.items(self)) | other
+
+    def __ror__(self, other: Any) -> Any:
+        self.make_all()
+        return other | dict(dict.items(self))
+
+    def __repr__(self) -> str:
+        self.make_all()
+        return dict.__repr__(self)
+
+    def __reduce__(self) -> Any:
+        return (dict, (self.copy(),))
 
 
 @dataclass
@@ -58,7 +157,7 @@ class RunGraph:
 
     @classmethod
     def rehydrate(
-        cls, run_id: str, run_input: dict[str, Any], stored: list[StoredRecord], *, blobs: BlobStore | None = None
+        cls, run_id: str, run_input: dict[str, Any], stored: Sequence[StoredRecord], *, blobs: BlobStore | None = None
     ) -> RunGraph:
         """Rebuild the graph from the log; ``blobs`` reads outputs that live in a blob store."""
         graph = cls(run_id, run_input, blobs=blobs)
@@ -68,10 +167,51 @@ class RunGraph:
                 graph.add(item.record)
                 graph.last_seq = item.seq
             return graph
-        graph._rebuild(stored)
+        if isinstance(stored, LogRead) and stored.facts is not None:
+            graph._adopt(stored.nodes, stored.records, stored.facts)
+        else:
+            graph._rebuild(stored)
         return graph
 
-    def _rebuild(self, stored: list[StoredRecord]) -> None:
+    def _adopt(self, nodes: list[str], recs: Sequence[NodeRecord], facts: LogFacts) -> None:
+        """What :meth:`_rebuild` leaves, from a :class:`.logstore.LogRead` whose rows carry
+        their facts (records ``1..n``, one per node id: the log's keys), without an object
+        or an attribute read per record: the totals as the server summed them, the records
+        and the specs as :class:`Deferred` dicts (a record's object is made when it is
+        first read, a spec's from where the counts say it is), the pending nodes and open
+        scopes from the few specs without a record."""
+        n = len(nodes)
+        records = Deferred(zip(nodes, range(n)), recs.__getitem__)
+        ids = facts.spawned_ids
+        ends = list(itertools.accumulate(facts.spawned_counts))  # ints only: no object for the collector
+
+        def spec_at(k: int) -> NodeSpec:  # the k-th spawned spec of the log
+            i = bisect.bisect_right(ends, k)
+            return recs[i].spawned[k - ends[i - 1] if i else k]
+
+        root = self.specs
+        specs = Deferred(root, spec_at)
+        known = len(specs)
+        specs.update(zip(ids, range(len(ids))))
+        if len(records) != n or len(specs) != known + len(ids):
+            # a node id twice (not a log this store writes) or a spec id twice (the first
+            # of an id wins) or the root's: walk the records
+            self.specs = root
+            self._rebuild(LogRead(nodes, recs, None))
+            return
+        self.records = records
+        self.specs = specs
+        self.turns_used += facts.turns
+        self.tokens_used += facts.tokens
+        self.wall_ms_used += facts.wall_ms
+        self.last_seq = n
+        # the specs without a record: spawned ids not recorded (a C loop: no set of every id), and the root's
+        unrecorded = list(itertools.filterfalse(records.__contains__, ids))
+        unrecorded.extend(node_id for node_id in root if node_id not in records)
+        self._pending = {node_id: specs[node_id] for node_id in sorted(unrecorded, key=node_order)}
+        self._open = Counter(scope_of(node_id) for node_id in self._pending)
+
+    def _rebuild(self, stored: Sequence[StoredRecord]) -> None:
         """What :meth:`add` for each record in ``seq`` order leaves, in bulk: the records
         (the last of a node id), the totals (its first), the specs (the first of an id,
         in record order), the pending nodes (specs without a record) and the open count

@@ -23,14 +23,15 @@ is the default.
 
 from __future__ import annotations
 
+import itertools
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, overload
 
 from .db import ConnectionLost, Db
 from .leases import Lease, LeaseLost
-from .records_pb2 import NodeRecord, Snapshot
+from .records_pb2 import NodeRecord, RecordLog
 
 RECORD_FORMAT_VERSION = 2
 """Layout version of the ``NodeRecord`` this build writes (history in records.proto)."""
@@ -77,6 +78,71 @@ class StoredRecord(NamedTuple):
     record: NodeRecord
 
 
+class LogFacts(NamedTuple):
+    """What the graph's rebuild needs of a whole log, from the columns written beside its
+    records (:func:`record_facts`): the totals of the recorded nodes, how many specs each
+    record spawned (in seq order) and every spawned node id in record order."""
+
+    turns: int
+    tokens: int
+    wall_ms: int
+    spawned_counts: tuple[int, ...]
+    spawned_ids: list[str]
+
+
+def facts_of(records: Sequence[NodeRecord]) -> LogFacts:
+    """The :class:`LogFacts` the default store's read sums on the server from the columns
+    :func:`record_facts` wrote beside ``records`` (in seq order), computed here: what a
+    test or a benchmark compares the server's with, or hands a :class:`LogRead` of records
+    held in memory."""
+    facts = [record_facts(r) for r in records]
+    return LogFacts(sum(kind == "model" for kind, _, _, _ in facts), sum(tokens for _, tokens, _, _ in facts),
+                    sum(wall_ms for _, _, wall_ms, _ in facts), tuple(len(ids) for _, _, _, ids in facts),
+                    [i for _, _, _, ids in facts for i in ids])
+
+
+class LogRead(Sequence[StoredRecord]):
+    """The default store's read: records ``1..n`` in seq order (the parsed ``RecordLog``'s
+    repeated field: a record's Python object is made when it is first read), with their
+    row's node ids and (when every row has them) the :class:`LogFacts`. A sequence of
+    :class:`StoredRecord`, each made when asked: :meth:`.graph.RunGraph.rehydrate` takes
+    ``nodes``, ``records`` and ``facts`` as they are (no object per record)."""
+
+    __slots__ = ("nodes", "records", "facts")
+
+    def __init__(self, nodes: list[str], records: Sequence[NodeRecord], facts: LogFacts | None) -> None:
+        self.nodes = nodes
+        self.records = records
+        self.facts = facts
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @overload
+    def __getitem__(self, index: int) -> StoredRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[StoredRecord]: ...
+    def __getitem__(self, index: int | slice) -> StoredRecord | list[StoredRecord]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        i = range(len(self.records))[index]  # IndexError, negative indexes as a list's
+        return StoredRecord(i + 1, self.nodes[i], self.records[i])
+
+    def __iter__(self) -> Iterator[StoredRecord]:
+        # tuple.__new__ straight from map: no Python frame per record (StoredRecord(...) has one)
+        return map(tuple.__new__, itertools.repeat(StoredRecord), zip(itertools.count(1), self.nodes, self.records))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LogRead({list(self)!r})"
+
+
 class RunStore(Protocol):
     """What the executor needs from a store strategy."""
 
@@ -86,7 +152,7 @@ class RunStore(Protocol):
         """Append ``record`` at ``seq``; True if written, False if the same record was
         already there. Raises LeaseLost (stale epoch) or LogConflict."""
 
-    async def read(self, run_id: str) -> list[StoredRecord]:
+    async def read(self, run_id: str) -> Sequence[StoredRecord]:
         """Every record of ``run_id`` in seq order, decoded. Raises CorruptRecord."""
 
 
@@ -94,8 +160,8 @@ _APPEND_SQL = """
 WITH fence AS (
     SELECT 1 FROM cm_runs WHERE run_id = $1 AND lease_epoch = $5 FOR SHARE
 ), ins AS (
-    INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch)
-    SELECT $1, $2, $3, $4, $5 FROM fence
+    INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch, kind, tokens, wall_ms, spawned)
+    SELECT $1, $2, $3, $4, $5, $9, $10, $11, $12 FROM fence
     ON CONFLICT DO NOTHING
     RETURNING seq
 ), eff AS (
@@ -111,19 +177,32 @@ SELECT (SELECT count(*) FROM fence) AS fenced_ok,
 """
 
 
-# A batch for the group commit. Every array is text[] (records in base64): asyncpg has
-# built-in codecs for text[] only, and any other array type makes each new connection run
-# a type-introspection query first (see LOG_FRAMES_SQL).
+def record_facts(record: NodeRecord) -> tuple[str, int, int, list[str]]:
+    """What the graph's rebuild needs of a record, written beside it (schema version 6:
+    ``cm_run_log.kind``, ``tokens``, ``wall_ms``, ``spawned``) in the statement that
+    appends it, so a rehydrate gets the run's totals and frontier from the server
+    instead of walking every record in Python (:meth:`AppendOnlyLog.read`)."""
+    budget = record.budget
+    return record.kind, budget.tokens, budget.wall_ms, [spec.node_id for spec in record.spawned]
+
+
+# A batch for the group commit. Every array is text[] (records in base64, the spawned ids
+# of each record as a JSON array): asyncpg has built-in codecs for text[] only, and any
+# other array type makes each new connection run a type-introspection query first (see
+# LOG_FRAMES_SQL).
 _APPEND_MANY_SQL = """
 WITH fence AS (
     SELECT 1 FROM cm_runs WHERE run_id = $1 AND lease_epoch = $2 FOR SHARE
 ), batch AS (
-    SELECT u.seq::bigint AS seq, u.node_id, decode(u.record, 'base64') AS record, u.idem_key, u.status, u.result
-      FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
-        AS u(seq, node_id, record, idem_key, status, result)
+    SELECT u.seq::bigint AS seq, u.node_id, decode(u.record, 'base64') AS record, u.idem_key, u.status, u.result,
+           u.kind, u.tokens::bigint AS tokens, u.wall_ms::bigint AS wall_ms,
+           ARRAY(SELECT jsonb_array_elements_text(u.spawned::jsonb)) AS spawned
+      FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+                  $9::text[], $10::text[], $11::text[], $12::text[])
+        AS u(seq, node_id, record, idem_key, status, result, kind, tokens, wall_ms, spawned)
 ), ins AS (
-    INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch)
-    SELECT $1, b.seq, b.node_id, b.record, $2 FROM batch b, fence
+    INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch, kind, tokens, wall_ms, spawned)
+    SELECT $1, b.seq, b.node_id, b.record, $2, b.kind, b.tokens, b.wall_ms, b.spawned FROM batch b, fence
     ON CONFLICT DO NOTHING
     RETURNING node_id
 ), eff AS (
@@ -174,28 +253,35 @@ def split_frames(frames: bytes) -> list[tuple[int, str, bytes]]:
         raise CorruptRecord(f"log frames torn: {pos - end} byte(s) past the end")
     return out
 
-# The run's records as ONE bytea that parses as a ``Snapshot`` (field 3: repeated
-# ``SnapshotEntry``, whose field 2 is the record): each record framed by the server as
-# ``0x1a <len+5> 0x12 <len> record``, lengths as 4-byte varints (protobuf parsers accept
-# non-minimal varints), so the client parses every record in one C call. Lengths must be
-# < 2**28 - 5 (records are small: payloads over the blob threshold live in the blob store);
-# ``longest`` says whether they are, and the seq column is checked to be exactly 1..n.
+# The run's records as ONE bytea that parses as a ``RecordLog`` (field 1: repeated
+# ``NodeRecord``): each record framed by the server as ``0x0a <len> record``, the length as
+# a 4-byte varint (protobuf parsers accept non-minimal varints), so the client parses every
+# record in one C call. Lengths must be < 2**28 (records are small: payloads over the blob
+# threshold live in the blob store); ``longest`` says whether they are, and the seq column
+# is checked to be exactly 1..n. Beside them, from the columns the append wrote with each
+# record (:func:`record_facts`), what the graph's rebuild needs: the totals, how many specs
+# each record spawned (int4 each, in seq order) and their node ids (joined by 0x1f, in
+# record order); ``facts`` is false when a row lacks them (written before schema version 6),
+# and the graph then walks the records instead. One scan, no unnest.
 _VARINT4 = "substring(int8send(((({n} & 127) | 128)::bigint << 24) | (((({n} >> 7) & 127) | 128) << 16)" \
            " | (((({n} >> 14) & 127) | 128) << 8) | ({n} >> 21)) FROM 5)"
 _READ_FRAMED_SQL = f"""
-SELECT string_agg('\\x1a'::bytea || {_VARINT4.format(n="(length(record) + 5)")} || '\\x12'::bytea
-                  || {_VARINT4.format(n="length(record)")} || record, ''::bytea ORDER BY seq) AS framed,
+SELECT string_agg('\\x0a'::bytea || {_VARINT4.format(n="length(record)")} || record, ''::bytea ORDER BY seq) AS framed,
        array_agg(node_id ORDER BY seq) AS nodes, count(*) AS n, min(seq) AS first, max(seq) AS last,
        max(length(record)) AS longest,
        bool_and(octet_length(node_id) < 128 AND substring(record FROM 1 FOR 4 + octet_length(node_id))
                 = '\\x0802'::bytea || '\\x12'::bytea || set_byte('\\x00'::bytea, 0, octet_length(node_id))
-                  || convert_to(node_id, 'UTF8')) AS plain
+                  || convert_to(node_id, 'UTF8')) AS plain,
+       bool_and(kind IS NOT NULL AND tokens IS NOT NULL AND wall_ms IS NOT NULL AND spawned IS NOT NULL) AS facts,
+       count(*) FILTER (WHERE kind = 'model') AS turns, sum(tokens)::bigint AS tokens, sum(wall_ms)::bigint AS wall_ms,
+       string_agg(int4send(coalesce(cardinality(spawned), 0)), ''::bytea ORDER BY seq) AS spawned_counts,
+       string_agg(nullif(array_to_string(spawned, E'\\x1f'), ''), E'\\x1f' ORDER BY seq) AS spawned_ids
   FROM cm_run_log WHERE run_id = $1
 """
 # ``plain``: every record starts with format_version = 2 (``08 02``, field 1 comes first in
 # the serialisation) and then its row's node id (``12 <len> id``): current and named as its
 # row says, so the client needs no per-record check.
-MAX_FRAMED = 2**28 - 6
+MAX_FRAMED = 2**28 - 1
 
 
 class AppendOnlyLog:
@@ -219,6 +305,7 @@ class AppendOnlyLog:
             effect.idem_key if effect else None,
             effect.status if effect else None,
             json.dumps(effect.result, sort_keys=True) if effect else None,
+            *record_facts(record),
         )
         while True:
             try:
@@ -265,12 +352,15 @@ class AppendOnlyLog:
         import json
 
         datas = [rec.SerializeToString(deterministic=True) for rec, _ in items]
+        facts = [record_facts(rec) for rec, _ in items]
         args = (
             lease.run_id, lease.epoch,
             [str(first_seq + i) for i in range(len(items))], [rec.node_id for rec, _ in items],
             [base64.b64encode(d).decode() for d in datas],
             [eff.idem_key if eff else None for _, eff in items], [eff.status if eff else None for _, eff in items],
             [json.dumps(eff.result, sort_keys=True) if eff else None for _, eff in items],
+            [kind for kind, _, _, _ in facts], [str(tokens) for _, tokens, _, _ in facts],
+            [str(wall_ms) for _, _, wall_ms, _ in facts], [json.dumps(spawned) for _, _, _, spawned in facts],
         )
         while True:
             try:
@@ -309,11 +399,12 @@ class AppendOnlyLog:
                               f"(found after a lost acknowledgement)")
         return int(existing["seq"])
 
-    async def read(self, run_id: str) -> list[StoredRecord]:
+    async def read(self, run_id: str) -> Sequence[StoredRecord]:
         """Every record in seq order, in one round trip returning one value: the records
-        framed by the server as one ``Snapshot`` message, parsed in one call (a row per
+        framed by the server as one ``RecordLog`` message, parsed in one call (a row per
         record costs ~2 us of protocol overhead each, a parse per record ~5 us; see
-        docs/benchmarks.md). A log that is not exactly seqs 1..n, a record that does not
+        docs/benchmarks.md), with the :class:`LogFacts` the graph's rebuild needs (a
+        :class:`LogRead`). A log that is not exactly seqs 1..n, a record that does not
         parse or is too long to frame falls back to :meth:`read_rows`, which names the
         offending row."""
         row = await self.db.fetchrow(_READ_FRAMED_SQL, run_id)
@@ -323,14 +414,22 @@ class AppendOnlyLog:
         if row["first"] != 1 or row["last"] != n or row["longest"] > MAX_FRAMED:
             return await self.read_rows(run_id)
         try:
-            entries = Snapshot.FromString(row["framed"]).entries
+            records = RecordLog.FromString(row["framed"]).records
         except Exception:  # protobuf raises DecodeError, sometimes others: name the row
             return await self.read_rows(run_id)
+        if len(records) != n:
+            return await self.read_rows(run_id)
+        nodes = row["nodes"]
         if row["plain"] and RECORD_FORMAT_VERSION == 2:
-            return [StoredRecord(seq, node_id, entry.record) for seq, node_id, entry in zip(range(1, n + 1), row["nodes"], entries)]
+            facts = None
+            if row["facts"]:
+                counts = struct.unpack(f">{n}i", row["spawned_counts"])
+                ids = row["spawned_ids"].split("\x1f") if row["spawned_ids"] else []
+                if len(ids) == sum(counts):  # else an id holds 0x1f: the records say which is which
+                    facts = LogFacts(row["turns"], row["tokens"], row["wall_ms"], counts, ids)
+            return LogRead(nodes, records, facts)
         out = []
-        for seq, (node_id, entry) in enumerate(zip(row["nodes"], entries), start=1):
-            record = entry.record
+        for seq, (node_id, record) in enumerate(zip(nodes, records), start=1):
             if record.format_version != RECORD_FORMAT_VERSION or record.node_id != node_id:
                 out.append(decode_row(run_id, seq, node_id, record.SerializeToString()))  # upgrade, or refuse naming it
             else:

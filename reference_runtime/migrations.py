@@ -11,11 +11,12 @@ from importlib import resources
 
 import asyncpg
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """2: adds cm_run_invocations, cm_effects.resolution and an index for retention; 3: the
 ``limit_exceeded`` status; 4: ``cm_runs.queue`` (the sweep's, :mod:`.sweep`); 5: the
-``cannot_migrate`` and ``cancelled`` statuses. An older
-database is brought to 5 by re-running the (idempotent) schema.sql."""
+``cannot_migrate`` and ``cancelled`` statuses; 6: ``cm_run_log.kind``, ``tokens``,
+``wall_ms`` and ``spawned`` (:func:`.logstore.record_facts`; NULL in older rows). An older
+database is brought to 6 by re-running the (idempotent) schema.sql."""
 # An arbitrary, fixed 64-bit key for pg_advisory_lock ("crashmat" in ASCII).
 _ADVISORY_KEY = 0x63726173686D6174
 

@@ -1,7 +1,7 @@
--- Schema of the reference runtime (version 5; version 1 lacked cm_run_invocations and
+-- Schema of the reference runtime (version 6; version 1 lacked cm_run_invocations and
 -- cm_effects.resolution, versions 1-2 the 'limit_exceeded' status, versions 1-3
--- cm_runs.queue, versions 1-4 the 'cannot_migrate' and 'cancelled' statuses: the
--- statements below add them to an older database). Applied by migrations.migrate() once per
+-- cm_runs.queue, versions 1-4 the 'cannot_migrate' and 'cancelled' statuses, versions 1-5
+-- the facts beside each log record: the statements below add them to an older database). Applied by migrations.migrate() once per
 -- database under an advisory lock; every statement is idempotent. Cases never truncate or
 -- recreate these tables: each case uses a fresh run id, so cases share one database.
 
@@ -95,4 +95,14 @@ CREATE INDEX IF NOT EXISTS cm_runs_status_updated ON cm_runs (status, updated_at
 ALTER TABLE cm_runs ADD COLUMN IF NOT EXISTS queue text;
 CREATE INDEX IF NOT EXISTS cm_runs_queue ON cm_runs (queue, status) WHERE queue IS NOT NULL;
 
-INSERT INTO cm_schema_version (version) VALUES (5) ON CONFLICT DO NOTHING;
+-- Version 6: what the graph's rebuild needs of each record, written beside it by the
+-- statement that appends it (logstore.record_facts): its kind, tokens, wall time and the
+-- node ids it spawned, so a rehydrate reads the run's totals and frontier from these
+-- instead of walking every record. NULL in rows written before version 6: a run with
+-- such a row rehydrates by decoding every record, as before.
+ALTER TABLE cm_run_log ADD COLUMN IF NOT EXISTS kind text;
+ALTER TABLE cm_run_log ADD COLUMN IF NOT EXISTS tokens bigint;
+ALTER TABLE cm_run_log ADD COLUMN IF NOT EXISTS wall_ms bigint;
+ALTER TABLE cm_run_log ADD COLUMN IF NOT EXISTS spawned text[];
+
+INSERT INTO cm_schema_version (version) VALUES (6) ON CONFLICT DO NOTHING;

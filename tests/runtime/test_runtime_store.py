@@ -14,9 +14,12 @@ from crashmatrix.reference_runtime import codec
 from crashmatrix.reference_runtime.db import Db
 from crashmatrix.reference_runtime.effects import EffectLedger, idempotency_key
 from crashmatrix.reference_runtime.leases import Lease, LeaseLost, acquire, set_status
-from crashmatrix.reference_runtime.logstore import AppendOnlyLog, CorruptRecord, EffectOutcome, LogConflict
+from crashmatrix.reference_runtime.graph import RunGraph
+from crashmatrix.reference_runtime.logstore import (
+    AppendOnlyLog, CorruptRecord, EffectOutcome, LogConflict, LogRead, facts_of, record_facts,
+)
 from crashmatrix.reference_runtime.migrations import SCHEMA_VERSION, _ADVISORY_KEY, migrate
-from crashmatrix.reference_runtime.records_pb2 import Budget, NodeRecord
+from crashmatrix.reference_runtime.records_pb2 import Budget, NodeRecord, NodeSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -232,6 +235,70 @@ async def test_read_returns_seq_order(db: Db, run: tuple[str, Lease]) -> None:
     assert [(s.seq, s.node_id, s.record.node_id) for s in stored] == [(1, "a", "a"), (2, "b", "b"), (3, "c", "c")]
     assert codec.decode(stored[0].record.output) == {"messages": []}
     assert await log.read("cm-run-none") == []
+
+
+def current(node_id: str, spawned: tuple[str, ...] = (), tokens: int = 0, wall_ms: int = 0, kind: str = "model") -> NodeRecord:
+    """A record as this build writes it (format 2), spawning ``spawned``."""
+    return NodeRecord(
+        format_version=2, node_id=node_id, kind=kind, output=codec.encode({"messages": []}),
+        spawned=[NodeSpec(node_id=s, kind="tool", parents=[node_id], input=codec.encode({})) for s in spawned],
+        budget=Budget(tokens=tokens, wall_ms=wall_ms, model_calls=int(kind == "model")), lease_epoch=1,
+    )
+
+
+async def append_a_turn(log: AppendOnlyLog, lease: Lease) -> list[NodeRecord]:
+    """turn-1 (spawning two tools and turn-2) by an append, its two tools by a group commit."""
+    one = current("turn-1", ("turn-1.tool-0", "turn-1.tool-1", "turn-2"), tokens=7, wall_ms=30)
+    await log.append(lease, 1, one, None)
+    tools = [current(f"turn-1.tool-{i}", kind="tool", wall_ms=5 + i) for i in range(2)]
+    assert await log.append_many(lease, 2, [(t, None) for t in tools]) == [True, True]
+    return [one, *tools]
+
+
+async def test_each_append_writes_the_record_facts_beside_it(db: Db, raw: asyncpg.Connection, run: tuple[str, Lease]) -> None:
+    """An append and a group commit write, in the statement that appends each record, what
+    the graph's rebuild needs of it (schema version 6): what the record itself says."""
+    run_id, lease = run
+    log = AppendOnlyLog(db)
+    one, *tools = await append_a_turn(log, lease)
+    rows = await raw.fetch("SELECT kind, tokens, wall_ms, spawned FROM cm_run_log WHERE run_id = $1 ORDER BY seq", run_id)
+    assert [tuple(r) for r in rows] == [record_facts(r) for r in (one, *tools)]
+    assert [tuple(r) for r in rows] == [("model", 7, 30, ["turn-1.tool-0", "turn-1.tool-1", "turn-2"]),
+                                        ("tool", 0, 5, []), ("tool", 0, 6, [])]
+
+
+async def test_read_carries_the_facts_each_append_wrote_beside_its_record(db: Db, run: tuple[str, Lease]) -> None:
+    """The columns an append (and a group commit) writes beside each record, summed by the
+    read's one statement, are what the records themselves say; the graph rebuilt from them
+    is the one rebuilt by walking the records."""
+    run_id, lease = run
+    log = AppendOnlyLog(db)
+    one, *tools = await append_a_turn(log, lease)
+    await log.append(lease, 4, current("turn-2", ("turn-2.tool-0", "turn-3"), tokens=11), None)
+    stored = await log.read(run_id)
+    assert isinstance(stored, LogRead) and stored.facts == facts_of([one, *tools, stored[-1].record])
+    assert stored.facts == (2, 18, 41, (3, 0, 0, 2), ["turn-1.tool-0", "turn-1.tool-1", "turn-2", "turn-2.tool-0", "turn-3"])
+    fast, walked = RunGraph.rehydrate(run_id, {}, stored), RunGraph.rehydrate(run_id, {}, await log.read_rows(run_id))
+    assert (dict(fast.records), dict(fast.specs), fast.pending(), fast.tokens_used, fast.wall_ms_used, fast.last_seq) == \
+        (dict(walked.records), dict(walked.specs), walked.pending(), walked.tokens_used, walked.wall_ms_used, walked.last_seq)
+    assert fast.pending() == ["turn-2.tool-0", "turn-3"]
+
+
+async def test_read_of_a_row_without_facts_or_an_id_the_join_cannot_split(
+        db: Db, raw: asyncpg.Connection, run: tuple[str, Lease]) -> None:
+    """A row written before schema version 6 (no facts) or a spawned id holding the read's
+    separator (0x1f): no facts, and the graph walks the records."""
+    run_id, lease = run
+    log = AppendOnlyLog(db)
+    await log.append(lease, 1, current("turn-1", ("a\x1fb",)), None)
+    stored = await log.read(run_id)
+    assert isinstance(stored, LogRead) and stored.facts is None
+    assert RunGraph.rehydrate(run_id, {}, stored).pending() == ["a\x1fb"]
+    await raw.execute("INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch) VALUES ($1, 2, 'a\x1fb', $2, 1)",
+                      run_id, current("a\x1fb").SerializeToString())
+    stored = await log.read(run_id)
+    assert isinstance(stored, LogRead) and stored.facts is None and [s.node_id for s in stored] == ["turn-1", "a\x1fb"]
+    assert RunGraph.rehydrate(run_id, {}, stored).done()
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import decimal
 import json
+import pickle
 from typing import Any
 
 import enum
@@ -13,8 +15,8 @@ from hypothesis import given, strategies as st
 
 from crashmatrix.reference_runtime import codec
 from crashmatrix.reference_runtime.codec import CodecError
-from crashmatrix.reference_runtime.graph import ROOT_NODE, RunGraph, node_order
-from crashmatrix.reference_runtime.logstore import StoredRecord
+from crashmatrix.reference_runtime.graph import ROOT_NODE, Deferred, RunGraph, node_order
+from crashmatrix.reference_runtime.logstore import LogRead, StoredRecord, facts_of
 from crashmatrix.reference_runtime.records_pb2 import BlobPointer, Budget, NodeRecord, NodeSpec, Payload
 
 # -- codec -------------------------------------------------------------------------------
@@ -343,3 +345,90 @@ def test_a_second_record_of_a_node_replaces_the_output_kept_from_the_first() -> 
     assert g.output("turn-1.tool-0") == {"result": "ch_1"}
     g.add(record("turn-1.tool-0", [], {"result": "ch_2"}, kind="tool"))  # no output given: decoded from it
     assert g.output("turn-1.tool-0") == {"result": "ch_2"}
+
+
+def adopted(*records: NodeRecord) -> LogRead:
+    """The default store's read of ``records`` (format 2, as this build writes them), with
+    the facts its server sums from the columns beside them."""
+    current = []
+    for r in records:
+        r = NodeRecord.FromString(r.SerializeToString())
+        r.format_version = 2
+        current.append(r)
+    return LogRead([r.node_id for r in current], current, facts_of(current))
+
+
+def graph_facts(graph: RunGraph) -> tuple[Any, ...]:
+    return (dict(graph.records), list(graph.specs), dict(graph.specs), dict(graph._pending), +graph._open,
+            graph.turns_used, graph.tokens_used, graph.wall_ms_used, graph.last_seq,
+            [s.node_id for s in graph.ready()], graph.pending(), graph.transcript(), graph.budget(), graph.done())
+
+
+def test_the_rehydrate_from_the_facts_leaves_what_walking_the_records_leaves() -> None:
+    """``RunGraph._adopt`` (a read with the facts written beside each record) against the
+    walk of every record: a fan-out, a sub-agent's scope with its child done and a node of
+    another scope pending, wall times and tokens; the records and specs are made only when
+    read, and a graph built either way answers alike."""
+    sub = "turn-1.tool-1"
+    task = spec(sub, ["turn-1"], kind="subagent")
+    task.input.CopyFrom(codec.encode({"call": {"id": "c1", "name": "helper", "arguments": {"task": "look"}}}))
+    root = record("turn-1", [], {"messages": [msg("assistant", "a")]}, [
+        spec("turn-1.tool-0", ["turn-1"]), task,
+        spec(f"{sub}:turn-1", ["turn-1"], kind="model"), spec("turn-2", ["turn-1.tool-0", sub], kind="model"),
+    ], tokens=7)
+    root.budget.wall_ms = 40
+    tool = record("turn-1.tool-0", ["turn-1"], {"messages": [msg("tool", "t")]}, kind="tool")
+    child = record(f"{sub}:turn-1", ["turn-1"], {"messages": [msg("assistant", "c")], "final": "c"}, tokens=5)
+    read = adopted(root, tool, child)
+    fast, walked = RunGraph.rehydrate("r", {}, read), RunGraph.rehydrate("r", {}, list(read))
+    assert isinstance(fast.records, Deferred) and isinstance(fast.specs, Deferred)
+    assert not isinstance(walked.records, Deferred)
+    assert graph_facts(fast) == graph_facts(walked)
+    assert (fast.turns_used, fast.tokens_used, fast.wall_ms_used, fast.last_seq) == (2, 12, 40, 3)
+    assert [s.node_id for s in fast.ready()] == [sub]  # its child's scope holds nothing pending
+    fresh = RunGraph.rehydrate("r", {}, read)
+    assert fresh.specs.get(f"{sub}:turn-1").parents == ["turn-1"] and fresh.specs.get("nope", 1) == 1
+    assert fresh.records["turn-1.tool-0"].kind == "tool" and "turn-2" not in fresh.records
+
+
+def test_the_rehydrate_from_the_facts_walks_the_records_when_an_id_is_spawned_twice() -> None:
+    """A spec id spawned twice (the first wins) or the root's spawned again: the facts
+    cannot place them by id alone, so the graph walks the records, as before."""
+    first = record("turn-1", [], {"messages": []}, [spec("turn-1.tool-0", ["turn-1"]), spec("turn-2", ["turn-1.tool-0"], kind="model")])
+    tool = record("turn-1.tool-0", ["turn-1"], {"messages": []}, [spec("turn-2", [], kind="tool"), spec(ROOT_NODE, [])],
+                  kind="tool")
+    read = adopted(first, tool)
+    fast, walked = RunGraph.rehydrate("r", {}, read), RunGraph.rehydrate("r", {}, list(read))
+    assert not isinstance(fast.specs, Deferred)
+    assert graph_facts(fast) == graph_facts(walked)
+    assert fast.specs["turn-2"].kind == "model" and fast.specs[ROOT_NODE].parents == []
+
+
+def test_a_deferred_dict_makes_each_value_once_when_first_read() -> None:
+    made: list[int] = []
+
+    def make(i: int) -> str:
+        made.append(i)
+        return f"v{i}"
+
+    d = Deferred(zip("abc", range(3)), make)
+    assert len(d) == 3 and "b" in d and list(d) == ["a", "b", "c"] and made == []
+    assert d["b"] == "v1" and d["b"] == "v1" and d.get("c") == "v2" and d.get("z", 0) == 0 and made == [1, 2]
+    d["d"] = "x"
+    assert dict(d) == {"a": "v0", "b": "v1", "c": "v2", "d": "x"} and made == [1, 2, 0]
+    assert Deferred(zip("ab", range(2)), make) == {"a": "v0", "b": "v1"}
+    assert list(Deferred(zip("ab", range(2)), make).values()) == ["v0", "v1"]
+    assert Deferred(zip("ab", range(2)), make).pop("b") == "v1"
+    assert pickle.loads(pickle.dumps(Deferred(zip("a", range(1)), make))) == {"a": "v0"}
+    assert copy.deepcopy(Deferred(zip("a", range(1)), make)) == {"a": "v0"}
+    assert repr(Deferred(zip("a", range(1)), make)) == "{'a': 'v0'}"
+
+
+def test_a_log_read_is_a_sequence_of_stored_records() -> None:
+    one, two = record("turn-1", [], {"messages": []}), record("turn-2", [], {"messages": []})
+    read = adopted(one, two)
+    assert len(read) == 2 and read[-1].seq == 2 and read[0].node_id == "turn-1" and read[1:][0].node_id == "turn-2"
+    assert [tuple(s[:2]) for s in read] == [(1, "turn-1"), (2, "turn-2")] and type(read[0]) is StoredRecord
+    assert read == list(read) and read != []
+    with pytest.raises(IndexError):
+        read[2]

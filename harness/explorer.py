@@ -483,6 +483,8 @@ class Explorer:
             result.outcome, result.error = "harness-error", str(exc)
         except Exception as exc:
             result.outcome, result.error = "harness-error", f"{type(exc).__name__}: {exc}"
+        if self.crash_states is not None:
+            self.crash_states.judged(result)
         result.seconds = time.monotonic() - t0
         await asyncio.to_thread(self._keep_or_remove, result, directory)
         return result

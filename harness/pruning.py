@@ -504,20 +504,28 @@ class CrashStates:
         if case_id in self.plan.group_of or case_id in self.owned or case_id in self.share_sampled:
             self.records[case_id] = Record(cx.crash, final, cx.result, cx.first_trace)
 
-    def case_over(self, result: CaseResult) -> None:
-        """After ``result``'s case ended however it ended (its replays too): an owner's
-        waiting sharers get its record when it passed, else None (each resumes itself);
-        a sampled sharer's final state is compared with its owner's once both ended."""
-        key = self.owned.pop(result.case.id, None)
+    def judged(self, result: CaseResult) -> None:
+        """``result``'s run was judged (before its directory is removed, and before any
+        replay): an owner's waiting sharers go on, with its record when it passed, else
+        each resuming itself (its resume did not end in a final state, or a check failed:
+        a failure, a flaky one too, is not copied to them). Once per owner: its replays
+        change nothing here."""
+        key = self.owned.get(result.case.id)
+        entry = self.shared.get(key) if key is not None else None
+        if entry is None or entry.owner != result.case.id or entry.done.done():
+            return  # not an owner (any more: a later case may own the state now), or told already
         record = self.records.get(result.case.id)
-        if key is not None:
-            # only a resume that passed is shared: the waiting sharers go on now, with it or
-            # (its resume did not end in a final state, or a check failed, or its replay
-            # disagreed) each resuming itself, so a flaky failure is not copied to them
-            passed = record is not None and result.outcome == "pass"
-            self.shared[key].done.set_result(record if passed else None)
-            if not passed:
-                del self.shared[key]  # a later case with this state resumes itself
+        passed = record is not None and result.outcome == "pass"
+        entry.done.set_result(record if passed else None)
+        if not passed:
+            del self.shared[key]  # a later case with this state resumes itself
+
+    def case_over(self, result: CaseResult) -> None:
+        """After ``result``'s case ended however it ended (its replays too): its sharers
+        were told (:meth:`judged`: a harness error outside ``run_case`` reaches them only
+        here); a sampled sharer's final state is compared with its owner's once both ended."""
+        self.judged(result)
+        self.owned.pop(result.case.id, None)
         self.ended[result.case.id] = result
         owner = self.share_sampled.get(result.case.id)
         if owner is not None:

@@ -342,16 +342,35 @@ def sample_by_policy(workload: str, goldens: Mapping[str, GoldenRun], per_policy
                      sources: tuple[str, ...], seed: int = 0) -> tuple[list[Case], str]:
     """For each resume policy of ``per_policy`` (a :meth:`.plan.Resume.parse` spec, e.g.
     ``"concurrent"``), a seeded sample of that many kill cases of ``goldens`` resumed under
-    it, in enumeration order; deterministic as :func:`sample_by_kind`. Returns the cases
-    and a note (``"sampled resume policies (seed 0; --resume runs a policy at every
-    point): concurrent 24 of 363 kill cases"``). Raises ``PlanError`` for a bad spec."""
+    it, at most one per crash state (:func:`.pruning.crash_state_groups`: the first point
+    of each; a golden run without I/O marks gives every point its own), in enumeration
+    order; deterministic as :func:`sample_by_kind`. A long stretch of points that leave one
+    state (a model call's) would otherwise take most of the sample, and the states a
+    policy's defects live in (an effect started and not yet answered, a record not yet
+    appended) are a point or two each. Returns the cases and a note (``"sampled resume
+    policies (seed 0; --resume runs a policy at every point): concurrent 24 of 114 crash
+    states (367 kill cases)"``). Raises ``PlanError`` for a bad spec."""
+    from .pruning import crash_state_groups
+
+    state_of: dict[str, dict[tuple[str, str, int], int]] = {}
+    for conv, golden in goldens.items():
+        groups, _ = crash_state_groups(golden)
+        state_of[conv] = {tuple(e[1:]): i for i, g in enumerate(groups) for e in g.entries}
     out: list[Case] = []
     parts = []
     for spec, n in per_policy.items():
         found = enumerate_cases(workload, dict(goldens), ("kill",), sources, Resume.parse(spec))
-        chosen = _seeded_sample(list(range(len(found))), n, f"{seed}:resume:{spec}")
+        firsts: list[int] = []
+        seen: set[tuple[str, int]] = set()
+        for i, case in enumerate(found):
+            state = state_of.get(case.conversation, {}).get(case.plan.faults[0].point.key)
+            key = (case.conversation, state if state is not None else -1 - i)
+            if key not in seen:
+                seen.add(key)
+                firsts.append(i)
+        chosen = _seeded_sample(firsts, n, f"{seed}:resume:{spec}")
         out += [found[i] for i in chosen]
-        parts.append(f"{spec} {len(chosen)} of {len(found)} kill cases")
+        parts.append(f"{spec} {len(chosen)} of {len(firsts)} crash states ({len(found)} kill cases)")
     return out, f"sampled resume policies (seed {seed}; --resume runs a policy at every point): " + ", ".join(parts)
 
 

@@ -37,6 +37,6 @@ def test_a_sampled_policy_is_kill_cases_resumed_that_way_seeded_and_in_order() -
     points = [c.plan.faults[0].point.task for c in picked]
     assert points == sorted(points, key=lambda t: int(t.split("-")[1]))  # enumeration order
     assert note == ("sampled resume policies (seed 3; --resume runs a policy at every point): "
-                    "concurrent 5 of 30 kill cases")
+                    "concurrent 5 of 30 crash states (30 kill cases)")  # no I/O marks: a state per point
     assert sample_by_policy("checkout", goldens, {"concurrent": 5}, ("label",), seed=3)[0] == picked
     assert sample_by_policy("checkout", goldens, {"concurrent": 5}, ("label",), seed=4)[0] != picked

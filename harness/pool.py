@@ -187,12 +187,19 @@ class WorkerPool:
                 sigkill_group(pid)
                 break
             poll = STOP_POLL_S if at_stop is not None else 0.05 if term_grace is not None else limit - now
-            try:
-                await asyncio.wait_for(asyncio.shield(exited), min(limit - now, poll))
-            except asyncio.TimeoutError:
-                pass
+            await wait_done(exited, min(limit - now, poll))
         event = await exited
         return WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out, event.get("cpu_ms"))
+
+
+async def wait_done(fut: asyncio.Future[object], timeout: float) -> None:
+    """Wait until ``fut`` is done or ``timeout`` seconds passed, whichever is first; ``fut``
+    is left as it is (not cancelled on timeout). Cancelling the caller raises
+    ``CancelledError`` here even when ``fut`` finished in the same loop iteration:
+    ``asyncio.wait_for(asyncio.shield(fut), timeout)`` returns the result then, and the
+    cancellation (Ctrl-C, SIGTERM) is lost, in Python 3.11 (CPython gh-86296, fixed by
+    3.12's rewrite); a controller that lost it ran on and never stopped."""
+    await asyncio.wait((fut,), timeout=timeout)
 
 
 def _stopped(pid: int) -> bool:

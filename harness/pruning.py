@@ -785,6 +785,11 @@ async def run_pruned(
 
         async def worker() -> None:
             while not stopped:
+                # asked to stop (Ctrl-C, SIGTERM) but still here: a library swallowed the
+                # CancelledError (Python 3.11's asyncio.wait_for, CPython gh-86296); the
+                # request still stands (Task.cancelling), so no further case starts
+                if (me := asyncio.current_task()) is not None and me.cancelling():
+                    raise asyncio.CancelledError
                 try:
                     case = queue.get_nowait()
                 except asyncio.QueueEmpty:

@@ -123,28 +123,21 @@ def test_malformed_case_id_is_exit_2(cli_env, tmp_path) -> None:
     assert "not in the golden trace" in proc.stderr
 
 
-_FIRED_SEEN: set[Path] = set()
+_CASES_SEEN: set[Path] = set()
 
 
-def _fired_workers(tmp_path: Path) -> int:
-    """Worker event files of the session under ``tmp_path`` whose fault fired, seen so
-    far by any call: one per case started (a golden run or a resume has no fault armed;
-    a passing case's directory is removed when it ends, so the count is cumulative)."""
+def _cases_started(tmp_path: Path) -> int:
+    """Case directories (``workers/cm-run-*``) of the session under ``tmp_path`` seen so
+    far by any call: one per case that ran workers. A case's directory exists from its
+    start to its end (a passing one is removed then), so the count is cumulative; a
+    worker's event file, by contrast, holds ``"fired"`` only from the fault to the case's
+    end, which a pruned case that takes a shared resume passes through in milliseconds."""
     # os.walk, not Path.glob: glob raises when a directory it is scanning is removed
     # under it (a case ending); walk skips what vanished
-    for root, _dirs, files in os.walk(tmp_path):
-        if "workers" not in Path(root).relative_to(tmp_path).parts:
-            continue
-        for name in files:
-            events = Path(root, name)
-            if not name.endswith(".jsonl"):
-                continue
-            try:
-                if b'"fired"' in events.read_bytes():
-                    _FIRED_SEEN.add(events)
-            except FileNotFoundError:  # the case or the session is being removed
-                pass
-    return sum(1 for p in _FIRED_SEEN if p.is_relative_to(tmp_path))
+    for root, dirs, _files in os.walk(tmp_path):
+        if Path(root).name == "workers":
+            _CASES_SEEN.update(Path(root, d) for d in dirs if d.startswith("cm-run-"))
+    return sum(1 for p in _CASES_SEEN if p.is_relative_to(tmp_path))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
@@ -159,16 +152,16 @@ def test_controller_killed_or_interrupted_leaves_nothing(cli_env, test_tag, tmp_
     # process that inherited it (the watchdog, while it cleans up)
     # a Ctrl-C in a terminal: the default SIGINT disposition, even when this test runs
     # in a background job (where the shell sets SIGINT to "ignore" for all descendants)
-    # one case at a time: once a second case's fault fired, the first case has finished
+    # one case at a time: once a second case has started, the first case has finished
     proc = subprocess.Popen([*CLI, "run", "--conversation", "conv4", "--jobs", "1", "--report", "partial.json",
                              "--html", "partial.html"], env=cli_env, cwd=tmp_path,
                             stdout=out_file, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and _fired_workers(tmp_path) < 2 and proc.poll() is None:
-        time.sleep(0.1)
+    while time.monotonic() < deadline and _cases_started(tmp_path) < 2 and proc.poll() is None:
+        time.sleep(0.05)
     assert proc.poll() is None, out_path.read_text()
-    assert _fired_workers(tmp_path) >= 2, out_path.read_text()[-2000:]
+    assert _cases_started(tmp_path) >= 2, out_path.read_text()[-2000:]
     running = []
     for p in tagged_processes(test_tag):
         try:

@@ -217,3 +217,41 @@ def test_a_resume_is_shared_only_once_its_owner_passed_and_a_replay_resumes_itse
     assert asyncio.run(scenario("pass")) == (False, False, True)
     assert asyncio.run(scenario("flaky")) == (False, False, False)
     assert asyncio.run(scenario("fail")) == (False, False, False)
+
+
+def test_cases_that_run_one_at_a_time_go_first_in_one_slot_while_the_others_fill_the_rest() -> None:
+    """db-restart cases hold the session's second PostgreSQL for their whole run
+    (``FaultKind.one_at_a_time``): they start first, never two at once, and no other slot
+    waits for them (before, each took a slot and waited on the lock, and as the matrix's
+    last cases they ran with the other slots idle)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    cases = [kill(i) for i in range(6)] + [kill(i, "db-restart") for i in range(3)]
+    started: list[str] = []
+    live = {"serial": 0, "all": 0, "max_serial": 0, "max_all": 0, "others_beside_serial": 0}
+
+    class Explorer:
+        options = SimpleNamespace(prune=None)
+        crash_states = None
+
+        async def run_case(self, case: Case, _golden: GoldenRun) -> CaseResult:
+            serial = case.plan.faults[0].kind == "db-restart"
+            started.append(case.plan.faults[0].kind)
+            live["serial"] += serial
+            live["all"] += 1
+            live["max_serial"] = max(live["max_serial"], live["serial"])
+            live["max_all"] = max(live["max_all"], live["all"])
+            if not serial and live["serial"]:
+                live["others_beside_serial"] += 1
+            await asyncio.sleep(0.03 if serial else 0.01)
+            live["serial"] -= serial
+            live["all"] -= 1
+            return CaseResult(case, "reference", "pass")
+
+    results, _ = asyncio.run(pruning.run_pruned(Explorer(), cases, {"conv1": golden()}, 3,  # type: ignore[arg-type]
+                                                options=pruning.OFF))
+    assert [r.case for r in results] == cases  # reported in case order
+    assert started[0] == "db-restart" and live["max_serial"] == 1 and live["max_all"] == 3
+    assert live["others_beside_serial"] == 6  # every other case ran while a db-restart case did
+    assert pruning.one_at_a_time(cases[-1]) and not pruning.one_at_a_time(cases[0])

@@ -130,7 +130,9 @@ def _dump_bytes(value: Any) -> bytes:
         except TypeError:  # orjson.JSONEncodeError
             pass
         else:
-            if data.isascii() and b"\x7f" not in data:
+            # find, not ``in``: ``bytes.__contains__`` tries its argument as an int first,
+            # building and dropping a TypeError for every bytes argument
+            if data.isascii() and data.find(b"\x7f") < 0:
                 return data
     return _dump(value).encode()
 

@@ -112,6 +112,23 @@ RETRY_BACKOFF_S = 0.1
 StepHook = Callable[[str, str], None]
 """``on_step(phase, node_id)`` with phase ``"before"`` or ``"after"``."""
 
+try:  # anyio's backend, looked up once per schedule instead of once per loop turn
+    from anyio._core._eventloop import get_async_backend as _get_async_backend
+except ImportError:  # pragma: no cover - another anyio layout: the public function
+    _get_async_backend = None
+
+
+def _backend_calls() -> tuple[Callable[[], Awaitable[None]], Callable[[], anyio.Event]]:
+    """``anyio.lowlevel.checkpoint_if_cancelled`` and ``anyio.Event``, without their lookup
+    of the running backend on every call (sniffio's thread-local and context variable:
+    ~7,000 instructions, about half of what either costs): the running backend's own
+    methods, the very ones the public names call. The scheduler loop makes one of each a
+    turn."""
+    if _get_async_backend is None:  # pragma: no cover
+        return anyio.lowlevel.checkpoint_if_cancelled, anyio.Event
+    backend = _get_async_backend()
+    return backend.checkpoint_if_cancelled, backend.create_event
+
 
 def _describe(exc: BaseException) -> str:
     """One line naming an error; for an exception group, its leaf exceptions."""
@@ -376,8 +393,11 @@ class Execution:
         self.error: BaseException | None = None
         self.stop: tuple[str, str] | None = None
         self.started_at: dict[str, float] = {}
-        #: the input of every spawned model node (``{}``), encoded once per attempt
-        self._empty_input = codec.encode_trusted({})
+        #: the input of every spawned model node (``{}``), encoded once per attempt, as the
+        #: fields the record's constructor builds its spec's payload from (a Payload object
+        #: would be copied into every record that spawns one)
+        empty = codec.encode_trusted({})
+        self._empty_input = {"codec": empty.codec, "format_version": empty.format_version, "inline": empty.inline}
         schema = runtime.agent.state_schema
         # the durable fields (from the log), then the transient ones, rebuilt on each load
         self.state: dict[str, Any] = graph.state(schema)
@@ -388,13 +408,14 @@ class Execution:
         return not self.rt.drain_requested() and self.stop is None and self.error is None
 
     async def schedule(self) -> tuple[str, str | None]:
+        checkpoint_if_cancelled, new_event = _backend_calls()
         async with anyio.create_task_group() as tg:
             while True:
                 # A node that ended (e.g. by the cancellation) sets the event the loop waits
                 # on, so the loop can wake before the cancellation reaches it: never launch
                 # in a cancelled scope (the new node would run to its first await and send
                 # a billed model call). Raises only if cancelled; does not yield otherwise.
-                await anyio.lowlevel.checkpoint_if_cancelled()
+                await checkpoint_if_cancelled()
                 if self.may_launch():
                     ready = self.graph.ready(exclude=self.running)
                     limit = budgets.exceeded(self.rt.agent, self.graph, ready) if ready else None
@@ -417,7 +438,7 @@ class Execution:
                     break
                 # made here, not at the top: nothing ran since the ready scan (no await),
                 # so no node can have ended unseen
-                self.rt._changed = anyio.Event()
+                self.rt._changed = new_event()
                 await self.rt._changed.wait()
         if self.error is not None:
             raise self.error
@@ -434,29 +455,31 @@ class Execution:
 
     def mark_launched(self, spec: NodeSpec) -> None:
         """Label ``node.launch`` on the node's logical task; the node is running."""
-        token = set_logical_task(spec.node_id)
+        node_id = spec.node_id
+        token = set_logical_task(node_id)
         try:
             crashpoint(NODE_LAUNCH)
         finally:
             reset_logical_task(token)
-        self.running.add(spec.node_id)
+        self.running.add(node_id)
 
     async def run_node(self, spec: NodeSpec) -> None:
         """Run one launched node to its record, in its own task or in the scheduler's
         (its logical task is set for the length of the call and then reset). A
         :class:`NeedsHuman` sets :attr:`stop`, another error :attr:`error`; a
         cancellation propagates."""
-        token = set_logical_task(spec.node_id)
-        self.started_at[spec.node_id] = time.monotonic()
+        node_id, kind = spec.node_id, spec.kind  # read once: each read of a upb field makes a new str
+        token = set_logical_task(node_id)
+        self.started_at[node_id] = time.monotonic()
         try:
-            self.step("before", spec.node_id)
-            if spec.kind == "model":
+            self.step("before", node_id)
+            if kind == "model":
                 await self.run_model(spec)
-            elif spec.kind == subagents.SUBAGENT_KIND:
+            elif kind == subagents.SUBAGENT_KIND:
                 await self.run_subagent(spec)
             else:
                 await self.run_tool(spec)
-            self.step("after", spec.node_id)
+            self.step("after", node_id)
         except NeedsHuman as exc:
             self.stop = ("needs_human", str(exc))
         except anyio.get_cancelled_exc_class():
@@ -465,7 +488,7 @@ class Execution:
             if self.error is None:
                 self.error = exc
         finally:
-            self.running.discard(spec.node_id)
+            self.running.discard(node_id)
             reset_logical_task(token)
             if self.rt._changed is not None:
                 self.rt._changed.set()
@@ -689,14 +712,15 @@ class Execution:
                     f"{self.rt.agent.name!r} declares no state schema"
                 )
             state_payload = schema.encode(state_updates, blobs=self.rt.blobs, threshold=self.rt.blob_threshold)
-        started = self.started_at.get(spec.node_id)
+        node_id = spec.node_id
+        started = self.started_at.get(node_id)
         if started is not None:
             budget.wall_ms = int((time.monotonic() - started) * 1000)
         payload, read = codec.encode_read(output, blobs=self.rt.blobs, threshold=self.rt.blob_threshold)
         record = NodeRecord(
             format_version=RECORD_FORMAT_VERSION,
-            node_id=spec.node_id,
-            parents=list(spec.parents),
+            node_id=node_id,
+            parents=spec.parents[:],  # a list made in C (see RunGraph.add)
             kind=spec.kind,
             output=payload,
             spawned=spawned,

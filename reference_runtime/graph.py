@@ -41,6 +41,10 @@ def node_order(node_id: str) -> tuple[Any, ...]:
 _UNSET = object()
 
 
+def _spec_order(spec: NodeSpec) -> tuple[Any, ...]:
+    return node_order(spec.node_id)
+
+
 class Deferred(dict):  # type: ignore[type-arg]
     """A dict some of whose values are made when first read: a value still to be made is
     stored as an ``int``, the argument ``make`` turns into it (once; the value replaces
@@ -229,7 +233,7 @@ class RunGraph:
             records[node_id] = record
             spawned = record.spawned
             if spawned:  # a tool's record spawns nothing: no iterator for it
-                for spec in spawned:
+                for spec in spawned[:]:  # a slice: iterating upb's container raises IndexError at its end
                     spec_id = spec.node_id
                     if spec_id not in specs:
                         specs[spec_id] = spec
@@ -243,12 +247,13 @@ class RunGraph:
 
     def add_spec(self, spec: NodeSpec) -> None:
         """Know a node (the first spec of an id wins; a recorded node is not pending)."""
-        if spec.node_id in self.specs:
+        node_id = spec.node_id  # read once: each read of a upb field decodes a new str
+        if node_id in self.specs:
             return
-        self.specs[spec.node_id] = spec
-        if spec.node_id not in self.records:
-            self._pending[spec.node_id] = spec
-            self._open[scope_of(spec.node_id)] += 1
+        self.specs[node_id] = spec
+        if node_id not in self.records:
+            self._pending[node_id] = spec
+            self._open[scope_of(node_id)] += 1
 
     def add(self, record: NodeRecord, output: Any = None) -> None:
         """Take a record (the first of a node counts in the totals). ``output``: its
@@ -262,12 +267,15 @@ class RunGraph:
             self._outputs.pop(node_id, None)
         if node_id not in self.records:
             self.turns_used += record.kind == "model"
-            self.tokens_used += record.budget.tokens
-            self.wall_ms_used += record.budget.wall_ms
+            budget = record.budget  # read once: every read of a field makes a new Python object
+            self.tokens_used += budget.tokens
+            self.wall_ms_used += budget.wall_ms
             if self._pending.pop(node_id, None) is not None:
                 self._open[scope_of(node_id)] -= 1
         self.records[node_id] = record
-        for spec in record.spawned:
+        # a slice, a list made in C: iterating upb's repeated container goes through the
+        # sequence protocol and ends in an IndexError built and dropped (~2,000 instructions)
+        for spec in record.spawned[:]:
             self.add_spec(spec)
 
     def ready(self, exclude: set[str] | frozenset[str] = frozenset()) -> list[NodeSpec]:
@@ -275,14 +283,18 @@ class RunGraph:
         also waits until its child's scope has no pending node (the child's completion
         record is in)."""
         records = self.records
-        out = [
-            spec
-            for node_id, spec in self._pending.items()
-            if node_id not in exclude
-            and all(p in records for p in spec.parents)
-            and (spec.kind != SUBAGENT_KIND or not self._open[node_id])
-        ]
-        out.sort(key=lambda s: node_order(s.node_id))
+        out = []
+        for node_id, spec in self._pending.items():
+            if node_id in exclude:
+                continue
+            for p in spec.parents[:]:  # a slice: see add
+                if p not in records:
+                    break
+            else:
+                if spec.kind != SUBAGENT_KIND or not self._open[node_id]:
+                    out.append(spec)
+        if len(out) > 1:
+            out.sort(key=_spec_order)
         return out
 
     def pending(self) -> list[str]:
@@ -291,13 +303,13 @@ class RunGraph:
     def ancestors(self, node_id: str) -> list[str]:
         """Every ancestor of ``node_id`` (not itself), in natural order."""
         seen: set[str] = set()
-        stack = list(self.specs[node_id].parents) if node_id in self.specs else []
+        stack = self.specs[node_id].parents[:] if node_id in self.specs else []
         while stack:
             n = stack.pop()
             if n in seen:
                 continue
             seen.add(n)
-            stack.extend(self.specs[n].parents if n in self.specs else [])
+            stack.extend(self.specs[n].parents[:] if n in self.specs else [])
         return sorted(seen, key=node_order)
 
     def output(self, node_id: str) -> Any:
@@ -352,8 +364,9 @@ class RunGraph:
         the whole run. Any other shape (or no cached predecessor) takes the full walk."""
         scope = scope_of(node_id)
         spec = self.specs.get(node_id)
-        parents = list(spec.parents) if spec is not None else []
-        grand = {tuple(self.specs[p].parents) if p in self.specs else None for p in parents}
+        parents = spec.parents[:] if spec is not None else []
+        specs = self.specs
+        grand = {tuple(specs[p].parents[:]) if p in specs else None for p in parents}
         if len(grand) == 1 and all(p in self.records and scope_of(p) == scope for p in parents):
             (before,) = grand
             if before is not None and len(before) == 1 and before[0] in self._seen and before[0] in self.records:

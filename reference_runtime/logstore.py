@@ -183,7 +183,7 @@ def record_facts(record: NodeRecord) -> tuple[str, int, int, list[str]]:
     appends it, so a rehydrate gets the run's totals and frontier from the server
     instead of walking every record in Python (:meth:`AppendOnlyLog.read`)."""
     budget = record.budget
-    return record.kind, budget.tokens, budget.wall_ms, [spec.node_id for spec in record.spawned]
+    return record.kind, budget.tokens, budget.wall_ms, [spec.node_id for spec in record.spawned[:]]
 
 
 # A batch for the group commit. Every array is text[] (records in base64, the spawned ids

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -44,6 +45,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
+#: seconds between two progress lines when the output is not a terminal (a CI log,
+#: a file), where the live bar draws nothing until the end; CRASHMATRIX_PROGRESS_S
+#: sets it (0: a line per case)
+PROGRESS_LINE_S = float(os.environ.get("CRASHMATRIX_PROGRESS_S", "30"))
 if not console.is_terminal and "COLUMNS" not in os.environ:
     console.width = 160  # a log file or a CI job: no terminal to fit, keep the tables readable
 err = Console(stderr=True)
@@ -218,6 +223,13 @@ def run(
             if getattr(result, "outcome") != "pass":
                 state["failed"] = int(state["failed"]) + 1  # type: ignore[call-overload]
             progress.update(state["task"], advance=1, failed=state["failed"])  # type: ignore[arg-type]
+            if not console.is_terminal:  # a log (CI, a file): no live bar, a line now and then
+                task = progress.tasks[0]
+                now = time.monotonic()
+                if now - float(state.get("said", task.start_time or now)) >= PROGRESS_LINE_S:  # type: ignore[arg-type]
+                    state["said"] = now
+                    console.print(f"crashmatrix: {workload}: {int(task.completed)}/{int(task.total or 0)} cases, "
+                                  f"{state['failed']} failed, {now - (task.start_time or now):.0f} s", markup=False)
 
         def on_report(partial: MatrixReport) -> None:
             state["report"] = partial

@@ -210,9 +210,13 @@ def test_unreachable_fault_proxy_is_one_line_and_exit_2(cli_env, test_tag, tmp_p
 def test_the_default_runs_checkout_then_support_desk_each_with_its_report(cli_env, tmp_path) -> None:
     """No workload named: checkout, then support_desk (issue 16), one summary and one report
     each (``r.json``, ``r-support_desk.json``); a shard keeps it cheap."""
-    proc = subprocess.run([*CLI, "run", "--kinds", "kill", "--shard", "1/60", "--report", "r.json"], env=cli_env,
+    proc = subprocess.run([*CLI, "run", "--kinds", "kill", "--shard", "1/60", "--report", "r.json"],
+                          env=dict(cli_env, CRASHMATRIX_PROGRESS_S="0"),
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    # not a terminal: progress as lines (every CRASHMATRIX_PROGRESS_S seconds; 0: each case)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("crashmatrix: checkout: ")]
+    assert lines and all(" cases, 0 failed, " in l for l in lines), proc.stdout[-2000:]
     assert "starting services for checkout" in proc.stdout and "starting services for support_desk" in proc.stdout
     first, second = (json.loads((tmp_path / name).read_text()) for name in ("r.json", "r-support_desk.json"))
     assert first["workload"] == "checkout" and second["workload"] == "support_desk"

@@ -49,7 +49,7 @@ import dataclasses
 import json
 import math
 import random
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -660,13 +660,6 @@ class PruneSummary:
         }
 
 
-def one_at_a_time(case: Case) -> bool:
-    """True when a fault of ``case`` is of a kind whose cases run one at a time
-    (``FaultKind.one_at_a_time``: ``db-restart``, which restarts the session's second
-    PostgreSQL)."""
-    return any(getattr(faults.KINDS.get(f.kind), "one_at_a_time", False) for f in case.plan.faults)
-
-
 async def run_pruned(
     explorer: Explorer, cases: list[Case], goldens: dict[str, GoldenRun], jobs: int,
     on_result: Callable[[CaseResult], None] | None = None, *, stop: Callable[[CaseResult], bool] | None = None,
@@ -786,34 +779,22 @@ async def run_pruned(
                 fallback.append(member)
 
     async def run(todo: list[Case]) -> None:
-        # a case that holds a session-wide resource for its whole run (a db-restart
-        # case's PostgreSQL: FaultKind.one_at_a_time) would wait for the one before it in
-        # a slot of its own; they go first instead, one slot at a time, so their chain
-        # overlaps the other cases rather than trailing them with the other slots idle
-        # (the CLI's sampled kinds come last in the matrix)
-        serial = deque(c for c in todo if one_at_a_time(c))
-        rest = deque(c for c in todo if not one_at_a_time(c))
-        serial_busy = False
+        queue: asyncio.Queue[Case] = asyncio.Queue()
+        for case in todo:
+            queue.put_nowait(case)
 
         async def worker() -> None:
-            nonlocal serial_busy
             while not stopped:
                 # asked to stop (Ctrl-C, SIGTERM) but still here: a library swallowed the
                 # CancelledError (Python 3.11's asyncio.wait_for, CPython gh-86296); the
                 # request still stands (Task.cancelling), so no further case starts
                 if (me := asyncio.current_task()) is not None and me.cancelling():
                     raise asyncio.CancelledError
-                if serial and not serial_busy:
-                    case, serial_busy, mine = serial.popleft(), True, True
-                elif rest:
-                    case, mine = rest.popleft(), False
-                else:  # nothing, or only cases waiting for the one in flight: its slot takes them
-                    return
                 try:
-                    over(await run_case_replayed(explorer, case, goldens[case.conversation], replay_failures))
-                finally:
-                    if mine:
-                        serial_busy = False
+                    case = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                over(await run_case_replayed(explorer, case, goldens[case.conversation], replay_failures))
 
         await asyncio.gather(*(worker() for _ in range(min(jobs, max(1, len(todo))))))
 

@@ -67,10 +67,6 @@ class FaultKind:
     bare: ClassVar[bool] = True
     #: the crash checks read the providers' ledgers too (``CrashEvidence.ledgers``)
     reads_ledgers: ClassVar[bool] = False
-    #: its cases hold a session-wide resource for their whole run, so they run one at a
-    #: time (``db-restart``); the case loop gives them one slot, first
-    #: (:func:`.pruning.run_pruned`), instead of a slot each waiting on the resource
-    one_at_a_time: ClassVar[bool] = False
 
     def act(self, recorder: Recorder, fault: Fault) -> None:  # pragma: no cover - abstract
         """In the worker, right after ``fired`` was written: make the fault happen

@@ -47,7 +47,6 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
     name = "db-restart"
     rank = 5
     quiesce_database = False  # the restart ended the worker's sessions
-    one_at_a_time = True  # the lock below; the case loop gives these cases one slot
 
     def act(self, recorder: Recorder, fault: Fault) -> None:
         signal_self(signal.SIGSTOP)

@@ -46,9 +46,9 @@ app = typer.Typer(
 )
 console = Console()
 #: seconds between two progress lines when the output is not a terminal (a CI log,
-#: a file), where the live bar draws nothing until the end; CRASHMATRIX_PROGRESS_S
-#: sets it (0: a line per case)
-PROGRESS_LINE_S = float(os.environ.get("CRASHMATRIX_PROGRESS_S", "30"))
+#: a file), where the live bar draws nothing until the end; the environment variable
+#: sets it (0: a line per case; read by :func:`_progress_interval`)
+PROGRESS_ENV, PROGRESS_LINE_S = "CRASHMATRIX_PROGRESS_S", 30.0
 if not console.is_terminal and "COLUMNS" not in os.environ:
     console.width = 160  # a log file or a CI job: no terminal to fit, keep the tables readable
 err = Console(stderr=True)
@@ -90,6 +90,22 @@ class Stopped(Exception):
     @property
     def reason(self) -> str:
         return "interrupted (Ctrl-C, SIGINT)" if self.signum == signal.SIGINT else "stopped by SIGTERM"
+
+
+def _progress_interval() -> float:
+    """Seconds between progress lines: ``$CRASHMATRIX_PROGRESS_S``, default
+    :data:`PROGRESS_LINE_S`. Raises ``typer.BadParameter`` naming the variable for a value
+    that is not a number of seconds >= 0."""
+    text = os.environ.get(PROGRESS_ENV)
+    if text is None:
+        return PROGRESS_LINE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # a negative number or NaN, or not a number
+        raise typer.BadParameter(f"{PROGRESS_ENV}={text!r}: not a number of seconds >= 0")
+    return value
 
 
 def _run_async(coro: object) -> object:
@@ -181,6 +197,7 @@ def run(
     cases = None
     workloads = (workload,) if workload else (("checkout",) if conversation or plan else DEFAULT_WORKLOADS)
     try:  # every name checked before anything starts
+        every = _progress_interval()
         targets = [resolve(name, subject, kinds=DEFAULT_KINDS if kinds is None else kinds, sources=sources,
                            conversations=conversation or None, resume_with=resume_with) for name in workloads]
         # the default adds the recovery-finding kinds, sampled; db-restart needs the
@@ -226,7 +243,7 @@ def run(
             if not console.is_terminal:  # a log (CI, a file): no live bar, a line now and then
                 task = progress.tasks[0]
                 now = time.monotonic()
-                if now - float(state.get("said", task.start_time or now)) >= PROGRESS_LINE_S:  # type: ignore[arg-type]
+                if now - float(state.get("said", task.start_time or now)) >= every:  # type: ignore[arg-type]
                     state["said"] = now
                     console.print(f"crashmatrix: {workload}: {int(task.completed)}/{int(task.total or 0)} cases, "
                                   f"{state['failed']} failed, {now - (task.start_time or now):.0f} s", markup=False)

@@ -113,6 +113,15 @@ def test_failing_case_prints_check_and_replay_command_and_exits_1(cli_env, test_
     assert _leftovers(test_tag, tmp_path) == ([], [])
 
 
+def test_a_bad_progress_interval_is_one_line_and_exit_2(cli_env, tmp_path) -> None:
+    proc = subprocess.run([*CLI, "run", "--conversation", "conv1"], env=dict(cli_env, CRASHMATRIX_PROGRESS_S="soon"),
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = [l for l in proc.stderr.strip().splitlines() if l.startswith("crashmatrix: error")]
+    assert len(err) == 1 and "CRASHMATRIX_PROGRESS_S='soon'" in err[0], proc.stderr
+    assert "starting services" not in proc.stdout
+
+
 def test_malformed_case_id_is_exit_2(cli_env, tmp_path) -> None:
     proc = subprocess.run([*CLI, "replay", "checkout/conv1/explode@x[y]#1"], env=cli_env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2

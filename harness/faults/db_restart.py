@@ -47,6 +47,8 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
     name = "db-restart"
     rank = 5
     quiesce_database = False  # the restart ended the worker's sessions
+    one_at_a_time = True  # the lock in setting(); the case loop starts one at a time
+    mostly_waits = True  # ~0.3 s a case, most of it PostgreSQL's stop, crash recovery and start
 
     def act(self, recorder: Recorder, fault: Fault) -> None:
         signal_self(signal.SIGSTOP)

@@ -40,6 +40,7 @@ class Net(CaseSetting, FaultKind):
     name = "net"
     rank = 4
     bare = False  # a net fault needs its toxic (plan.NetToxic)
+    mostly_waits = True  # ~0.75 s a case, most of it the toxic's latency and the client's timeouts
 
     def act(self, recorder: Recorder, fault: Fault) -> None:
         from ..netfaults import LinkToxic

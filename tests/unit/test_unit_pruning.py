@@ -217,3 +217,30 @@ def test_a_resume_is_shared_only_once_its_owner_passed_and_a_replay_resumes_itse
     assert asyncio.run(scenario("pass")) == (False, False, True)
     assert asyncio.run(scenario("flaky")) == (False, False, False)
     assert asyncio.run(scenario("fail")) == (False, False, False)
+
+
+def test_cases_of_kinds_that_mostly_wait_run_in_lanes_beside_the_slots_and_one_at_a_time_kinds_never_overlap() -> None:
+    """``CaseLanes``: the slots take the cases in order (the waiting kinds' too, once the
+    others are taken); the extra lanes take only ``net`` and ``db-restart`` cases, from the
+    start; never two ``db-restart`` cases at once (they restart one server); ``--jobs 1``
+    has no extra lane."""
+    plain = [kill(i) for i in range(4)]
+    restart = [kill(i, "db-restart") for i in range(3)]
+    lanes = pruning.CaseLanes(plain + restart, jobs=2)
+    assert (lanes.slots, lanes.waiting_lanes) == (2, 2)
+    first = lanes.take(True)
+    assert first is restart[0]
+    assert lanes.take(True) is None  # only db-restart cases are left to a lane, one is in flight
+    assert [lanes.take(False) for _ in range(4)] == plain
+    assert lanes.take(False) is None  # the slots, too, wait for the one in flight
+    lanes.done(first)
+    assert lanes.take(False) is restart[1]
+    lanes.done(restart[1])
+    assert lanes.take(True) is restart[2]
+    lanes.done(restart[2])
+    assert lanes.take(True) is None and lanes.take(False) is None
+
+    assert (pruning.CaseLanes(plain + restart, jobs=1).waiting_lanes) == 0
+    assert (pruning.CaseLanes(plain, jobs=4).waiting_lanes) == 0
+    only_waits = pruning.CaseLanes(restart, jobs=4)
+    assert (only_waits.slots, only_waits.waiting_lanes) == (3, 2)

@@ -67,10 +67,28 @@ def labels_of(trace: Trace) -> set[str]:
 """A worker's trace, in the order the points were reached."""
 
 
+_ENTRIES: dict[tuple[Any, ...], TraceEntry] = {}
+_ENTRIES_LIMIT = 1_000_000
+
+
 def as_trace(entries: Iterable[Sequence[Any]]) -> Trace:
-    """Entries as :class:`TraceEntry` (from JSON lists, plain tuples or entries).
-    Raises ``TypeError`` for an entry that is not four fields."""
-    return [e if type(e) is TraceEntry else TraceEntry(*e) for e in entries]
+    """Entries as :class:`TraceEntry` (from JSON lists, plain tuples or entries), each
+    one shared by every trace that holds an equal entry: a matrix's traces pass the same
+    few thousand points over and over, and long_run's 8,424 cases kept ~1,400 entries
+    each (docs/benchmarks.md, "Where the controller's memory goes"). Raises ``TypeError``
+    for an entry that is not four fields, or whose fields are not hashable."""
+    out: Trace = []
+    known = _ENTRIES
+    for e in entries:
+        key = tuple(e)
+        entry = known.get(key)
+        if entry is None:
+            entry = e if type(e) is TraceEntry else TraceEntry(*key)
+            if len(known) >= _ENTRIES_LIMIT:  # a controller that outlives many workloads
+                known.clear()
+            known[key] = entry
+        out.append(entry)
+    return out
 
 
 def _line(event: dict[str, Any]) -> bytes:

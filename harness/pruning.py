@@ -81,19 +81,27 @@ class PruneOptions:
     """``prune``: group kill cases and run one per group; ``share``: a resume of a crash
     state equal to one already resumed is not run again; ``sample``: the share of pruned
     cases and of shared resumes run whole anyway, drawn with ``seed``; ``same``: the
-    grouping's test of two marks (a test plants an unsound one)."""
+    grouping's test of two marks (a test plants an unsound one); ``keep``: how many
+    resumed crash states per conversation stay shareable (the most recent: an older one
+    is forgotten, and a later case with that state resumes itself; cases that share a
+    state lie near each other in point order)."""
 
     prune: bool = True
     share: bool = True
     sample: float = DEFAULT_SAMPLE
     seed: int = 0
     same: Same | None = None
+    keep: int = 128
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.sample <= 1.0:
             from .errors import InvalidArgument
 
             raise InvalidArgument(f"prune sample={self.sample!r} must be between 0 and 1")
+        if self.keep < 1:
+            from .errors import InvalidArgument
+
+            raise InvalidArgument(f"prune keep={self.keep!r} must be at least 1")
 
 
 OFF = PruneOptions(prune=False, share=False)
@@ -437,7 +445,14 @@ class CrashStates:
     """The explorer's hook while :func:`run_pruned` runs (``Explorer.crash_states``):
     the explorer reads every faulted worker's crash state whole (ledgers too) into
     ``CaseRun.crash``, asks :meth:`share_resume` before the first fault-free resume and
-    calls :meth:`finished` with the final state."""
+    calls :meth:`finished` with the final state.
+
+    A case's :class:`Record` (its crash and final states: up to a few MB for a long run)
+    is kept only while something may still read it: its group's members are not all
+    derived or compared (:func:`run_pruned` calls :meth:`group_over`), it owns one of the
+    ``options.keep`` most recent shareable resumes of its conversation, or a sampled
+    sharer is still to be compared with it. Before, every record lived until the matrix
+    ended (long_run's controller: 6.9 GB after 8,424 cases, docs/benchmarks.md)."""
 
     def __init__(self, options: PruneOptions, plan: Plan, goldens: dict[str, GoldenRun]) -> None:
         self.options = options
@@ -456,6 +471,10 @@ class CrashStates:
         #: cases ended (their last run's result); sampled sharers not yet compared: (sharer, owner)
         self.ended: dict[str, CaseResult] = {}
         self.pending: list[tuple[str, str]] = []
+        self._group_live: set[str] = set()  # records a group still reads
+        self._watched: Counter[str] = Counter()  # records a sampled sharer's comparison reads
+        self._owner_key: dict[str, tuple[str, str, str]] = {}  # owner -> its shareable entry
+        self._recent: dict[str, dict[tuple[str, str, str], None]] = {}  # conversation -> shareable keys, oldest first
 
     def _doc(self, cx: CaseRun) -> dict[str, Any]:
         doc = self.docs.get(cx.case.id)
@@ -484,6 +503,8 @@ class CrashStates:
         drawn = random.Random(f"{self.options.seed}:{cx.case.id}").random() < self.options.sample
         if cx.case.id in self.plan.sampled or (self.options.sample > 0 and drawn):
             self.share_sampled[cx.case.id] = entry.owner
+            self._watched[cx.case.id] += 1
+            self._watched[entry.owner] += 1
             return False
         record = await entry.done
         if record is None:
@@ -501,8 +522,44 @@ class CrashStates:
         """``cx`` read its final state: keep what others need (a representative's or a
         sampled member's crash state, an owner's resume)."""
         case_id = cx.case.id
+        if case_id in self.plan.group_of:
+            self._group_live.add(case_id)
+        if case_id in self.owned:
+            self._owner_key[case_id] = self.owned[case_id]
         if case_id in self.plan.group_of or case_id in self.owned or case_id in self.share_sampled:
             self.records[case_id] = Record(cx.crash, final, cx.result, cx.first_trace)
+
+    def group_over(self, case_id: str) -> None:
+        """``case_id``'s group no longer reads its record (its members are derived or
+        compared, or it was a sampled member that has been)."""
+        self._group_live.discard(case_id)
+        self._release(case_id)
+
+    def _release(self, case_id: str) -> None:
+        """Drop ``case_id``'s record unless something may still read it (class docstring)."""
+        if case_id in self._group_live or self._watched[case_id] > 0:
+            return
+        key = self._owner_key.get(case_id)
+        if key is not None:
+            entry = self.shared.get(key)
+            if entry is not None and entry.owner == case_id:
+                return  # its resume may still be shared
+            del self._owner_key[case_id]
+        self.records.pop(case_id, None)
+        self._watched.pop(case_id, None)
+
+    def _keep_recent(self, key: tuple[str, str, str]) -> None:
+        """``key``'s resume is shareable: forget the oldest beyond ``options.keep`` of its
+        conversation (a later case with a forgotten state owns it anew)."""
+        recent = self._recent.setdefault(key[1], {})
+        recent[key] = None
+        while len(recent) > self.options.keep:
+            old = next(iter(recent))
+            del recent[old]
+            entry = self.shared.get(old)
+            if entry is not None and entry.done.done():
+                del self.shared[old]
+                self._release(entry.owner)
 
     def judged(self, result: CaseResult) -> None:
         """``result``'s run was judged (before its directory is removed, and before any
@@ -517,7 +574,9 @@ class CrashStates:
         record = self.records.get(result.case.id)
         passed = record is not None and result.outcome == "pass"
         entry.done.set_result(record if passed else None)
-        if not passed:
+        if passed:
+            self._keep_recent(key)
+        else:
             del self.shared[key]  # a later case with this state resumes itself
 
     def case_over(self, result: CaseResult) -> None:
@@ -526,6 +585,7 @@ class CrashStates:
         here); a sampled sharer's final state is compared with its owner's once both ended."""
         self.judged(result)
         self.owned.pop(result.case.id, None)
+        self.docs.pop(result.case.id, None)
         self.ended[result.case.id] = result
         owner = self.share_sampled.get(result.case.id)
         if owner is not None:
@@ -533,6 +593,10 @@ class CrashStates:
         for sharer, owner in [p for p in self.pending if p[0] in self.ended and p[1] in self.ended]:
             self.pending.remove((sharer, owner))
             self._compare(self.ended[sharer], self.ended[owner])
+            for done in (sharer, owner):
+                self._watched[done] -= 1
+                self._release(done)
+        self._release(result.case.id)
 
     def _compare(self, sharer: CaseResult, owner: CaseResult) -> None:
         """A sampled sharer's final state against its owner's, once both ended: counted
@@ -796,6 +860,7 @@ async def run_pruned(
             compare(result, rep.id)
             emit(result)
             concluded(result)
+            sampled_done(result.case.id, rep.id)
             return
         emit(result)
         record = hook.records.get(rep.id) if hook is not None else None
@@ -809,6 +874,7 @@ async def run_pruned(
                         compare(sampled, rep.id)
                     emit(sampled)
                     concluded(sampled)
+                    sampled_done(member.id, rep.id)
             elif summary.unsound:
                 escalate(member)
             elif usable:
@@ -822,6 +888,21 @@ async def run_pruned(
                     emit(derived)
             else:
                 fallback.append(member)
+        if hook is not None and sampled_left[rep.id] <= 0:
+            hook.group_over(rep.id)
+
+    # a group's records are read until its representative ended and every sampled member
+    # was compared with it (CrashStates.group_over lets them go)
+    sampled_left = Counter({g.representative.id: sum(m.id in plan.sampled for m in g.cases[1:])
+                            for g in plan.groups})
+
+    def sampled_done(member: str, rep: str) -> None:
+        if hook is None:
+            return
+        hook.group_over(member)
+        sampled_left[rep] -= 1
+        if sampled_left[rep] <= 0 and results[index[rep]] is not None:
+            hook.group_over(rep)
 
     async def run(todo: list[Case]) -> None:
         lanes = CaseLanes(todo, jobs)

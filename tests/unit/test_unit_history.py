@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from crashmatrix.harness.history import (
     Accepted, End, FaultError, Fired, Healed, HealError, Other, TraceEntry, WorkerReport, as_trace, encode, has_fired,
 )
@@ -51,6 +53,19 @@ def test_entries_unpack_and_compare_as_tuples() -> None:
     assert TRACE[0].key == ("log.append.before", "turn-1", 1) and TRACE[0].label() == "log.append.before[turn-1]#1"
     assert as_trace([["step", "step.after", "turn-1", 1]]) == [TRACE[1]]
     assert json.loads(encode(End("completed", TRACE)))["trace"][0] == ["label", "log.append.before", "turn-1", 1]
+
+
+def test_equal_entries_of_two_workers_traces_are_one_object(tmp_path: Path) -> None:
+    """A matrix's traces pass the same points over and over: the controller keeps one
+    object per entry, not one per trace (long_run's controller grew to 6.9 GB)."""
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _write(a, encode(End("completed", TRACE)))
+    _write(b, encode(Fired({"kind": "kill"}, TRACE[:1])))
+    first, second = WorkerReport.from_file(str(a)).trace(), WorkerReport.from_file(str(b)).trace()
+    assert first == TRACE and second == TRACE[:1]
+    assert first[0] is second[0] and type(first[0]) is TraceEntry
+    with pytest.raises(TypeError):
+        as_trace([["step", "step.after", "turn-1"]])
 
 
 def test_unknown_or_malformed_events_are_kept_as_other(tmp_path: Path) -> None:

@@ -219,6 +219,38 @@ def test_a_resume_is_shared_only_once_its_owner_passed_and_a_replay_resumes_itse
     assert asyncio.run(scenario("fail")) == (False, False, False)
 
 
+def test_a_record_is_kept_while_its_group_or_a_recent_shareable_resume_may_read_it_and_no_longer() -> None:
+    """The controller's memory stays bounded on a long matrix: a representative's record
+    lives until its group is over; an owner's, while its resume is one of the ``keep``
+    most recent of its conversation; an older state, forgotten, is owned anew by the next
+    case that leaves it (it resumes itself: slower, never wrong)."""
+    import asyncio
+
+    async def scenario() -> tuple[str, set[str], set[str], bool, bool]:
+        g = golden()
+        cases = [kill(i) for i in range(len(TRACE))]
+        plan = pruning.plan_cases(cases, {"conv1": g}, pruning.PruneOptions(sample=0))
+        hook = pruning.CrashStates(pruning.PruneOptions(sample=0.0, keep=1), plan, {"conv1": g})
+        rep = plan.groups[0].representative
+        (r, rr), (a, ra), (b, rb) = _share_run(hook, rep), _share_run(hook, kill(3, "term")), _share_run(hook, kill(5, "term"))
+        hook.docs[rep.id], hook.docs[b.case.id] = {"state": "the rep's"}, {"state": "another"}
+        for cx, res in ((r, rr), (a, ra), (b, rb)):
+            assert await hook.share_resume(cx) is False  # three crash states, three owners
+            hook.finished(cx, g.evidence)
+            hook.case_over(res)
+        kept = set(hook.records)  # keep=1: b's resume is the most recent; the group still reads the rep's
+        hook.group_over(rep.id)
+        after = set(hook.records)
+        c, _ = _share_run(hook, kill(6, "term"))  # a's crash state, forgotten: c owns it anew
+        shares = await hook.share_resume(c)
+        return rep.id, kept, after, shares, c.case.id in hook.owned
+
+    rep, kept, after, shares, owns = asyncio.run(scenario())
+    assert kept == {rep, kill(5, "term").id}
+    assert after == {kill(5, "term").id}
+    assert (shares, owns) == (False, True)
+
+
 def test_cases_of_kinds_that_mostly_wait_run_in_lanes_beside_the_slots_and_one_at_a_time_kinds_never_overlap() -> None:
     """``CaseLanes``: the slots take the cases in order (the waiting kinds' too, once the
     others are taken); the extra lanes take only ``net`` and ``db-restart`` cases, from the

@@ -46,10 +46,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import math
 import random
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -736,36 +737,44 @@ def _kind_flag(case: Case, flag: str) -> bool:
 class CaseLanes:
     """The order a case loop takes ``cases`` in, and how many run at once.
 
-    ``jobs`` slots take the cases in order; up to :data:`WAITING_LANES` more lanes (none
-    when ``jobs`` is 1) take only the cases of a kind that mostly waits, so their waits
-    overlap the other cases instead of trailing them (measured on checkout's default
-    matrix, docs/benchmarks.md: the sampled kinds came last and its last 13 s ran with the
-    2 cores half idle). A case of a ``one_at_a_time`` kind never starts while another is
-    in flight; the slots take the waiting kinds' cases only once the others are all
-    taken. ``take(waiting_lane)`` returns the next case or None (nothing a lane of that
-    sort may start: it ends); ``done(case)`` after each."""
+    ``jobs`` slots take the cases in the order given; up to :data:`WAITING_LANES` more
+    lanes (none when ``jobs`` is 1) take, in that order too, only the cases of a kind
+    that mostly waits, so their waits overlap the other cases instead of trailing them
+    (checkout's default matrix puts its sampled kinds last, and its last 13 s ran with
+    the 2 cores half idle: docs/benchmarks.md); an order that puts them first
+    (``selftest --fast``'s likely catchers) still has every slot on them. A case of a
+    ``one_at_a_time`` kind never starts while another is in flight. ``take(waiting_lane)``
+    returns the next case or None (nothing a worker of that sort may start now: it
+    ends); ``done(case)`` after each."""
 
     def __init__(self, cases: list[Case], jobs: int) -> None:
-        self.waits = deque(c for c in cases if _kind_flag(c, "mostly_waits"))
-        self.rest = deque(c for c in cases if not _kind_flag(c, "mostly_waits"))
-        self.slots = min(jobs, max(1, len(cases)))
-        self.waiting_lanes = min(WAITING_LANES if jobs > 1 else 0, len(self.waits))
+        self._seqs = (list(cases), [c for c in cases if _kind_flag(c, "mostly_waits")])
+        self._heads = [0, 0]
+        self._serial = {id(c) for c in cases if _kind_flag(c, "one_at_a_time")}
+        self._taken: set[int] = set()
         self._serial_busy = False
+        self.slots = min(jobs, max(1, len(cases)))
+        self.waiting_lanes = min(WAITING_LANES if jobs > 1 else 0, len(self._seqs[1]))
 
     def take(self, waiting_lane: bool) -> Case | None:
-        if not waiting_lane and self.rest:
-            return self.rest.popleft()
-        for i, case in enumerate(self.waits):
-            if _kind_flag(case, "one_at_a_time"):
-                if self._serial_busy:
-                    continue
+        which = int(waiting_lane)
+        seq, taken = self._seqs[which], self._taken
+        head = self._heads[which]
+        while head < len(seq) and id(seq[head]) in taken:
+            head += 1
+        self._heads[which] = head
+        for case in itertools.islice(seq, head, None):
+            key = id(case)
+            if key in taken or (key in self._serial and self._serial_busy):
+                continue
+            taken.add(key)
+            if key in self._serial:
                 self._serial_busy = True
-            del self.waits[i]
             return case
         return None
 
     def done(self, case: Case) -> None:
-        if _kind_flag(case, "one_at_a_time"):
+        if id(case) in self._serial:
             self._serial_busy = False
 
 

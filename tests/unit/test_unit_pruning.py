@@ -252,10 +252,10 @@ def test_a_record_is_kept_while_its_group_or_a_recent_shareable_resume_may_read_
 
 
 def test_cases_of_kinds_that_mostly_wait_run_in_lanes_beside_the_slots_and_one_at_a_time_kinds_never_overlap() -> None:
-    """``CaseLanes``: the slots take the cases in order (the waiting kinds' too, once the
-    others are taken); the extra lanes take only ``net`` and ``db-restart`` cases, from the
-    start; never two ``db-restart`` cases at once (they restart one server); ``--jobs 1``
-    has no extra lane."""
+    """``CaseLanes``: the slots take the cases in the order given (the waiting kinds'
+    too); the extra lanes take only ``net`` and ``db-restart`` cases, from the start;
+    never two ``db-restart`` cases at once (they restart one server); ``--jobs 1`` has no
+    extra lane."""
     plain = [kill(i) for i in range(4)]
     restart = [kill(i, "db-restart") for i in range(3)]
     lanes = pruning.CaseLanes(plain + restart, jobs=2)
@@ -271,6 +271,10 @@ def test_cases_of_kinds_that_mostly_wait_run_in_lanes_beside_the_slots_and_one_a
     assert lanes.take(True) is restart[2]
     lanes.done(restart[2])
     assert lanes.take(True) is None and lanes.take(False) is None
+
+    # an order that puts them first (selftest --fast's likely catchers): the slots take them first too
+    lanes = pruning.CaseLanes(restart[:1] + plain, jobs=4)
+    assert lanes.take(False) is restart[0] and lanes.take(False) is plain[0] and lanes.take(True) is None
 
     assert (pruning.CaseLanes(plain + restart, jobs=1).waiting_lanes) == 0
     assert (pruning.CaseLanes(plain, jobs=4).waiting_lanes) == 0

@@ -92,6 +92,11 @@ class Stopped(Exception):
         return "interrupted (Ctrl-C, SIGINT)" if self.signum == signal.SIGINT else "stopped by SIGTERM"
 
 
+JOBS_HELP = ("Cases in flight at once, and up to 2 more of the kinds that mostly wait (db-restart, net) unless it "
+             "is 1; 0: twice the number of cores.")
+"""The ``--jobs`` help of every command that runs cases (:class:`.pruning.CaseLanes`)."""
+
+
 def _progress_interval() -> float:
     """Seconds between progress lines: ``$CRASHMATRIX_PROGRESS_S``, default
     :data:`PROGRESS_LINE_S`. Raises ``typer.BadParameter`` naming the variable for a value
@@ -157,7 +162,7 @@ def run(
     kind_sample: Annotated[int, typer.Option(min=0, help=f"Without --kinds: cases of each of {', '.join(SAMPLED_KINDS)}, and kill cases resumed under each of {', '.join(SAMPLED_POLICIES)} (without --resume), added to the matrix, drawn with --seed (0: none).")] = DEFAULT_KIND_SAMPLE,
     sources: Annotated[str, typer.Option(help="Comma-separated crash-point sources: step (node boundaries the adapter reports), label (crashpoint() calls), await (every suspension in the subject's packages).")] = ",".join(DEFAULT_SOURCES),
     conversation: Annotated[Optional[list[str]], typer.Option(help="Only this conversation (repeatable). Default: all.")] = None,
-    jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once, and up to 2 more of the kinds that mostly wait (db-restart, net) unless it is 1; 0: twice the number of cores.")] = 0,
+    jobs: Annotated[int, typer.Option(min=0, help=JOBS_HELP)] = 0,
     report: Annotated[Optional[Path], typer.Option(help="Write the JSON report (every case, verdicts, replay commands) here.")] = None,
     html: Annotated[Optional[Path], typer.Option(help="Write the HTML report (heatmap of crash points x fault kinds; one file, no network) here.")] = None,
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN to use instead of an embedded server (also: $CRASHMATRIX_PG_DSN).")] = None,
@@ -373,7 +378,7 @@ def upgrade_check(
     kinds: Annotated[str, typer.Option(help="Comma-separated fault kinds.")] = "kill",
     sources: Annotated[str, typer.Option(help="Comma-separated crash-point sources.")] = ",".join(DEFAULT_SOURCES),
     conversation: Annotated[Optional[list[str]], typer.Option(help="Only this conversation (repeatable). Default: all.")] = None,
-    jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once, and up to 2 more of the kinds that mostly wait (db-restart, net) unless it is 1; 0: twice the number of cores.")] = 0,
+    jobs: Annotated[int, typer.Option(min=0, help=JOBS_HELP)] = 0,
     shard: Annotated[Optional[str], typer.Option(help="Run shard K/N of the matrix.")] = None,
     report: Annotated[Optional[Path], typer.Option(help="Write the JSON report here.")] = None,
     html: Annotated[Optional[Path], typer.Option(help="Write the HTML report here.")] = None,
@@ -403,7 +408,7 @@ def upgrade_check(
 def selftest(
     mutant: Annotated[Optional[list[str]], typer.Option(help="Only this mutant of the catalogue, NAME or defect:NAME (repeatable). Default: all; `crashmatrix list` names them.")] = None,
     fast: Annotated[bool, typer.Option(help="CI profile: each mutant's own smallest conversation set, likely catchers first, stop at its first catch; the baseline runs the catching cases.")] = False,
-    jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once, and up to 2 more of the kinds that mostly wait (db-restart, net) unless it is 1; 0: twice the number of cores.")] = 0,
+    jobs: Annotated[int, typer.Option(min=0, help=JOBS_HELP)] = 0,
     report: Annotated[Optional[Path], typer.Option(help="Write the JSON report (every mutant and baseline, first catch, check, seconds, replay commands) here.")] = None,
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN to use instead of an embedded server (also: $CRASHMATRIX_PG_DSN).")] = None,
     worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed and the case fails.")] = 60.0,
@@ -556,7 +561,7 @@ def conformance(
     runtime: Annotated[Optional[list[str]], typer.Option(help="Only this runtime (repeatable): reference, langgraph, langgraph-aio, dbos, burr, pydantic-ai, openai-agents, llamaindex, restate, absurd, prefect, crewai. Default: all.")] = None,
     conversation: Annotated[Optional[list[str]], typer.Option(help="Conversations of the checkout workload (repeatable). Default: conv1.")] = None,
     shard: Annotated[Optional[str], typer.Option(help="Run shard K/N of each runtime's matrix (every N-th case; N prime to each runtime's number of fault kinds, e.g. 11): a reduced sample, stated in the table.")] = None,
-    jobs: Annotated[int, typer.Option(min=0, help="Cases in flight at once, and up to 2 more of the kinds that mostly wait (db-restart, net) unless it is 1; 0: twice the number of cores.")] = 0,
+    jobs: Annotated[int, typer.Option(min=0, help=JOBS_HELP)] = 0,
 ) -> None:
     """Run every installed runtime's keyed checkout over the fault kinds it can take and
     write the resume-conformance table: runtimes x (property, fault kind), each cell

@@ -69,10 +69,11 @@ class FaultKind:
     reads_ledgers: ClassVar[bool] = False
     #: its cases spend most of their wall time waiting, not on the CPU (a server's
     #: restart, a toxic's delay): the case loop runs them in lanes beside the ``jobs``
-    #: slots (:func:`.pruning.run_pruned`)
+    #: slots (:class:`.pruning.CaseLanes`)
     mostly_waits: ClassVar[bool] = False
     #: its cases hold a session-wide resource for their whole run (``db-restart``'s
     #: PostgreSQL), so no two run at once: the case loop never starts a second one
+    #: while one is in flight (:class:`.pruning.CaseLanes`)
     one_at_a_time: ClassVar[bool] = False
 
     def act(self, recorder: Recorder, fault: Fault) -> None:  # pragma: no cover - abstract

@@ -58,50 +58,75 @@ class GoldenRun:
 
 
 
-def per_task(trace: Trace) -> dict[str, list[tuple[str, int]]]:
-    """A trace split by logical task: ``{task: [(name, occurrence), ...]}``, tasks in
-    order of first appearance (interleaving between tasks may differ between runs;
-    each task's own sequence may not)."""
-    out: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    for _, name, task, occ in trace:
-        out[task].append((name, occ))
+#: a logical task's two streams of points: its await points, and its labels and step
+#: boundaries. Each stream's own order is compared; the interleaving of the two is not,
+#: because a subject may fire labels on a thread of its own while its event loop
+#: suspends in the same logical task (DBOS records a step's output on an
+#: ``asyncio.to_thread`` thread and fires its commit trigger there, while the workflow's
+#: coroutine awaits it: two golden runs of a correct DBOS workflow put that label before
+#: or after the await, by the scheduler's timing). Await points fire only on an event loop.
+Stream = tuple[str, str]
+
+
+def stream_of(source: str, task: str) -> Stream:
+    """The stream a point of ``source`` (``"label"``, ``"step"``, ``"await"``) in logical
+    task ``task`` belongs to: ``(task, "awaits")`` or ``(task, "labels")``."""
+    return (task, "awaits" if source == "await" else "labels")
+
+
+def describe_stream(stream: Stream) -> str:
+    """``"task turn-1"`` for a task's labels, ``"task turn-1 (awaits)"`` for its awaits."""
+    task, kind = stream
+    return f"task {task}" + (" (awaits)" if kind == "awaits" else "")
+
+
+def per_task(trace: Trace) -> dict[Stream, list[tuple[str, int]]]:
+    """A trace split by logical task and stream (:func:`stream_of`):
+    ``{(task, stream): [(name, occurrence), ...]}``, in order of first appearance
+    (interleaving between tasks, and between a task's two streams, may differ between
+    runs; each stream's own sequence may not)."""
+    out: dict[Stream, list[tuple[str, int]]] = defaultdict(list)
+    for source, name, task, occ in trace:
+        out[stream_of(source, task)].append((name, occ))
     return out
 
 
-def first_departures(reference: dict[str, list[tuple[str, int]]], trace: dict[str, list[tuple[str, int]]]) -> dict[str, int]:
-    """For each logical task of ``trace`` (both split by :func:`per_task`): the index,
-    among that task's points, of the first one that differs from ``reference``'s (or
-    that ``reference`` does not have); the task's length when it follows ``reference``
+def first_departures(reference: dict[Stream, list[tuple[str, int]]],
+                     trace: dict[Stream, list[tuple[str, int]]]) -> dict[Stream, int]:
+    """For each stream of ``trace`` (both split by :func:`per_task`): the index, among
+    that stream's points, of the first one that differs from ``reference``'s (or that
+    ``reference`` does not have); the stream's length when it follows ``reference``
     throughout."""
     out = {}
-    for task, seq in trace.items():
-        theirs = reference.get(task, [])
-        out[task] = next((i for i, item in enumerate(seq) if i >= len(theirs) or theirs[i] != item), len(seq))
+    for stream, seq in trace.items():
+        theirs = reference.get(stream, [])
+        out[stream] = next((i for i, item in enumerate(seq) if i >= len(theirs) or theirs[i] != item), len(seq))
     return out
 
 
 def trace_divergence(golden: Trace, faulted: Trace) -> str | None:
     """Where ``faulted`` (a trace up to a fault) stops being a prefix of ``golden``,
-    compared per logical task (:func:`first_departures`); None if it is."""
+    compared per logical task and stream (:func:`first_departures`); None if it is."""
     g, mine = per_task(golden), per_task(faulted)
-    for task, i in first_departures(g, mine).items():
-        if i < len(mine[task]):
-            ref, item = g.get(task, []), mine[task][i]
+    for stream, i in first_departures(g, mine).items():
+        if i < len(mine[stream]):
+            ref, item = g.get(stream, []), mine[stream][i]
             want = f"{ref[i][0]}#{ref[i][1]}" if i < len(ref) else "nothing"
-            return f"task {task}: point {i + 1} is {item[0]}#{item[1]}, golden has {want}"
+            return f"{describe_stream(stream)}: point {i + 1} is {item[0]}#{item[1]}, golden has {want}"
     return None
 
 
 def trace_difference(first: Trace, second: Trace) -> str | None:
-    """Where two golden runs' traces differ, per logical task (the interleaving of tasks
-    may differ, each task's own sequence may not); None when they agree."""
+    """Where two golden runs' traces differ, per logical task and stream (the
+    interleaving of tasks and of a task's streams may differ, each stream's own sequence
+    may not: :data:`Stream`); None when they agree."""
     a, b = per_task(first), per_task(second)
-    for task in list(a) + [t for t in b if t not in a]:
-        sa, sb = a.get(task, []), b.get(task, [])
+    for stream in list(a) + [t for t in b if t not in a]:
+        sa, sb = a.get(stream, []), b.get(stream, [])
         if sa != sb:
             i = next((k for k, (x, y) in enumerate(zip(sa, sb)) if x != y), min(len(sa), len(sb)))
             show = lambda seq: f"{seq[i][0]}#{seq[i][1]}" if i < len(seq) else "nothing"  # noqa: E731
-            return f"task {task}: point {i + 1} is {show(sa)} in one run, {show(sb)} in the other"
+            return f"{describe_stream(stream)}: point {i + 1} is {show(sa)} in one run, {show(sb)} in the other"
     return None
 
 

@@ -180,7 +180,8 @@ def _departures(mutant: list[tuple[str, str, str, int]], baseline: list[tuple[st
     if baseline is None:
         return set()
     mine = per_task(mutant)
-    return {(name, task, occ) for task, i in first_departures(per_task(baseline), mine).items() for name, occ in mine[task][i:]}
+    return {(name, stream[0], occ) for stream, i in first_departures(per_task(baseline), mine).items()
+            for name, occ in mine[stream][i:]}
 
 
 def fast_order(cases: list[Case], spec: MutantSpec, goldens: dict[str, GoldenRun],

@@ -34,6 +34,7 @@ once its turn is saved).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import operator
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
@@ -158,7 +159,19 @@ def message_dict(m: BaseMessage | dict[str, Any]) -> dict[str, Any]:
 
 def build_tools(hooks: NodeHooks, flavour: str, send: bool) -> StateGraph:
     """The parallel-tools graph (module docstring): ``send``: one ``ToolNode`` task per
-    call (``Send``); else one task for the whole message."""
+    call (``Send``); else one task for the whole message.
+
+    Given the whole message, ``ToolNode`` runs the calls under one ``asyncio.gather``,
+    which raises the interrupt at once and leaves the sibling's task running unowned:
+    whether its mail reached the provider before the run stopped was the scheduler's
+    timing (two golden runs differed under load). So ``approve_charge`` waits until
+    ``notify_warehouse`` has ended in this process before it interrupts: the sibling
+    completes, as the issue describes. With ``Send`` it does not wait: after the answer
+    LangGraph runs only the interrupted call again, perhaps in another process."""
+    sibling_ended: dict[str, asyncio.Event] = {}  # thread id -> notify_warehouse ended here
+
+    def ended(config: RunnableConfig) -> asyncio.Event:
+        return sibling_ended.setdefault(config["configurable"]["thread_id"], asyncio.Event())
 
     async def call_provider(config: RunnableConfig, call_id: str, tool_name: str, name: str,
                             arguments: dict[str, Any]) -> Any:
@@ -177,14 +190,19 @@ def build_tools(hooks: NodeHooks, flavour: str, send: bool) -> StateGraph:
     async def notify_warehouse(item: str, to: str, tool_call_id: Annotated[str, InjectedToolCallId],
                                config: RunnableConfig) -> str:
         """Tell the warehouse to reserve ``item`` (a mail)."""
-        sent = await call_provider(config, tool_call_id, "notify_warehouse", "send_receipt",
-                                   {"to": to, "subject": f"Reserve {item}", "body": f"Please reserve one {item}."})
+        try:
+            sent = await call_provider(config, tool_call_id, "notify_warehouse", "send_receipt",
+                                       {"to": to, "subject": f"Reserve {item}", "body": f"Please reserve one {item}."})
+        finally:
+            ended(config).set()
         return json.dumps(sent, sort_keys=True)
 
     @tool
     async def approve_charge(amount: int, card: str, tool_call_id: Annotated[str, InjectedToolCallId],
                              config: RunnableConfig) -> str:
         """Ask a person to approve ``amount``; charge ``card`` once approved."""
+        if not send:
+            await ended(config).wait()
         answer = interrupt({"ask": "approve the charge", "amount": amount})
         kept = record("tools", 1, answer)
         if not answer.get("approved"):

@@ -55,6 +55,23 @@ def test_interleaving_between_tasks_tolerated() -> None:
     assert trace_divergence(TRACE, faulted) is None
 
 
+def test_a_label_fired_on_a_thread_may_pass_an_await_of_its_task_but_each_streams_order_holds() -> None:
+    """DBOS records a step's output on a thread and fires its commit label there while the
+    workflow's coroutine awaits it: the label and the await of one task race."""
+    from crashmatrix.harness.golden import trace_difference
+
+    one = [("label", "step.after", "tool-2", 1), ("await", "dbos._outcome:Pending._wrap@4", "tool-2", 1),
+           ("label", "log.append.after", "tool-2", 1), ("await", "dbos._outcome:Pending._wrap@5", "tool-2", 1)]
+    other = [one[0], one[2], one[1], one[3]]
+    assert trace_difference(one, other) is None and trace_divergence(one, other[:2]) is None
+    swapped_awaits = [one[0], one[3], one[2], one[1]]
+    msg = trace_difference(one, swapped_awaits)
+    assert msg is not None and "task tool-2 (awaits): point 1 is dbos._outcome:Pending._wrap@4#1" in msg
+    swapped_labels = [one[2], one[1], one[0], one[3]]
+    msg = trace_difference(one, swapped_labels)
+    assert msg is not None and msg.startswith("task tool-2: point 1 is step.after#1")
+
+
 def test_real_divergence_reported_with_task_and_position() -> None:
     faulted = TRACE[:2] + [("label", "tool.request.before", "turn-1", 1)]
     msg = trace_divergence(TRACE, faulted)

@@ -8,9 +8,10 @@
    time from the moment turn 1's record is appended (its 40 tool calls and the sub-agent
    become ready) to the moment the last of the 40 ``read_source`` records is appended;
    ``tools_done_ms`` is when the first of them started its append (the tools' 50 ms), so
-   the rest is the appends: with group commit (``group_commit=True``: records that finish
-   together commit in one statement), with one commit per record (the default), and with
-   the no-I/O store (what the scheduler alone adds).
+   the rest is the appends: with launch batches (the default: the 40 sibling calls'
+   records in one statement once all have ended), with group commit (``group_commit=True``:
+   records that finish together commit in one statement), with one commit per record
+   (``launch_batches=False``), and with the no-I/O store (what the scheduler alone adds).
 2. **Scheduler overhead per node** (goal: tens of microseconds): CPU time per node of
    the executor with a store and a ledger that do no I/O: the research fan-out with 0 ms
    tools, and a long_run chain (one model and one tool node per turn). The model here is
@@ -96,15 +97,17 @@ async def bench_fanout(dsn: str, repeat: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         await migrate(db.conn)
-        variants = (("postgres_group_commit (group_commit=True)", lambda: AppendOnlyLog(db), True),
-                    ("postgres_one_commit_per_record (the default)", lambda: AppendOnlyLog(db), False),
-                    ("no_io_store", MemoryStore, True))
-        for label, make_store, group in variants:
+        variants = (("postgres_launch_batches (the default)", lambda: AppendOnlyLog(db), {}),
+                    ("postgres_group_commit (group_commit=True)", lambda: AppendOnlyLog(db), {"group_commit": True}),
+                    ("postgres_one_commit_per_record (launch_batches=False)", lambda: AppendOnlyLog(db),
+                     {"launch_batches": False}),
+                    ("no_io_store", MemoryStore, {"group_commit": True}))
+        for label, make_store, policy in variants:
             figures = []
             for _ in range(repeat):
                 store = make_store()
                 rt = Runtime(db, agent(research.WORKLOAD, "slow"), worker_id="bench", handle_sigterm=False, store=store,
-                             group_commit=group)
+                             **policy)
                 run_id = f"bench-fan-{uuid.uuid4().hex[:8]}"
                 run_input = research.WORKLOAD.run_input("slow")
                 await rt.create_run(run_id, "research", run_input)

@@ -24,6 +24,11 @@ Walls, and the failure each prevents (docs/design.md, "reference_runtime"):
   thing is covered while it connects too; a SIGTERM before the run was taken leaves it
   untouched.
 - **Fencing**: every write carries the lease epoch (:mod:`.leases`).
+- **Launch batches** (:class:`_LaunchBatch`): the records of sibling nodes launched
+  together (one kind, the same parents: a model turn's tool calls) commit in one
+  statement once each has its record or has ended without one; the commit runs in the
+  scheduler's task on a logical task of its own, so how many commits there are and
+  whose awaits they are follow from the graph, not from timing.
 - **Attempt limit** (:mod:`.attempts`): a run whose last attempts in a row appended
   nothing (a crash at the same point in every worker) gives up ``failed``, "crash loop".
 - **The sweep** (:mod:`.sweep`): :meth:`Runtime.recover` finds the runs of a queue whose
@@ -153,8 +158,11 @@ class Runtime:
 
     ``store`` and ``ledger`` default to :class:`AppendOnlyLog` and
     :class:`EffectLedger`; other strategies (and the mutant catalogue) pass their own.
-    ``group_commit=True``: records of nodes that finish together commit in one statement
-    (:meth:`Execution.commit`; off by default, see there). ``drain``: the worker's
+    ``launch_batches`` (the default): the records of sibling nodes launched together
+    commit in one statement (:class:`_LaunchBatch`); False: every record in a statement
+    of its own. ``group_commit=True``: records of nodes that finish together commit in
+    one statement, whichever they are (:meth:`Execution.commit`; off by default, see
+    there; it replaces the launch batches). ``drain``: the worker's
     :class:`~.drain.WorkerDrain`; without one, ``handle_sigterm=True`` uses the drain
     installed on the running loop, or installs one of its own for the length of each
     :meth:`run`.
@@ -174,10 +182,12 @@ class Runtime:
         blob_threshold: int = DEFAULT_THRESHOLD,
         tracer_provider: TracerProvider | None = None,
         group_commit: bool = False,
+        launch_batches: bool = True,
         drain: WorkerDrain | None = None,
     ) -> None:
         self.db = db
         self.group_commit = group_commit
+        self.launch_batches = launch_batches and not group_commit
         self.agent = agent
         self.worker_id = worker_id
         self.store = store if store is not None else AppendOnlyLog(db)
@@ -372,6 +382,29 @@ class _Pending:
             self.done.set()
 
 
+class _LaunchBatch:
+    """The records of sibling nodes one scheduler step launched together (the same kind
+    and the same parents: the tool calls of one model turn), committed in one statement
+    by the scheduler (:meth:`Execution.commit_batch`) once every member has handed in
+    its record (:meth:`Execution.hand_in`) or ended without one (interrupted, failed,
+    cancelled). Which nodes form a batch follows from the graph: siblings become ready
+    when their parent's record commits, so they are launched in the same step in every
+    run, and the batch's commit happens once, whatever order the members finish in
+    (issue 22; group commit, which batches by timing, is why this exists: docs/runtime.md,
+    "Launch batches"). The cost: a fast sibling's record waits for the slowest."""
+
+    __slots__ = ("members", "waiting", "items", "task", "started")
+
+    def __init__(self, members: list[str]) -> None:
+        self.members = members
+        #: members that have neither handed in a record nor ended
+        self.waiting = set(members)
+        self.items: dict[str, _Pending] = {}
+        #: the logical task of the batch's commit (its await points, the same in every run)
+        self.task = f"{members[0]}.batch"
+        self.started = False
+
+
 class Execution:
     """One attempt at one run: the scheduler loop and the node bodies.
 
@@ -390,6 +423,9 @@ class Execution:
         self._turn_waiters: deque[asyncio.Future[None]] = deque()
         self._queue: list[_Pending] = []
         self._committing = False
+        #: launch batches whose commit has not started, and each member's batch
+        self._batches: list[_LaunchBatch] = []
+        self._batch_of: dict[str, _LaunchBatch] = {}
         self.error: BaseException | None = None
         self.stop: tuple[str, str] | None = None
         self.started_at: dict[str, float] = {}
@@ -430,16 +466,27 @@ class Execution:
                         await self.run_node(spec)
                         continue
                     else:
+                        launched = []
                         for spec in ready:
                             if not self.may_launch():  # a SIGTERM during one launch stops the rest
                                 break
                             self.launch(tg, spec)
+                            launched.append(spec)
+                        if self.rt.launch_batches and len(launched) > 1:
+                            self._form_batches(launched)  # before any of them runs (start_soon)
                 if not self.running:
                     break
                 # made here, not at the top: nothing ran since the ready scan (no await),
                 # so no node can have ended unseen
                 self.rt._changed = new_event()
                 await self.rt._changed.wait()
+                # a launch batch is due only once its members ran, so only after this wait;
+                # every due one is committed before the next scan (its records make the
+                # next nodes ready), and none can fall due unseen between the last check
+                # and the next wait (no await there). Written after the wait so the
+                # await points before it keep their names (ordinals: awaitpoints.py).
+                while self._batches and (due := self._due_batch()) is not None:
+                    await self.commit_batch(due)
         if self.error is not None:
             raise self.error
         if self.stop is not None:
@@ -452,6 +499,90 @@ class Execution:
         """Start ``spec`` in a task of its own (:meth:`mark_launched` first)."""
         self.mark_launched(spec)
         tg.start_soon(self.run_node, spec, name=spec.node_id)
+
+    def _form_batches(self, launched: list[NodeSpec]) -> None:
+        """Group nodes launched in one step into :class:`_LaunchBatch` es: siblings (one
+        kind, the same parents), two or more; a node alone appends alone."""
+        groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        for spec in launched:
+            groups.setdefault((spec.kind, tuple(spec.parents[:])), []).append(spec.node_id)
+        for members in groups.values():
+            if len(members) > 1:
+                batch = _LaunchBatch(members)
+                self._batches.append(batch)
+                for node_id in members:
+                    self._batch_of[node_id] = batch
+
+    def _due_batch(self) -> _LaunchBatch | None:
+        """The first launch batch every member of which has handed in or ended; a batch
+        left with no record (every member ended without one) is dropped."""
+        for batch in self._batches:
+            if not batch.waiting:
+                if batch.items:
+                    return batch
+                self._batches.remove(batch)
+                return self._due_batch()
+        return None
+
+    def _wake(self) -> None:
+        if self.rt._changed is not None:
+            self.rt._changed.set()
+
+    async def hand_in(self, batch: _LaunchBatch, pending: _Pending) -> None:
+        """Give ``pending`` (a member's record) to its launch batch and wait until the
+        scheduler has committed it: one suspension (an event the commit sets; never set
+        before, since the scheduler commits only after this member has handed in).
+        Raises the commit's error; a cancellation while waiting takes the record back
+        if its commit has not started."""
+        node_id = pending.record.node_id
+        pending.done = anyio.Event()
+        batch.items[node_id] = pending
+        batch.waiting.discard(node_id)
+        if not batch.waiting:
+            self._wake()
+        try:
+            await pending.done.wait()
+        except BaseException:
+            if not batch.started:
+                batch.items.pop(node_id, None)
+            raise
+        if pending.error is not None:
+            raise pending.error
+
+    def _left(self, node_id: str) -> None:
+        """``node_id`` ended; if it was waiting in a launch batch without a record, the
+        batch no longer waits for it."""
+        batch = self._batch_of.pop(node_id, None)
+        if batch is not None and node_id in batch.waiting:
+            batch.waiting.discard(node_id)
+
+    async def commit_batch(self, batch: _LaunchBatch) -> None:
+        """Commit a due launch batch's records in one statement (``_write``), in the
+        members' launch order, from the scheduler's task, under the batch's logical task,
+        after taking the append turn (a lone append may be in flight). An error fails
+        every record of the batch (each member raises it, and the first is the run's);
+        a cancellation propagates."""
+        self._batches.remove(batch)
+        batch.started = True
+        items = [batch.items[m] for m in batch.members if m in batch.items]
+        token = set_logical_task(batch.task)
+        try:
+            turn = self._take_turn()
+            try:
+                await turn  # suspends exactly once, as an append's turn does
+            except BaseException as exc:
+                self._leave_queue(turn)
+                for item in items:
+                    item.fail(exc)
+                raise
+            try:
+                await self._write(items)  # fails every item on an error
+            except Exception:
+                pass  # each member raises it from hand_in: the run's error is theirs
+            finally:
+                self._end_turn()
+        finally:
+            reset_logical_task(token)
 
     def mark_launched(self, spec: NodeSpec) -> None:
         """Label ``node.launch`` on the node's logical task; the node is running."""
@@ -489,6 +620,8 @@ class Execution:
                 self.error = exc
         finally:
             self.running.discard(node_id)
+            if self._batch_of:
+                self._left(node_id)
             reset_logical_task(token)
             if self.rt._changed is not None:
                 self.rt._changed.set()
@@ -730,6 +863,12 @@ class Execution:
         if state_payload is not None:
             record.state.CopyFrom(state_payload)
         pending = _Pending(record, effect, state_updates or {}, read)
+        batch = self._batch_of.get(node_id) if self._batch_of else None
+        if batch is not None:  # a sibling launched with others: one statement for them all
+            crashpoint(LOG_APPEND_BEFORE)
+            await self.hand_in(batch, pending)
+            crashpoint(LOG_APPEND_AFTER)
+            return
         if not self.rt.group_commit:  # one appender at a time, one record per statement
             turn = self._take_turn()
             try:

@@ -60,6 +60,9 @@ class MutantAdapter(ReferenceAdapter):
     resume_policies: tuple[str, ...] = ("default",)
     crash_with: str | None = None
     build_path: str | None = None
+    #: further keyword arguments of the runtime (``{"launch_batches": False}``: one
+    #: record a statement, as most runtimes commit)
+    runtime_options: dict[str, Any] = {}
 
     def make_store(self, db: Db, ctx: RunContext) -> RunStore | None:
         """The run store of one worker; None: the runtime's default."""
@@ -74,7 +77,7 @@ class MutantAdapter(ReferenceAdapter):
         if self.execution is not Execution:
             cls = with_execution(cls, self.execution)
         return cls(db, agent, worker_id=ctx.worker_id, on_step=ctx.on_step, blobs=blob_store(ctx.env),
-                   store=self.make_store(db, ctx), ledger=self.make_ledger(db, ctx))
+                   store=self.make_store(db, ctx), ledger=self.make_ledger(db, ctx), **self.runtime_options)
 
 
 def with_execution(runtime: type[Runtime], execution: type[Execution]) -> type[Runtime]:

@@ -1,8 +1,8 @@
 """Group commit (``Runtime(group_commit=True)``; reference_runtime/executor.py
 ``Execution.commit``, ``append_many`` in the stores): records of nodes that finish
 together go in one statement, with their effects; ``seq`` stays contiguous and in commit
-order; the delta store still snapshots; without it (the default) and for a store subclass
-that overrides ``append`` every record gets its own call."""
+order; the delta store still snapshots; without it and without launch batches, and for
+a store subclass that overrides ``append``, every record gets its own call."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ async def test_a_fanout_commits_in_fewer_statements_than_records(db: Db, raw: as
 
 async def test_without_group_commit_or_with_an_overridden_append_each_record_goes_alone(db: Db, new_run_id: Any) -> None:
     store = Counting(db)
-    status, _ = await run(db, new_run_id(), store)  # the default
+    status, _ = await run(db, new_run_id(), store, launch_batches=False)  # the default's batches: test_walls_launch_batches
     assert status == "completed" and store.batches == []
     OverridesAppend.singles = 0
     store = OverridesAppend(db)

@@ -24,7 +24,9 @@ from crashmatrix.scenarios import support_desk
 
 SUBJECTS = str(Path(__file__).resolve().parents[1] / "subjects")
 RECOUNTS = "plausible.defects:RecountsTokensAdapter"
-TURN_KEYED = "plausible.defects:TurnKeyedAdapter"
+# one record a statement: a sibling's record can commit while the other is in flight (the
+# reference runtime's launch batches commit both at once, and leave no such crash state)
+TURN_KEYED = "plausible.defects:TurnKeyedOneByOneAdapter"
 
 
 def case(kind: str, source: str, name: str, task: str) -> Case:

@@ -58,7 +58,7 @@ SLICES: dict[tuple[str, str], list[Case]] = {
         case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:_connect@1", "run"),
         case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._until_answered@1", "run", 2),
         case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._until_answered@1", "run", 4),
-        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.executor:Execution.schedule@5", "run"),  # @4 before a lone node ran inline
+        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.executor:Execution.schedule@6", "run"),  # the task group closing: @4 before a lone node ran inline, @5 before launch batches
         case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._until_answered@1", "run", 6),
     ],
 }

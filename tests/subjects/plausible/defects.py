@@ -93,6 +93,15 @@ class TurnKeyedAdapter(MutantAdapter):
     fault_kinds = ("kill", "term", "cancel")
 
 
+class TurnKeyedOneByOneAdapter(TurnKeyedAdapter):
+    """The same defect on a runtime that commits each record alone (``launch_batches=False``,
+    as most runtimes do): there one sibling's record can be durable while the other is in
+    flight, a crash state the reference runtime's launch batches no longer leave."""
+
+    name = "plausible:turn-keyed-one-by-one"
+    runtime_options = {"launch_batches": False}
+
+
 class ChildSessionKeyedExecution(_NodeAwareExecution):
     """Defect: a sub-agent's effects are keyed by the child session this attempt opened
     for it (``<sub-agent node>@<lease epoch>``), not by the child's stable node ids. A

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_case_cpu.py [--conversations conv1] [--kinds kill,term,cancel]
                                         [--jobs 4] [--subject reference] [--prune]
-                                        [--fsync on|off]
+                                        [--fsync on|off] [--fresh-workers]
 
 Starts one session (as ``crashmatrix run`` does), runs the golden runs, then the step +
 labelled-point matrix of the given conversations and kinds; reads CPU times (user +
@@ -16,7 +16,10 @@ figures depend on the machine's load (printed); the CPU split does much less.
 ``--prune``: the cases run pruned (:mod:`crashmatrix.harness.pruning`: kill cases by
 crash state, shared resumes); the split is then printed per matrix case and per case
 executed. ``--fsync``: the embedded PostgreSQL's ``fsync`` (default ``off``, as every
-matrix session runs since issue 19; ``on`` is the setting before it).
+matrix session runs since issue 19; ``on`` is the setting before it). ``--fresh-workers``:
+every job forks a worker of its own (default: resumes and cancelled workers run in
+long-lived workers, :mod:`crashmatrix.harness.resident`, whose CPU is counted with the
+workers'; their count is printed).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import psutil
 
 from crashmatrix.harness import pruning
 from crashmatrix.harness.enumeration import enumerate_cases
+from crashmatrix.harness.explorer import Options
 from crashmatrix.harness.session import open_session
 
 
@@ -91,9 +95,11 @@ async def main() -> None:
     ap.add_argument("--subject", default="reference")
     ap.add_argument("--prune", action="store_true")
     ap.add_argument("--fsync", choices=("on", "off"), default="off")
+    ap.add_argument("--fresh-workers", action="store_true")
     args = ap.parse_args()
     convs = args.conversations.split(",")
-    async with open_session(args.subject, "checkout", pg_settings={"fsync": args.fsync}) as explorer:
+    options = Options(long_lived=not args.fresh_workers)
+    async with open_session(args.subject, "checkout", pg_settings={"fsync": args.fsync}, options=options) as explorer:
         goldens = {c: await explorer.golden(c) for c in convs}
         cases = enumerate_cases("checkout", goldens, tuple(args.kinds.split(",")), tuple(args.sources.split(",")))
         procs = _processes(str(explorer.workdir.parent))
@@ -104,14 +110,17 @@ async def main() -> None:
                                               options=pruning.options_of(args.prune))
         seconds = time.monotonic() - t0
         after = _snapshot(procs)
+        if explorer.pool.residents is not None:  # their CPU counts once the zygote reaped them
+            await explorer.pool.residents.close()
         await asyncio.sleep(1.0)  # backends flush their statistics at exit, at most 1 s late
         db1 = await _db_stats(explorer)
     n = len(results)
-    ran, forked = pruning.executed(results), pruning.workers_forked(results)
+    ran, forked = pruning.executed(results), pruning.workers_run(results)
+    resident = forked - pruning.workers_forked(results)
     bad = sum(r.outcome != "pass" for r in results)
     print(f"{n} cases ({bad} not passed) in {seconds:.1f} s = {n / seconds:.1f} cases/s, jobs={args.jobs}, "
           f"load {os.getloadavg()[0]:.1f}, cores {os.cpu_count()}, fsync {args.fsync}, "
-          f"{'pruned' if args.prune else 'unpruned'}: {ran} executed, {forked} workers")
+          f"{'pruned' if args.prune else 'unpruned'}: {ran} executed, {forked} workers ({resident} in long-lived ones)")
     total = 0.0
     for kind in sorted(after, key=lambda k: -(after[k] - before.get(k, 0))):
         per_case = (after[kind] - before.get(kind, 0)) / n
@@ -120,7 +129,7 @@ async def main() -> None:
     print("  PostgreSQL per case: " + ", ".join(f"{k} {(db1[k] - db0[k]) / n:.1f}" for k in db0))
     print(f"  {'sum':18s} {total:7.1f} ms CPU per case -> ceiling {os.cpu_count() * 1000 / total:.1f} cases/s")
     if ran < n:
-        print(f"  per case executed: {total * n / ran:.1f} ms CPU; per worker forked: "
+        print(f"  per case executed: {total * n / ran:.1f} ms CPU; per worker: "
               f"{(after['workers'] - before['workers']) / forked:.1f} ms")
 
 

@@ -3,7 +3,7 @@
     python benchmarks/bench_pruning.py [--workload checkout] [--subject reference]
         [--conversations conv1,conv2] [--kinds kill,term,cancel] [--sources step,label]
         [--shard K/N | --slice A:B] [--jobs 4] [--sample 0.05] [--seed 0] [--mutants NAME,...|all]
-        [--modes pruned,unpruned] [--report DIR]
+        [--modes pruned,unpruned] [--report DIR] [--fresh-workers]
 
 One session per subject (the golden runs once, so both matrices are cut from the same
 golden marks): the matrix pruned (:mod:`crashmatrix.harness.pruning`: kill cases by
@@ -29,6 +29,11 @@ matrix order, ``--jobs`` at a time); with both modes, one line per mutant ``MUTA
 name: caught pruned/unpruned, first catch s, failing crash states equal`` and a table
 at the end. Exit code 1 when a comparison differs, a sampled member disagreed with its
 representative, or a mutant was caught in one mode only.
+
+``--fresh-workers``: every job forks a worker of its own (default: long-lived workers,
+:mod:`crashmatrix.harness.resident`); two ``--report`` directories, one run each way,
+compared file by file with ``compare_verdicts.py``, are the long-lived workers' acceptance
+test (the same verdicts on every mutant, pruned and unpruned).
 """
 
 from __future__ import annotations
@@ -82,7 +87,8 @@ async def run_subject(subject: str, args: argparse.Namespace, kinds: tuple[str, 
     modes = args.modes.split(",")
     session_subject = spec.session_subject if spec is not None else subject
     policies = spec.resume_policies if spec is not None else ("default",)
-    async with open_session(session_subject, args.workload, options=Options(await_points="await" in sources)) as ex:
+    async with open_session(session_subject, args.workload, options=Options(await_points="await" in sources,
+                                                                                long_lived=not args.fresh_workers)) as ex:
         convs = conversations or ex.workload.conversations
         t0 = time.monotonic()
         goldens = {c: await ex.golden(c) for c in convs}
@@ -194,6 +200,7 @@ def main() -> None:
     ap.add_argument("--mutants", default="")
     ap.add_argument("--modes", default="pruned,unpruned")
     ap.add_argument("--report", default="")
+    ap.add_argument("--fresh-workers", action="store_true")
     args = ap.parse_args()
     kinds, sources = tuple(args.kinds.split(",")), tuple(args.sources.split(","))
     convs = tuple(c for c in args.conversations.split(",") if c) or None

@@ -232,6 +232,12 @@ class Adapter(ABC):
     #: refused while the first one's connection stands), so a ``pause`` case wakes the
     #: stopped worker without a takeover and judges no zombie (docs/adapters.md)
     takes_over_live_owner: bool = True
+    #: the worker-side calls (``start``, ``resume``, ``recover``) keep nothing from one
+    #: run to the next but what the runtime itself keeps, so one process may run many
+    #: jobs, one at a time, as a production worker runs many runs (long-lived workers,
+    #: :mod:`.resident`: resumes and cancelled workers cost ~2 ms of CPU instead of a
+    #: fork's ~13). False: every job forks a worker of its own (docs/adapters.md)
+    long_lived_workers: bool = False
 
     #: the workload's persons in the loop this adapter hands a waiting run to and goes on:
     #: ``"operator"`` (the workload's coroutine on the reference runtime's store,

@@ -95,6 +95,9 @@ class Stopped(Exception):
 JOBS_HELP = ("Cases in flight at once, and up to 2 more of the kinds that mostly wait (db-restart, net) unless it "
              "is 1; 0: twice the number of cores.")
 """The ``--jobs`` help of every command that runs cases (:class:`.pruning.CaseLanes`)."""
+FRESH_WORKERS_HELP = ("Fork a worker of its own for every job. Default: resumes, and faults the worker outlives "
+                      "(cancellations, toxics), run in long-lived workers, as a production worker runs many runs; "
+                      "kills, SIGTERMs, stops and golden runs always fork.")
 
 
 def _progress_interval() -> float:
@@ -181,6 +184,7 @@ def run(
     require_coverage: Annotated[bool, typer.Option("--require-coverage", help="Fail the run (exit 1) when a recovery branch the subject declares was never reached, or a case's fault could not take effect.")] = False,
     resume: Annotated[str, typer.Option(help=f"Resume policy of every case: {', '.join(RESUME_POLICIES)}, or concurrent=N (N resumers at once; concurrent: 2). Shown as the case id's last component (docs/adapters.md).")] = "default",
     resume_with: Annotated[Optional[str], typer.Option(help=RESUME_WITH_HELP)] = None,
+    fresh_workers: Annotated[bool, typer.Option("--fresh-workers", help=FRESH_WORKERS_HELP)] = False,
 ) -> None:
     """Run the golden runs, then the matrix; print a summary table. Without a workload:
     checkout, then support_desk (production's shapes: a long run, parallel effects, tight
@@ -261,7 +265,8 @@ def run(
             result = _run_async(run_matrix(
                 names, cases=cases, jobs=jobs or None, dsn=dsn,
                 options=Options(worker_timeout=worker_timeout, term_grace=term_grace, proxy_seed=seed,
-                                keep_failed=_keep_dir(keep_failed, report), prune=options_of(prune, prune_sample, seed)),
+                                keep_failed=_keep_dir(keep_failed, report), prune=options_of(prune, prune_sample, seed),
+                                long_lived=not fresh_workers),
                 on_start=on_start, on_result=on_result, depth=depth, sample=sample, seed=seed, shard_spec=shard,
                 replay_failures=replay_failures, on_report=on_report,
                 require_coverage=require_coverage,
@@ -327,6 +332,7 @@ def replay(
     keep_failed: Annotated[Optional[Path], typer.Option(help=KEEP_FAILED_HELP)] = None,
     replay_failures: Annotated[int, typer.Option(min=0, help="If the case fails, run it again up to N times: does the verdict hold (flaky when a replay passes)?")] = 0,
     resume_with: Annotated[Optional[str], typer.Option(help=RESUME_WITH_HELP)] = None,
+    fresh_workers: Annotated[bool, typer.Option("--fresh-workers", help=FRESH_WORKERS_HELP)] = False,
 ) -> None:
     """Re-run one case (its golden run first) and print what each check saw."""
     from .matrix import MatrixReport, run_matrix
@@ -337,7 +343,8 @@ def replay(
         case = Case.parse(case_id)
         names = resolve(case.workload, subject, conversations=(case.conversation,), resume_with=resume_with)
         result = _run_async(run_matrix(names, cases=[case], jobs=1, dsn=dsn,
-                                       options=Options(keep_failed=_keep_dir(keep_failed, report)),
+                                       options=Options(keep_failed=_keep_dir(keep_failed, report),
+                                                       long_lived=not fresh_workers),
                                        replay_failures=replay_failures))
     except CrashmatrixError as exc:
         raise typer.Exit(_fail(exc)) from None
@@ -413,6 +420,7 @@ def selftest(
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN to use instead of an embedded server (also: $CRASHMATRIX_PG_DSN).")] = None,
     worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed and the case fails.")] = 60.0,
     prune: Annotated[bool, typer.Option("--prune/--no-prune", help="Kill cases by crash state and shared resumes, as `run` does; --no-prune runs every case whole.")] = True,
+    fresh_workers: Annotated[bool, typer.Option("--fresh-workers", help=FRESH_WORKERS_HELP)] = False,
 ) -> None:
     """Run the mutant catalogue and the clean runtime: say which defects were caught.
 
@@ -454,7 +462,8 @@ def selftest(
     try:
         with status:
             result = _run_async(run_selftest([s.subject for s in specs], fast=fast, jobs=jobs or None, dsn=dsn,
-                                             options=Options(worker_timeout=worker_timeout, prune=options_of(prune)),
+                                             options=Options(worker_timeout=worker_timeout, prune=options_of(prune),
+                                                             long_lived=not fresh_workers),
                                              on_outcome=on_outcome,
                                              on_case=on_case))
     except CrashmatrixError as exc:

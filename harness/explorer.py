@@ -93,6 +93,9 @@ class Options:
     #: resumes a ``recurring`` case may start before the harness stops it (its own
     #: bound, reported as such: :mod:`.policies`)
     recurring_bound: int = policies.RECURRING_BOUND
+    #: run the jobs that may in long-lived workers (:mod:`.resident`); False: every job
+    #: forks a worker of its own (``--fresh-workers``)
+    long_lived: bool = True
 
 
 @dataclass

@@ -268,7 +268,7 @@ async def run_matrix(
             if on_result:
                 on_result(result)
 
-        from .pruning import executed, run_pruned, workers_forked
+        from .pruning import executed, run_pruned, workers_forked, workers_run
 
         results, report.pruning = await run_pruned(explorer, cases, goldens, jobs, finished,
                                                    replay_failures=replay_failures)
@@ -287,8 +287,10 @@ async def run_matrix(
         report.seconds = time.monotonic() - t1
         ran = executed(report.results)
         if report.seconds > 0 and ran < len(report.results):
+            run, forked = workers_run(report.results), workers_forked(report.results)
             report.notes.append(f"executed {ran:,} of {len(report.results):,} cases ({ran / report.seconds:.1f} "
-                                f"executed cases/s, {workers_forked(report.results):,} workers)")
+                                f"executed cases/s, {run:,} workers" + (f", {run - forked:,} of them in long-lived "
+                                f"processes" if forked < run else "") + ")")
         from .coverage import coverage_of
 
         report.coverage = coverage_of(explorer.adapter, report.results)

@@ -21,6 +21,7 @@ from typing import Any
 
 from .errors import HarnessError
 from .history import has_fired
+from .resident import Residents, eligible
 from .services.process import proc_stat, sigkill_group
 from .worker import Job
 
@@ -39,6 +40,8 @@ class WorkerExit:
     seconds: float
     timed_out: bool = False
     cpu_ms: float | None = None
+    #: the job ran in a long-lived worker (:mod:`.resident`), not a process of its own
+    resident: bool = False
 
     def describe(self) -> str:
         if self.timed_out:
@@ -48,15 +51,18 @@ class WorkerExit:
         return f"pid {self.pid}: exit {self.returncode}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "returncode": self.returncode, "signal": self.signal,
-                "seconds": round(self.seconds, 4), "timed_out": self.timed_out, "cpu_ms": self.cpu_ms}
+        out = {"pid": self.pid, "returncode": self.returncode, "signal": self.signal,
+               "seconds": round(self.seconds, 4), "timed_out": self.timed_out, "cpu_ms": self.cpu_ms}
+        if self.resident:
+            out["resident"] = True
+        return out
 
 
 class WorkerPool:
     """Forks workers through a preloaded zygote. Use as ``async with``."""
 
     def __init__(self, subject: str, workload: str, *, register_pgid: Any = None, preload: tuple[str, ...] = (),
-                 python: str | None = None, pythonpath: tuple[str, ...] = ()) -> None:
+                 python: str | None = None, pythonpath: tuple[str, ...] = (), residents_dir: str | None = None) -> None:
         self.subject = subject
         self.workload = workload
         self.preload = preload  # further subjects the zygote imports (one session, several subjects)
@@ -73,6 +79,12 @@ class WorkerPool:
         self.zygote_pid: int | None = None
         self.pid: int | None = None  # the zygote's pid (= its process group), once started
         self.closed_cleanly = False  # the zygote exited after close(): nothing to clean
+        #: long-lived workers for the jobs that may run in one (:mod:`.resident`), their
+        #: own logs in ``residents_dir``; None: every job forks a worker of its own
+        self.residents: Residents | None = None
+        self.residents_dir = residents_dir
+        if residents_dir is not None:
+            self.residents = Residents(self)
 
     async def __aenter__(self) -> WorkerPool:
         env = dict(os.environ, PYTHONHASHSEED="0")
@@ -105,6 +117,8 @@ class WorkerPool:
     async def close(self) -> None:
         if self.proc is None:
             return
+        if self.residents is not None:
+            await self.residents.close()
         if self.proc.stdin is not None and not self.proc.stdin.is_closing():
             self.proc.stdin.close()
         try:
@@ -137,6 +151,14 @@ class WorkerPool:
 
     async def spawn(self, job: Job, log_path: str) -> tuple[int, asyncio.Future[dict[str, Any]]]:
         """Fork a worker for ``job``; return its pid and a future of its exit event."""
+        return await self._fork({"op": "fork", "job": job.to_dict(), "log_path": log_path})
+
+    async def spawn_resident(self, address: str, log_path: str) -> tuple[int, asyncio.Future[dict[str, Any]]]:
+        """Fork a long-lived worker that connects to ``address`` (:mod:`.resident`);
+        return its pid and a future of its exit event."""
+        return await self._fork({"op": "resident", "socket": address, "log_path": log_path})
+
+    async def _fork(self, request: dict[str, Any]) -> tuple[int, asyncio.Future[dict[str, Any]]]:
         assert self.proc is not None and self.proc.stdin is not None
         if self._reader is None or self._reader.done():
             raise HarnessError("worker zygote is gone; cannot fork more workers")
@@ -145,7 +167,7 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         self._started[token] = loop.create_future()
         self._exited[token] = loop.create_future()
-        request = {"op": "fork", "token": token, "job": job.to_dict(), "log_path": log_path}
+        request["token"] = token
         self.proc.stdin.write((json.dumps(request) + "\n").encode())
         await self.proc.stdin.drain()
         exited = self._exited[token]
@@ -160,7 +182,14 @@ class WorkerPool:
         for a fault that stops the worker (SIGSTOP), awaited once the worker reported
         firing and is stopped; then the worker gets SIGCONT and ``timeout`` seconds
         afresh. If ``at_stop`` raises, the worker is SIGKILLed and reaped and the error
-        propagates. ``seconds`` counts from the fork, the stop included."""
+        propagates. ``seconds`` counts from the fork, the stop included. A job that may
+        run in a long-lived worker (:func:`.resident.eligible`, with neither ``term_grace``
+        nor ``at_stop``) runs in one when the pool has them and one is free."""
+        if self.residents is not None and term_grace is None and at_stop is None and eligible(job):
+            assert self.residents_dir is not None
+            done = await self.residents.run(job, log_path, timeout=timeout, log_dir=self.residents_dir)
+            if done is not None:
+                return done
         t0 = time.monotonic()
         pid, exited = await self.spawn(job, log_path)
         deadline = t0 + timeout

@@ -625,9 +625,15 @@ def executed(results: list[CaseResult]) -> int:
     return sum(1 for r in results if r.workers)
 
 
-def workers_forked(results: list[CaseResult]) -> int:
-    """Worker processes the cases forked (a shared resume forks none)."""
+def workers_run(results: list[CaseResult]) -> int:
+    """Workers the cases ran, forked or in a long-lived worker (a shared resume runs none)."""
     return sum(1 for r in results for w in r.workers if "shared" not in w)
+
+
+def workers_forked(results: list[CaseResult]) -> int:
+    """Worker processes the cases forked: the workers they ran, but those that ran in a
+    long-lived worker (:mod:`.resident`)."""
+    return sum(1 for r in results for w in r.workers if "shared" not in w and not w.get("resident"))
 
 
 @dataclass
@@ -668,7 +674,7 @@ class PruneSummary:
 
     @property
     def workers(self) -> int:
-        return workers_forked(self.results)
+        return workers_run(self.results)
 
     def kill_counts(self) -> Counter[str]:
         ids = {c.id for g in self.plan.groups for c in g.cases}

@@ -94,8 +94,13 @@ async def open_session(
 
         adapter = None
         if upgrade is None:
-            pool: WorkerPool | BuildPools = await enter_pool(
-                WorkerPool(subject, workload, register_pgid=watchdog.watch_pgid, preload=preload))
+            residents = None
+            if options is None or options.long_lived:
+                residents = workdir / "residents"
+                residents.mkdir()
+            pool: WorkerPool | BuildPools = await enter_pool(WorkerPool(
+                subject, workload, register_pgid=watchdog.watch_pgid, preload=preload,
+                residents_dir=None if residents is None else str(residents)))
         else:  # one zygote per build, each from its own interpreter and path
             pool = BuildPools(upgrade, {b.label: await enter_pool(WorkerPool(
                 b.subject, workload, register_pgid=watchdog.watch_pgid, python=b.python, pythonpath=b.path))

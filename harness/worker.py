@@ -311,9 +311,11 @@ def _touch(path: str) -> None:
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
 
 
-def run_job(job: Job) -> int:
+def run_job(job: Job, runner: asyncio.Runner | None = None) -> int:
     """Run one job in this (forked) process; return the exit code (0: the adapter
-    returned, even after a cancellation; 1: the adapter raised)."""
+    returned, even after a cancellation; 1: the adapter raised). ``runner``: the event
+    loop of a long-lived worker, kept from job to job (:mod:`.resident`); None: a loop
+    of the job's own (``anyio.run``), closed when it ends."""
     from .builds import SERVICE_ROLES
 
     if job.role in SERVICE_ROLES:  # an adapter call of the controller's, in this build (builds.py)
@@ -321,6 +323,14 @@ def run_job(job: Job) -> int:
 
         return run_service_job(job)
     fd = os.open(job.result_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        return _run_reporting(job, runner, fd)
+    finally:
+        os.close(fd)  # a long-lived worker runs more jobs: nothing of this one stays open
+
+
+def _run_reporting(job: Job, runner: asyncio.Runner | None, fd: int) -> int:
+    """:func:`run_job`'s run of the subject, reporting to the descriptor ``fd``."""
     recorder = Recorder(job.plan, fd, job.env, record_io=job.record_io)
     crashpoint_module.arm(recorder.label_hook)
     adapter = registry.subject(job.subject)
@@ -390,7 +400,7 @@ def run_job(job: Job) -> int:
             else:
                 Lead.follow(job.start_gate)
     try:
-        status = anyio.run(main)
+        status = anyio.run(main) if runner is None else runner.run(main())
     except BaseException as exc:  # reported, then the exit code says it
         recorder.emit(End("error", recorder.trace, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=20)))
         return 1

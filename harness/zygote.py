@@ -7,7 +7,10 @@ serves, as ``crashmatrix selftest`` does), the workload and their dependencies, 
 serves fork requests. It has one thread, no event loop and no open sockets when it forks.
 
 Protocol, JSON lines. Controller -> zygote on stdin:
-``{"op": "fork", "token": int, "job": {...}, "log_path": str}``. Zygote -> controller on
+``{"op": "fork", "token": int, "job": {...}, "log_path": str}`` (a worker that runs one
+job and exits) or ``{"op": "resident", "token": int, "socket": str, "log_path": str}`` (a
+long-lived worker that connects to the controller's Unix socket ``socket`` and runs the
+jobs it is handed there, one at a time: :mod:`.resident`). Zygote -> controller on
 stdout: ``{"event": "ready", "pid": int}`` once, then ``{"event": "started", "token",
 "pid"}`` and ``{"event": "exit", "token", "pid", "returncode", "signal", "cpu_ms"}`` per worker
 (``signal`` is the number that ended it, else null; ``cpu_ms`` its user + system CPU). EOF on stdin (the controller ended,
@@ -57,7 +60,10 @@ def _set_pdeathsig() -> None:
         pass
 
 
-def _child(job: dict[str, Any], log_path: str, parent: int) -> None:
+def _child(request: dict[str, Any], log_path: str, parent: int) -> None:
+    """The forked process: set itself up as a worker (module docstring), then run the
+    request's job (``op`` ``fork``) or serve jobs on its socket (``op`` ``resident``),
+    and leave with ``os._exit``."""
     code = 70
     try:
         os.setpgid(0, 0)
@@ -74,8 +80,14 @@ def _child(job: dict[str, Any], log_path: str, parent: int) -> None:
         os.closerange(3, 1 << 16)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
+        if request.get("op") == "resident":
+            from .resident import serve
+
+            code = serve(request["socket"])
+            return
         from .worker import Job, run_job
 
+        job = request["job"]
         profile_dir = os.environ.get("CRASHMATRIX_WORKER_PROFILE")
         if profile_dir:  # a developer's switch: cProfile stats per worker (SIGKILLed ones write none)
             import cProfile
@@ -98,6 +110,19 @@ def _child(job: dict[str, Any], log_path: str, parent: int) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+_OPS = {"fork": "job", "resident": "socket"}
+"""Request ops and the field each one needs besides ``token`` and ``log_path``."""
+
+
+def _check(request: dict[str, Any]) -> None:
+    """Raise ``KeyError`` or ``ValueError`` for a request the zygote cannot serve."""
+    op = request.setdefault("op", "fork")
+    if op not in _OPS:
+        raise ValueError(f"unknown op {op!r}")
+    if _OPS[op] not in request:
+        raise KeyError(_OPS[op])
 
 
 def _preload(subject: str, workload: str, more: tuple[str, ...] = ()) -> None:
@@ -171,15 +196,15 @@ def serve(subject: str, workload: str, more: tuple[str, ...] = ()) -> int:
                         continue
                     try:
                         request = json.loads(line)
-                        token = request["token"]
-                        job, log_path = request["job"], request["log_path"]
+                        token, log_path = request["token"], request["log_path"]
+                        _check(request)
                     except (ValueError, KeyError, TypeError) as exc:
                         print(f"zygote: bad request {line[:200]!r}: {exc}", file=sys.stderr)
                         continue
                     pid = os.fork()
                     if pid == 0:
                         sel.close()
-                        _child(job, log_path, me)
+                        _child(request, log_path, me)
                     pidfd = os.pidfd_open(pid)
                     children[pidfd] = (token, pid)
                     sel.register(pidfd, selectors.EVENT_READ, "child")

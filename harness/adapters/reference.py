@@ -51,6 +51,8 @@ class ReferenceAdapter(Adapter):
     cannot_migrate_statuses = ("cannot_migrate",)
     #: a run that waits on ``needs_human`` is handed to ``workload.operator`` (:meth:`_run`)
     answers_operator = ("operator",)
+    #: a worker's calls build everything per run (connection, session, runtime)
+    long_lived_workers = True
     #: rehydrates the oracle's view of a run (the runtime's ``Runtime.graph_class``)
     graph_class: type[RunGraph] = RunGraph
     #: the recovery branches a matrix should exercise, as labels the runtime reaches

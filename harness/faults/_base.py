@@ -75,6 +75,10 @@ class FaultKind:
     #: PostgreSQL), so no two run at once: the case loop never starts a second one
     #: while one is in flight (:class:`.pruning.CaseLanes`)
     one_at_a_time: ClassVar[bool] = False
+    #: the worker outlives the fault and ends as a fault-free one does (a cancellation,
+    #: a toxic): its job may run in a long-lived worker (:mod:`..resident`); a kind that
+    #: ends, signals or stops the process does not
+    survives: ClassVar[bool] = False
 
     def act(self, recorder: Recorder, fault: Fault) -> None:  # pragma: no cover - abstract
         """In the worker, right after ``fired`` was written: make the fault happen

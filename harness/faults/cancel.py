@@ -31,6 +31,7 @@ class Cancel(FaultKind):
     """Cancel the worker's run scope at the point."""
 
     name = "cancel"
+    survives = True
     rank = 2
     reads_ledgers = True  # cancel.step_recorded
 

@@ -31,6 +31,7 @@ class CancelEdge(FaultKind):
     """``task.cancel()`` the task that runs the subject, once."""
 
     name = "cancel-edge"
+    survives = True
     rank = 2
     reads_ledgers = True  # cancel.step_recorded
 

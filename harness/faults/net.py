@@ -38,6 +38,7 @@ class Net(CaseSetting, FaultKind):
     """A toxic on one link from the point until its heal."""
 
     name = "net"
+    survives = True
     rank = 4
     bare = False  # a net fault needs its toxic (plan.NetToxic)
     mostly_waits = True  # ~0.75 s a case, most of it the toxic's latency and the client's timeouts

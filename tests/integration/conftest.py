@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +26,19 @@ def cli_env(test_tag: str, tmp_path) -> dict[str, str]:
     env["TMPDIR"] = str(tmp_path)
     env.pop("CRASHMATRIX_PG_DSN", None)
     return env
+
+
+SUBJECTS = Path(__file__).resolve().parents[1] / "subjects"
+"""Subjects that live with the tests (``tests/subjects``: module:Class names)."""
+
+
+@pytest.fixture
+def subjects_on_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``tests/subjects`` importable in this process and in every child (``PYTHONPATH``:
+    the zygote imports the subject); its packages are forgotten after the test."""
+    monkeypatch.syspath_prepend(str(SUBJECTS))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(SUBJECTS), os.environ.get("PYTHONPATH")) if p))
+    yield
+    packages = {p.name for p in SUBJECTS.iterdir() if (p / "__init__.py").exists()}
+    for name in [m for m in sys.modules if m.split(".")[0] in packages]:
+        del sys.modules[name]

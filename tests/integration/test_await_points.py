@@ -3,28 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
-import pytest
 
 from crashmatrix.harness.matrix import run_matrix
 
-SUBJECTS = str(Path(__file__).resolve().parent.parent / "subjects")
 
 
-@pytest.fixture
-def plainrun_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-    import sys
-
-    monkeypatch.syspath_prepend(SUBJECTS)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (SUBJECTS, os.environ.get("PYTHONPATH")) if p))
-    yield
-    for name in [m for m in sys.modules if m == "plainrun" or m.startswith("plainrun.")]:
-        del sys.modules[name]
-
-
-def test_unlabelled_subject_gets_a_full_await_point_matrix(plainrun_on_path) -> None:
+def test_unlabelled_subject_gets_a_full_await_point_matrix(subjects_on_path) -> None:
     report = asyncio.run(run_matrix(
         "plainrun.adapter:WORKLOAD", "plainrun.adapter:PlainAdapter", kinds=("kill", "cancel"), sources=("await",)))
     names = {r.case.plan.faults[0].point.name for r in report.results}
@@ -35,7 +20,7 @@ def test_unlabelled_subject_gets_a_full_await_point_matrix(plainrun_on_path) -> 
     assert not bad, bad[:5]
 
 
-def test_unshielded_recovery_write_is_caught_and_named_by_location(plainrun_on_path) -> None:
+def test_unshielded_recovery_write_is_caught_and_named_by_location(subjects_on_path) -> None:
     report = asyncio.run(run_matrix(
         "plainrun.adapter:WORKLOAD", "plainrun.adapter:UnshieldedPlainAdapter", kinds=("cancel",), sources=("await",)))
     failed = {r.case.plan.faults[0].point.name: {v.check for v in r.failed} for r in report.results if r.outcome == "fail"}

@@ -12,15 +12,12 @@ teamruntimes.keys:UuidKeyAdapter`` with ``PYTHONPATH=tests/subjects``.
 from __future__ import annotations
 
 import asyncio
-import os
-from pathlib import Path
 
 import pytest
 
 from crashmatrix.harness.matrix import run_matrix
 from crashmatrix.harness.plan import Case
 
-SUBJECTS = str(Path(__file__).resolve().parents[1] / "subjects")
 CORRECT = ["keys:UuidKeyAdapter", "keys:UuidHexKeyAdapter", "keys:UlidKeyAdapter", "keys:SequenceKeyAdapter",
            "keys:Base64KeyAdapter", "statuses:OwnStatusAdapter", "callids:OwnCallIdAdapter"]
 PLANTED = ["keys:FreshUuidKeyAdapter", "keys:FreshSequenceKeyAdapter", "keys:FreshUlidKeyAdapter",
@@ -29,10 +26,7 @@ PLANTED = ["keys:FreshUuidKeyAdapter", "keys:FreshSequenceKeyAdapter", "keys:Fre
 DOUBLE_CHARGE = {"provider.payment.ledger_equal", "effects.ledger_equal", "effects.resolved"}
 
 
-@pytest.fixture(autouse=True)
-def teamruntimes_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(SUBJECTS)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (SUBJECTS, os.environ.get("PYTHONPATH")) if p))
+pytestmark = pytest.mark.usefixtures("subjects_on_path")
 
 
 @pytest.mark.parametrize("subject", CORRECT)

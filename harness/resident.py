@@ -1,0 +1,318 @@
+"""Long-lived workers: one process runs many jobs, one at a time, as a production worker
+resumes many runs (issue 19; docs/design.md, "Long-lived workers").
+
+A forked worker pays for its fork before it runs a step: the copy-on-write faults of a
+preloaded interpreter touching its heap (~1,400-1,700 pages), the first use of its
+caches, the exit. Measured on one resume of a completed checkout run (docs/benchmarks.md,
+"Long-lived workers"): ~13 ms of CPU in a forked worker, ~2 ms as the next job of a
+process that already ran one. So every job that need not die with its fault runs in a
+*resident*: a worker forked once from the zygote (``op`` ``resident``,
+:mod:`.zygote`) that connects to the controller's socket and runs the jobs it is handed,
+each in the same event loop (an ``asyncio.Runner`` kept from job to job), through the same
+:func:`.worker.run_job` a forked worker runs. Which jobs (:func:`eligible`): fault-free
+starts and resumes, the runtime's own recovery, and faults the worker outlives (a
+cancellation, a toxic: :attr:`.faults.FaultKind.survives`). A kill, a SIGTERM, a stop, a
+golden run (its I/O is measured per process), a round of concurrent resumers held at a
+gate and an await-point trace (a task factory on the loop) still fork a worker of their
+own.
+
+What a job leaves in the process is what a fresh worker's exit would have ended, so a
+resident ends it too, and the verdicts are those of fresh workers:
+
+- tasks still pending when the job returned are cancelled and run to their end, as
+  ``asyncio.run`` does when it closes its loop;
+- a descriptor the job opened and left open (a connection whose session the controller
+  waits to see gone), or a thread it started that is still alive (other than the loop's
+  executor threads, which idle between jobs), retires the resident: it answers, then
+  exits, and the next job gets another.
+
+Protocol: the resident connects to the controller's abstract Unix socket (its address in
+the zygote's request); the controller knows it by its pid (``SO_PEERCRED``). Controller ->
+resident: ``{"job": {...}, "log_path": str}`` per line; resident -> controller, when the
+job ended: ``{"returncode": int, "cpu_ms": float, "retire": str | null}`` (``retire``:
+why it exits after this answer). EOF on its socket ends a resident; so does the zygote's
+end (``PR_SET_PDEATHSIG``). A resident that dies in a job (the subject's ``os._exit``, a
+crash) or outlives the job's deadline (then SIGKILLed) is reported as a forked worker
+would be, from the zygote's exit event, and replaced by the next job's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import socket
+import struct
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the resident imports this module after its fork: the controller's types stay lazy
+    from .pool import WorkerExit, WorkerPool
+    from .worker import Job
+
+RESIDENTS_MAX = 8
+"""Residents one pool keeps at most; a job that finds none free beyond that forks."""
+EXECUTOR_THREAD_PREFIX = "asyncio_"
+"""The names of the event loop's default executor threads (``asyncio`` names them
+``asyncio_N``): they idle between jobs, so a resident keeps them."""
+
+
+def eligible(job: Job) -> bool:
+    """Whether ``job`` may run in a resident (module docstring): a start, resume or
+    recovery with no I/O measure, start gate or await-point trace, whose faults (if any)
+    the worker outlives, of a subject whose adapter declares it may
+    (:attr:`.adapter.Adapter.long_lived_workers`)."""
+    from . import faults, registry
+
+    if job.role not in ("start", "resume", "recover") or job.record_io or job.start_gate or job.await_points:
+        return False
+    if not getattr(registry.subject(job.subject), "long_lived_workers", False):
+        return False
+    return all(faults.kind(f.kind).survives for f in job.plan.faults)
+
+
+# -- the resident (worker side) -----------------------------------------------------------
+
+
+def serve(address: str) -> int:
+    """Run in a worker forked by the zygote (its logs and signals set up as any
+    worker's): connect to the controller at ``address`` and run each job it sends
+    (module docstring) until EOF or a reason to retire. Returns the exit code (0)."""
+    from .worker import Job, run_job
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(address)
+    requests = conn.makefile("rb")
+    runner = asyncio.Runner()
+    runner.get_loop()  # its selector and self-pipe exist before the first job's baseline
+    resident_log = os.dup(1)
+    while True:
+        line = requests.readline()
+        if not line:
+            return 0
+        request = json.loads(line)
+        job = Job.from_dict(request["job"])
+        _log_to(request["log_path"])
+        fds, threads, cpu0 = _descriptors(), _threads(), _cpu_ms()
+        returncode = run_job(job, runner)
+        _end_tasks(runner)
+        retire = _left_behind(fds, threads)
+        answer = {"returncode": returncode, "cpu_ms": round(_cpu_ms() - cpu0, 2), "retire": retire}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(resident_log, 1)
+        os.dup2(resident_log, 2)
+        conn.sendall(json.dumps(answer).encode() + b"\n")
+        if retire is not None:
+            return 0
+
+
+def _log_to(path: str) -> None:
+    """Send stdout and stderr to the job's log (as a forked worker's go to its own)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _cpu_ms() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return (usage.ru_utime + usage.ru_stime) * 1000
+
+
+def _descriptors() -> set[str]:
+    """This process's open descriptors (the listing's own descriptor included: it takes
+    the same number in two listings unless a descriptor was opened between them)."""
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.is_alive()}
+
+
+def _end_tasks(runner: asyncio.Runner) -> None:
+    """Cancel the tasks the job left pending and run them to their end, as
+    ``asyncio.run`` does before it closes its loop (``asyncio.runners._cancel_all_tasks``)."""
+    loop = runner.get_loop()
+    left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    if not left:
+        return
+    for task in left:
+        task.cancel()
+
+    async def gather() -> None:
+        await asyncio.gather(*left, return_exceptions=True)
+
+    runner.run(gather())
+
+
+def _left_behind(fds: set[str], threads: set[threading.Thread]) -> str | None:
+    """Why the resident must not run another job (a descriptor or a thread the job left),
+    or None."""
+    opened = _descriptors() - fds
+    if opened:
+        targets = []
+        for fd in sorted(opened, key=int)[:3]:
+            try:
+                targets.append(f"{fd} -> {os.readlink(f'/proc/self/fd/{fd}')}")
+            except OSError:
+                continue
+        if targets:
+            return "descriptor(s) left open: " + ", ".join(targets)
+    started = [t.name for t in _threads() - threads if not t.name.startswith(EXECUTOR_THREAD_PREFIX)]
+    if started:
+        return "thread(s) left running: " + ", ".join(sorted(started)[:3])
+    return None
+
+
+# -- the controller's side ----------------------------------------------------------------
+
+
+@dataclass
+class _Resident:
+    pid: int
+    subject: str
+    exited: asyncio.Future[dict[str, Any]]
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    jobs: int = 0
+
+
+class Residents:
+    """The long-lived workers of one :class:`.pool.WorkerPool` (module docstring): started
+    on demand through the pool's zygote, at most :data:`RESIDENTS_MAX`, one subject each
+    (a resident never runs two subjects' jobs: one's leftovers must not reach another's
+    verdicts), reused most recently freed first."""
+
+    def __init__(self, pool: WorkerPool, limit: int = RESIDENTS_MAX) -> None:
+        self.pool = pool
+        self.limit = limit
+        self.address = f"\0crashmatrix-resident-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._server: asyncio.AbstractServer | None = None
+        self._listening = asyncio.Lock()
+        self._connected: dict[int, asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
+        self._free: list[_Resident] = []
+        self._count = 0  # residents alive (free or busy)
+        self.started = 0  # residents started so far (for reports and tests)
+        self.retired: list[str] = []  # why each resident that retired did
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+        from .services.process import proc_stat
+
+        stat = proc_stat(pid)
+        if stat is None or stat[1] != self.pool.zygote_pid:  # not a worker of this pool's zygote
+            writer.close()
+            return
+        # it may connect before the zygote's "started" event told _start its pid
+        waiter = self._connected.setdefault(pid, asyncio.get_running_loop().create_future())
+        if waiter.done():
+            writer.close()
+            return
+        waiter.set_result((reader, writer))
+
+    async def _start(self, subject: str, log: str) -> _Resident:
+        async with self._listening:  # two cases may start the first residents at once
+            if self._server is None:
+                self._server = await asyncio.start_unix_server(self._on_connect, self.address)
+        pid, exited = await self.pool.spawn_resident(self.address, log)
+        waiter = self._connected.setdefault(pid, asyncio.get_running_loop().create_future())
+        try:
+            done, _ = await asyncio.wait((waiter, exited), timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._connected.pop(pid, None)
+        if waiter not in done:
+            from .errors import HarnessError
+            from .services.process import sigkill_group
+
+            sigkill_group(pid)
+            await exited
+            raise HarnessError(f"a long-lived worker (pid {pid}) did not connect to the controller; its log: {log}")
+        reader, writer = waiter.result()
+        self.started += 1
+        return _Resident(pid, subject, exited, reader, writer)
+
+    async def run(self, job: Job, log: str, *, timeout: float, log_dir: str) -> WorkerExit | None:
+        """Run ``job`` in a resident for its subject (a free one, or one started now);
+        None when :data:`RESIDENTS_MAX` are busy (the caller forks). ``timeout``: seconds
+        before the resident is SIGKILLed and the job reported timed out. ``log_dir``:
+        where a new resident's own log goes."""
+        from .pool import WorkerExit
+        from .services.process import sigkill_group
+
+        resident = next((r for r in reversed(self._free) if r.subject == job.subject), None)
+        if resident is not None:
+            self._free.remove(resident)
+        else:
+            if self._count >= self.limit:
+                if not self._free:  # every resident is busy
+                    return None
+                self._free.pop(0).writer.close()  # a free one of another subject makes room (EOF ends it)
+                self._count -= 1
+            self._count += 1
+            try:
+                resident = await self._start(job.subject, os.path.join(log_dir, f"resident-{self.started + 1}.log"))
+            except BaseException:
+                self._count -= 1
+                raise
+        t0 = time.monotonic()
+        keep = False
+        try:
+            resident.writer.write(json.dumps({"job": job.to_dict(), "log_path": log}).encode() + b"\n")
+            await resident.writer.drain()
+            answer = asyncio.ensure_future(resident.reader.readline())
+            try:
+                done, _ = await asyncio.wait((answer, resident.exited), timeout=timeout,
+                                             return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not answer.done():
+                    answer.cancel()
+            resident.jobs += 1
+            line = answer.result() if answer in done and not answer.cancelled() else b""
+            if line:
+                reply = json.loads(line)
+                retire = reply.get("retire")
+                if retire:
+                    self.retired.append(retire)
+                else:
+                    keep = True
+                return WorkerExit(resident.pid, int(reply["returncode"]), None, time.monotonic() - t0,
+                                  cpu_ms=reply.get("cpu_ms"), resident=True)
+            timed_out = not done
+            if timed_out:
+                sigkill_group(resident.pid)
+            event = await resident.exited  # it died in the job, or was killed for its deadline
+            return WorkerExit(resident.pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out,
+                              event.get("cpu_ms"), resident=True)
+        except BaseException:
+            sigkill_group(resident.pid)
+            raise
+        finally:
+            if keep:
+                self._free.append(resident)
+            else:
+                self._count -= 1
+                resident.writer.close()
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """End every free resident (EOF on its socket) and wait up to ``timeout`` seconds
+        for the zygote to reap them (then their CPU is counted among its children); stop
+        listening. Busy ones end with their pool's zygote."""
+        ending = [r.exited for r in self._free]
+        for resident in self._free:
+            resident.writer.close()
+        self._free.clear()
+        self._count -= len(ending)
+        if ending:
+            await asyncio.wait(ending, timeout=timeout)
+        if self._server is not None:
+            self._server.close()
+            self._server = None

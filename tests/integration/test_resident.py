@@ -1,0 +1,117 @@
+"""Long-lived workers (``crashmatrix.harness.resident``): real processes forked by the
+zygote, a real PostgreSQL, jobs handed over the controller's socket.
+
+The subjects that leave something behind live in ``tests/subjects/leaky``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+
+from crashmatrix.harness.explorer import Explorer, Options
+from crashmatrix.harness.plan import CrashPoint, Fault, FaultPlan
+from crashmatrix.harness.pool import WorkerExit
+from crashmatrix.harness.history import WorkerReport
+from crashmatrix.harness.session import open_session
+
+LEAKY = ("leaky.adapter:LeavesDescriptor", "leaky.adapter:LeavesThread", "leaky.adapter:LeavesTask",
+         "leaky.adapter:ExitsInResume", "leaky.adapter:HangsInResume")
+
+
+async def _resume(ex: Explorer, run_id: str, plan: FaultPlan = FaultPlan()) -> tuple[WorkerExit, WorkerReport]:
+    job, log = ex._job("resume", "conv1", run_id, plan, ex.workdir)
+    exit_ = await ex.pool.run(job, log, timeout=ex.options.worker_timeout)
+    return exit_, WorkerReport.from_file(job.result_path)
+
+
+def test_resumes_and_cancelled_workers_run_in_one_long_lived_worker_and_kills_fork(subjects_on_path) -> None:
+    async def main() -> None:
+        async with open_session("reference", "checkout") as ex:
+            golden = await ex.golden("conv1")  # golden runs fork: their I/O is measured per process
+            exits = [(await _resume(ex, golden.run_id)) for _ in range(3)]
+            assert [e.resident for e, _ in exits] == [True, True, True]
+            assert len({e.pid for e, _ in exits}) == 1, [e.pid for e, _ in exits]  # one process ran all three
+            assert all(e.returncode == 0 and r.end is not None and r.end.status == "completed" for e, r in exits)
+            assert all(e.cpu_ms is not None and e.cpu_ms > 0 for e, _ in exits)
+            # a cancel fault: the worker outlives it, so it may run there too; a kill never does
+            point = next(p for p in golden.trace if p[1] == "step.before")
+            at = CrashPoint(point[0], point[1], point[2], point[3])
+            ran = {}
+            for kind in ("cancel", "kill"):
+                job, log = ex._job("start", "conv1", f"cm-run-{kind}-{os.getpid()}", FaultPlan((Fault(kind, at),)), ex.workdir)
+                ran[kind] = (await ex.pool.run(job, log, timeout=30), WorkerReport.from_file(job.result_path))
+            (cancelled, report), (killed, _) = ran["cancel"], ran["kill"]
+            assert report.fired is not None and report.end is not None and cancelled.returncode == 0
+            assert cancelled.resident and cancelled.pid == exits[0][0].pid
+            assert not killed.resident and killed.signal == 9 and killed.pid != exits[0][0].pid
+            assert ex.pool.residents is not None and ex.pool.residents.started == 1
+
+    asyncio.run(main())
+
+
+def test_fresh_workers_fork_every_job() -> None:
+    async def main() -> None:
+        async with open_session("reference", "checkout", options=Options(long_lived=False)) as ex:
+            golden = await ex.golden("conv1")
+            exits = [(await _resume(ex, golden.run_id))[0] for _ in range(2)]
+            assert ex.pool.residents is None
+            assert not any(e.resident for e in exits) and exits[0].pid != exits[1].pid
+
+    asyncio.run(main())
+
+
+def test_a_job_that_leaves_a_descriptor_or_a_thread_retires_its_worker(subjects_on_path) -> None:
+    async def main() -> None:
+        async with open_session("reference", "checkout", preload=LEAKY) as ex:
+            for subject, why in (("leaky.adapter:LeavesDescriptor", "descriptor(s) left open: "),
+                                 ("leaky.adapter:LeavesThread", "thread(s) left running: leaky-heartbeat")):
+                async with ex.for_subject(subject) as other:
+                    golden = await other.golden("conv1")
+                    first, second = [(await _resume(other, golden.run_id))[0] for _ in range(2)]
+                    assert first.resident and second.resident and first.returncode == second.returncode == 0
+                    assert first.pid != second.pid  # the first retired after its job
+                    assert ex.pool.residents is not None and ex.pool.residents.retired[-1].startswith(why), \
+                        ex.pool.residents.retired
+
+    asyncio.run(main())
+
+
+def test_tasks_a_job_left_pending_are_cancelled_as_a_forked_workers_exit_would(subjects_on_path) -> None:
+    async def main() -> None:
+        async with open_session("leaky.adapter:LeavesTask", "checkout") as ex:
+            golden = await ex.golden("conv1")
+            job, log = ex._job("resume", "conv1", golden.run_id, FaultPlan(), ex.workdir)
+            first = await ex.pool.run(job, log, timeout=30)
+            second, _ = await _resume(ex, golden.run_id)
+            await asyncio.sleep(1.5)  # past the task's second, had it gone on
+            workdir = Path(ex.env.workdir)
+            assert (workdir / f"cancelled-{job.worker_id}").exists()
+            assert not (workdir / f"late-{job.worker_id}").exists()
+            assert first.resident and second.pid == first.pid  # nothing was left: the worker stays
+
+    asyncio.run(main())
+
+
+def test_a_worker_that_dies_or_hangs_in_a_job_is_reported_as_a_forked_one_and_replaced(subjects_on_path) -> None:
+    async def main() -> None:
+        async with open_session("reference", "checkout", preload=LEAKY) as ex:
+            async with ex.for_subject("leaky.adapter:ExitsInResume") as other:
+                golden = await other.golden("conv1")
+                died, report = await _resume(other, golden.run_id)
+                assert died.resident and died.returncode == 3 and died.signal is None and report.end is None
+                again, _ = await _resume(other, golden.run_id)
+                assert again.returncode == 3 and again.pid != died.pid
+            async with ex.for_subject("leaky.adapter:HangsInResume") as other:
+                golden = await other.golden("conv1")
+                job, log = other._job("resume", "conv1", golden.run_id, FaultPlan(), other.workdir)
+                t0 = time.monotonic()
+                hung = await other.pool.run(job, log, timeout=1.0)
+                assert hung.resident and hung.timed_out and hung.signal == 9, hung
+                assert time.monotonic() - t0 < 10
+            healthy, _ = await _resume(ex, golden.run_id)  # the reference's own resident still serves
+            assert healthy.resident and healthy.returncode == 0
+
+    asyncio.run(main())

@@ -1,0 +1,74 @@
+"""The reference runtime's adapter, with a resume that leaves something in the process
+after it returned: what a long-lived worker (``crashmatrix.harness.resident``) must end,
+as a forked worker's exit would, before it runs another job. Each subject's ``resume``
+does the reference adapter's resume, then its one misdeed; ``start`` is the reference's.
+
+Lives with the tests (``tests/subjects`` on ``PYTHONPATH``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+
+from crashmatrix.harness.adapter import RunContext
+from crashmatrix.harness.adapters.reference import ReferenceAdapter
+
+KEPT: list[object] = []
+"""What the misdeeds keep alive (a module's global, as a leaking runtime's cache is)."""
+
+
+class LeavesDescriptor(ReferenceAdapter):
+    """Opens a file on every resume and keeps it open."""
+
+    async def resume(self, ctx: RunContext) -> str:
+        status = await super().resume(ctx)
+        KEPT.append(open(os.devnull, "rb"))  # noqa: SIM115 - the leak is the point
+        return status
+
+
+class LeavesThread(ReferenceAdapter):
+    """Starts a thread on every resume that outlives it by seconds."""
+
+    async def resume(self, ctx: RunContext) -> str:
+        status = await super().resume(ctx)
+        threading.Thread(target=time.sleep, args=(3.0,), name="leaky-heartbeat", daemon=True).start()
+        return status
+
+
+class LeavesTask(ReferenceAdapter):
+    """Starts a task on every resume that would write ``<workdir>/late-<worker>`` a second
+    later (and writes ``<workdir>/cancelled-<worker>`` when it is cancelled instead)."""
+
+    async def resume(self, ctx: RunContext) -> str:
+        status = await super().resume(ctx)
+        workdir = Path(ctx.env.workdir)
+
+        async def late() -> None:
+            try:
+                await asyncio.sleep(1.0)
+                (workdir / f"late-{ctx.worker_id}").touch()
+            except asyncio.CancelledError:
+                (workdir / f"cancelled-{ctx.worker_id}").touch()
+                raise
+
+        KEPT.append(asyncio.get_running_loop().create_task(late()))
+        return status
+
+
+class ExitsInResume(ReferenceAdapter):
+    """Ends its process with exit code 3 in every resume (a runtime's ``os._exit``)."""
+
+    async def resume(self, ctx: RunContext) -> str:
+        os._exit(3)
+
+
+class HangsInResume(ReferenceAdapter):
+    """Never returns from a resume."""
+
+    async def resume(self, ctx: RunContext) -> str:
+        await asyncio.Event().wait()
+        return "never"

@@ -92,7 +92,7 @@ from .db import DatabaseUnavailable, Db
 from .drain import WorkerDrain
 from .effects import EffectLedger, idempotency_key
 from .graph import RunGraph
-from .leases import Lease, LeaseLost, acquire, set_status
+from .leases import Lease, LeaseLost, RunFinished, acquire, set_status
 from .logstore import AppendOnlyLog, EffectOutcome, RunStore
 from .logstore import RECORD_FORMAT_VERSION
 from .records_pb2 import Budget, NodeRecord, NodeSpec
@@ -254,7 +254,8 @@ class Runtime:
         ``needs_human``, ``cannot_migrate``), ``"drained"`` when a SIGTERM came before
         the run was taken (nothing is written: the run stays as it was), or
         ``"cancelled"`` when an operator cancelled it (:mod:`.cancellation`; before or
-        while this worker ran it). Re-raises cancellation after writing ``interrupted``
+        while this worker ran it); a run that had ended (:data:`.leases.FINISHED`) is not
+        taken again: its status is returned and nothing written. Re-raises cancellation after writing ``interrupted``
         (shielded); raises :class:`LeaseLost` if another worker took the run over.
         """
         drain = self.drain or (WorkerDrain.on_running_loop() if self.handle_sigterm else None)
@@ -283,7 +284,10 @@ class Runtime:
             self._active_drain = None
 
     async def _run_leased(self, run_id: str) -> str:
-        lease = await self.acquire_lease(run_id)
+        try:
+            lease = await self.acquire_lease(run_id)
+        except RunFinished as finished:  # handed a run that ended: its status, nothing written
+            return finished.status
         limit = self.max_attempts_without_progress
         if limit is not None and attempts.attempts_without_progress(lease) >= limit:
             await set_status(self.db, lease, "failed", attempts.crash_loop_detail(attempts.attempts_without_progress(lease), lease))

@@ -31,6 +31,7 @@ from crashmatrix.reference_runtime import (
     connect,
     idempotency_key,
 )
+from crashmatrix.reference_runtime import attempts
 from crashmatrix.reference_runtime.db import Db
 
 pytestmark = pytest.mark.anyio
@@ -208,6 +209,14 @@ async def test_run_to_completion(db: Db, raw: asyncpg.Connection, new_run_id: Ca
     assert await Runtime(db, make_agent(model, provider), worker_id="w2", handle_sigterm=False).run(run_id) == "completed"
     assert model.billed() == {"turn-1": 1, "turn-2": 1} and provider.requests == 1
     assert len(await log_nodes(raw, run_id)) == 4
+    # nor is it taken again: a queue that redelivers its message (the ack was lost) more
+    # often than the attempt limit allows must not turn it "failed" (attempts.py)
+    epoch = await raw.fetchval("SELECT lease_epoch FROM cm_runs WHERE run_id = $1", run_id)
+    for n in range(attempts.MAX_ATTEMPTS_WITHOUT_PROGRESS + 2):
+        again = Runtime(db, make_agent(model, provider), worker_id=f"w{n + 3}", handle_sigterm=False)
+        assert await again.run(run_id) == "completed"
+    assert await run_status(raw, run_id) == ("completed", None)
+    assert await raw.fetchval("SELECT lease_epoch FROM cm_runs WHERE run_id = $1", run_id) == epoch
 
 
 # -- ambiguous outcomes ------------------------------------------------------------------

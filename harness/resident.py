@@ -57,6 +57,10 @@ if TYPE_CHECKING:  # the resident imports this module after its fork: the contro
 
 RESIDENTS_MAX = 8
 """Residents one pool keeps at most; a job that finds none free beyond that forks."""
+JOBS_PER_RESIDENT = 1000
+"""Jobs after which a resident is retired and the next job gets a new one (as a worker
+pool's max-tasks-per-child: whatever a runtime's process-wide state grows by, a long
+matrix does not grow it without bound)."""
 EXECUTOR_THREAD_PREFIX = "asyncio_"
 """The names of the event loop's default executor threads (``asyncio`` names them
 ``asyncio_N``): they idle between jobs, so a resident keeps them."""
@@ -127,10 +131,19 @@ def _cpu_ms() -> float:
     return (usage.ru_utime + usage.ru_stime) * 1000
 
 
-def _descriptors() -> set[str]:
-    """This process's open descriptors (the listing's own descriptor included: it takes
-    the same number in two listings unless a descriptor was opened between them)."""
-    return set(os.listdir("/proc/self/fd"))
+def _descriptors() -> dict[str, str]:
+    """This process's open descriptors and what each points at, the listing's own (its
+    directory, ``/proc/PID/fd``) left out: a descriptor opened between two listings shows
+    as a number the first did not have, or one that now points elsewhere."""
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own, already closed
+            continue
+        if not target.endswith(f"/{os.getpid()}/fd"):
+            fds[fd] = target
+    return fds
 
 
 def _threads() -> set[threading.Thread]:
@@ -153,19 +166,13 @@ def _end_tasks(runner: asyncio.Runner) -> None:
     runner.run(gather())
 
 
-def _left_behind(fds: set[str], threads: set[threading.Thread]) -> str | None:
+def _left_behind(fds: dict[str, str], threads: set[threading.Thread]) -> str | None:
     """Why the resident must not run another job (a descriptor or a thread the job left),
     or None."""
-    opened = _descriptors() - fds
+    opened = sorted((fd for fd, target in _descriptors().items() if fds.get(fd) != target), key=int)
     if opened:
-        targets = []
-        for fd in sorted(opened, key=int)[:3]:
-            try:
-                targets.append(f"{fd} -> {os.readlink(f'/proc/self/fd/{fd}')}")
-            except OSError:
-                continue
-        if targets:
-            return "descriptor(s) left open: " + ", ".join(targets)
+        now = _descriptors()
+        return "descriptor(s) left open: " + ", ".join(f"{fd} -> {now.get(fd, '?')}" for fd in opened[:3])
     started = [t.name for t in _threads() - threads if not t.name.startswith(EXECUTOR_THREAD_PREFIX)]
     if started:
         return "thread(s) left running: " + ", ".join(sorted(started)[:3])
@@ -283,7 +290,7 @@ class Residents:
                 if retire:
                     self.retired.append(retire)
                 else:
-                    keep = True
+                    keep = resident.jobs < JOBS_PER_RESIDENT  # else EOF (the writer closed below) ends it
                 return WorkerExit(resident.pid, int(reply["returncode"]), None, time.monotonic() - t0,
                                   cpu_ms=reply.get("cpu_ms"), resident=True)
             timed_out = not done

@@ -14,7 +14,9 @@ run --resume``), and the case runner (:meth:`.explorer.Explorer._drive`) asks it
 - how a fault-free resume runs (:meth:`Policy.resume`: one worker by id;
   ``concurrent``: N workers at once, held at a start gate until all are forked,
   :func:`.worker.wait_at_gate`; ``discovery``: a worker given no run id that runs
-  the runtime's own recovery, :meth:`.adapter.Adapter.recover`);
+  the runtime's own recovery, :meth:`.adapter.Adapter.recover`; ``warm-worker``: the
+  first resume in a long-lived worker that has just run another run of the same
+  conversation from its start to its end, :mod:`.resident`);
 - whether a worker is handed the input (:func:`hands_input`: ``input-once`` only until
   the subject acknowledged the run, ``redelivery`` always, else the adapter's
   ``expects_redelivery``);
@@ -39,6 +41,11 @@ Checks (phase ``resume``, beside the crash and end checks of docs/design.md):
 - ``discovery.found``: the runtime's own recovery, given no run id and its clock advanced
   past its declared lease (``Adapter.lease_seconds``), found the abandoned run and
   finished it.
+- ``warm.worker``: the first resume ran in the process that had just run another run of
+  the same conversation to the golden run's status ("not applicable", with the reason,
+  when the adapter does not declare ``long_lived_workers``, with ``--fresh-workers``, or
+  when that run ended otherwise or left the process unusable); what the process-wide
+  state of one run does to the next is then judged by the end checks, as in any case.
 
 ``run.acknowledged_durable`` (a run the subject acknowledged exists after any crash) is
 a crash check of every case: :func:`.oracle.check_acknowledged_run`.
@@ -338,7 +345,58 @@ class Discovery(Policy):
         return after.status, True
 
 
-POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, InputOnce, Redelivery, Concurrent, Recurring, Discovery)}
+class WarmWorker(Policy):
+    """After the fault, the first resume runs in a long-lived worker of its own that has
+    just run another run of the same conversation, from its input to its end, as a
+    production worker resumes a run after serving others: what one run leaves in the
+    process (a module cache, a registry keyed by node id, a pool's state) meets the next.
+    Deterministic and replayable, unlike the order in which a matrix's long-lived workers
+    happen to serve cases (:mod:`.resident`). Then resumes by id as usual."""
+
+    name = "warm-worker"
+
+    async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
+        if cx.kind_state.get("warm-done"):
+            return await ex._plain_resume(cx)
+        cx.kind_state["warm-done"] = True
+        residents = getattr(ex.pool, "residents", None)
+        if residents is None or not getattr(ex.adapter, "long_lived_workers", False) or ex.upgrade is not None:
+            cx.result.verdicts.append(_verdict("warm.worker", True, "not applicable: every job forks a worker of its "
+                                               "own here (the adapter does not declare long_lived_workers, "
+                                               "--fresh-workers, or two builds); the resume ran in a fresh worker"))
+            return await ex._plain_resume(cx)
+        from .errors import HarnessError
+
+        conversation = cx.case.conversation
+        warm, warm_log = ex._job("start", conversation, f"cm-run-warm-{cx.run_id.removeprefix('cm-run-')}",
+                                 FaultPlan(), cx.workdir)
+        job, log = ex._job("resume", conversation, cx.run_id, FaultPlan(), cx.workdir,
+                           input_given=hands_input(ex.adapter, cx.case.resume, cx.resumes, cx.acknowledged))
+        assert ex.pool.residents_dir is not None  # type: ignore[union-attr]
+        async with residents.dedicated(job.subject, ex.pool.residents_dir) as run:  # type: ignore[union-attr]
+            first = await run(warm, warm_log, ex.options.worker_timeout)
+            before = WorkerReport.from_file(warm.result_path).end
+            golden = cx.golden.evidence.observation.status
+            try:
+                if first.returncode != 0 or before is None or before.status != golden:
+                    raise HarnessError(f"its first run ended {before.status if before else first.describe()!r}, "
+                                       f"not {golden!r} as the golden run did")
+                exit_ = await run(job, log, ex.options.worker_timeout)
+            except HarnessError as exc:
+                cx.result.verdicts.append(_verdict("warm.worker", True, f"not applicable: the resume ran in a fresh "
+                                                   f"worker: {exc}"))
+                return await ex._plain_resume(cx)
+        cx.result.workers.append({"role": "warm-up", **first.to_dict()})
+        cx.result.workers.append({"role": "resume", "warm": True, **exit_.to_dict()})
+        report = WorkerReport.from_file(job.result_path)
+        cx.acknowledged = cx.acknowledged or report.accepted
+        cx.result.verdicts.append(_verdict("warm.worker", True, f"the resume ran in worker {exit_.pid}, which had "
+                                           f"just run {warm.run_id} to {golden}"))
+        return await ex._without_fault(cx, job, log, exit_, report)
+
+
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, InputOnce, Redelivery, Concurrent, Recurring, Discovery,
+                                                         WarmWorker)}
 """Policy classes by name (:data:`.plan.RESUME_POLICIES`)."""
 
 

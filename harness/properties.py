@@ -63,6 +63,7 @@ _CHECKS: dict[str, tuple[str, str]] = {
     "recurring.effects_once": ("effect exactly-once", "duplicated effect"),
     "recurring.bounded": ("resumability", "crash loop"),
     "discovery.found": ("resumability", "abandoned run never recovered"),
+    "warm.worker": ("resumability", "state one run left in the process"),
 }
 
 

@@ -39,6 +39,7 @@ would be, from the zygote's exit event, and replaced by the next job's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -48,6 +49,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -252,9 +254,6 @@ class Residents:
         None when :data:`RESIDENTS_MAX` are busy (the caller forks). ``timeout``: seconds
         before the resident is SIGKILLed and the job reported timed out. ``log_dir``:
         where a new resident's own log goes."""
-        from .pool import WorkerExit
-        from .services.process import sigkill_group
-
         resident = next((r for r in reversed(self._free) if r.subject == job.subject), None)
         if resident is not None:
             self._free.remove(resident)
@@ -264,14 +263,67 @@ class Residents:
                     return None
                 self._free.pop(0).writer.close()  # a free one of another subject makes room (EOF ends it)
                 self._count -= 1
-            self._count += 1
-            try:
-                resident = await self._start(job.subject, os.path.join(log_dir, f"resident-{self.started + 1}.log"))
-            except BaseException:
-                self._count -= 1
-                raise
+            resident = await self._new(job.subject, log_dir)
+        try:
+            exit_, ended = await self._run_on(resident, job, log, timeout)
+        except BaseException:
+            self._end(resident)
+            raise
+        if ended is None:
+            self._free.append(resident)
+        else:
+            self._end(resident)
+        return exit_
+
+    @contextlib.asynccontextmanager
+    async def dedicated(self, subject: str, log_dir: str) -> AsyncIterator[Callable[[Job, str, float], Awaitable[WorkerExit]]]:
+        """A resident of its own for ``subject``, started now and ended on exit (never
+        handed to another job): ``async with residents.dedicated(...) as run:`` then
+        ``await run(job, log, timeout)`` for each job, one after another, all in the
+        same process (the ``warm-worker`` resume policy, :mod:`.policies`). Raises
+        :class:`.errors.HarnessError` from ``run`` once the resident is gone (it died,
+        outlived a deadline, or retired after a job that left something behind: the
+        reason is in the message)."""
+        from .errors import HarnessError
+
+        resident = await self._new(subject, log_dir)
+        gone: list[str] = []
+
+        async def run(job: Job, log: str, timeout: float) -> WorkerExit:
+            if gone:
+                raise HarnessError(f"the long-lived worker (pid {resident.pid}) is gone: {gone[0]}")
+            exit_, ended = await self._run_on(resident, job, log, timeout)
+            if ended is not None:
+                gone.append(ended)
+            return exit_
+
+        try:
+            yield run
+        finally:
+            self._end(resident)
+
+    async def _new(self, subject: str, log_dir: str) -> _Resident:
+        self._count += 1
+        try:
+            return await self._start(subject, os.path.join(log_dir, f"resident-{self.started + 1}.log"))
+        except BaseException:
+            self._count -= 1
+            raise
+
+    def _end(self, resident: _Resident) -> None:
+        """Let ``resident`` go: EOF on its socket ends it (if it is still there)."""
+        self._count -= 1
+        resident.writer.close()
+
+    async def _run_on(self, resident: _Resident, job: Job, log: str, timeout: float) -> tuple[WorkerExit, str | None]:
+        """Run ``job`` on ``resident``: its exit as a worker's, and why the resident may
+        not run another job (it retired: the reason it gave; it died or was killed for its
+        deadline; it ran :data:`JOBS_PER_RESIDENT`), None when it may. Raising (the
+        caller's cancellation) SIGKILLs it."""
+        from .pool import WorkerExit
+        from .services.process import sigkill_group
+
         t0 = time.monotonic()
-        keep = False
         try:
             resident.writer.write(json.dumps({"job": job.to_dict(), "log_path": log}).encode() + b"\n")
             await resident.writer.drain()
@@ -289,25 +341,20 @@ class Residents:
                 retire = reply.get("retire")
                 if retire:
                     self.retired.append(retire)
-                else:
-                    keep = resident.jobs < JOBS_PER_RESIDENT  # else EOF (the writer closed below) ends it
+                elif resident.jobs >= JOBS_PER_RESIDENT:
+                    retire = f"ran {resident.jobs} jobs"
                 return WorkerExit(resident.pid, int(reply["returncode"]), None, time.monotonic() - t0,
-                                  cpu_ms=reply.get("cpu_ms"), resident=True)
+                                  cpu_ms=reply.get("cpu_ms"), resident=True), retire
             timed_out = not done
             if timed_out:
                 sigkill_group(resident.pid)
             event = await resident.exited  # it died in the job, or was killed for its deadline
-            return WorkerExit(resident.pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out,
-                              event.get("cpu_ms"), resident=True)
+            exit_ = WorkerExit(resident.pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out,
+                               event.get("cpu_ms"), resident=True)
+            return exit_, exit_.describe()
         except BaseException:
             sigkill_group(resident.pid)
             raise
-        finally:
-            if keep:
-                self._free.append(resident)
-            else:
-                self._count -= 1
-                resident.writer.close()
 
     async def close(self, timeout: float = 5.0) -> None:
         """End every free resident (EOF on its socket) and wait up to ``timeout`` seconds

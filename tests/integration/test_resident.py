@@ -115,3 +115,40 @@ def test_a_worker_that_dies_or_hangs_in_a_job_is_reported_as_a_forked_one_and_re
             assert healthy.resident and healthy.returncode == 0
 
     asyncio.run(main())
+
+
+def _verdicts(report) -> dict[str, tuple[str, set[str]]]:
+    return {r.case.id: (r.outcome, {v.check for v in r.failed}) for r in report.results}
+
+
+def test_warm_worker_resumes_in_a_process_that_ran_the_conversation_and_finds_state_it_left(subjects_on_path) -> None:
+    """A runtime that memoises effect outcomes per process by node id is right in fresh
+    workers and wrong in a warm one: the policy runs its first resume where the memo is
+    full, and the end checks see the charge or mail that was never made."""
+    from crashmatrix.harness.matrix import run_matrix
+    from crashmatrix.harness.plan import Resume
+
+    warm = Resume("warm-worker")
+    memo = "leaky.adapter:MemoizesEffectsByNode"
+    caught = asyncio.run(run_matrix("checkout", memo, kinds=("kill",), conversations=("conv1",), resume=warm,
+                                    replay_failures=0))
+    failed = {case: checks for case, (outcome, checks) in _verdicts(caught).items() if outcome == "fail"}
+    # a charge or a mail of this run never made: the warm run's outcome was taken
+    missed = {"provider.payment.ledger_equal", "provider.mail.ledger_equal"}
+    assert failed and all(checks & missed for checks in failed.values()), failed
+    assert caught.counts["harness-error"] == 0
+    ran_warm = [r for r in caught.results if any(v.check == "warm.worker" and v.details.startswith("the resume ran in")
+                                                 for v in r.verdicts)]
+    assert ran_warm and all(any(w.get("role") == "warm-up" for w in r.workers) for r in ran_warm)
+    # the same cases in fresh workers: nothing to find, and the policy says it did not apply
+    fresh = asyncio.run(run_matrix("checkout", memo, kinds=("kill",), conversations=("conv1",), resume=warm,
+                                   options=Options(long_lived=False), replay_failures=0))
+    assert fresh.counts["fail"] == 0 and fresh.counts["harness-error"] == 0, [
+        (r.case.id, [(v.check, v.details) for v in r.failed]) for r in fresh.results if r.outcome != "pass"][:3]
+    assert all(any(v.check == "warm.worker" and v.details.startswith("not applicable") for v in r.verdicts)
+               for r in fresh.results if r.workers)
+    # and the reference runtime keeps nothing between runs
+    clean = asyncio.run(run_matrix("checkout", "reference", kinds=("kill",), conversations=("conv1",), resume=warm,
+                                   replay_failures=0))
+    assert clean.counts["fail"] == 0 and clean.counts["harness-error"] == 0, [
+        (r.case.id, [(v.check, v.details) for v in r.failed]) for r in clean.results if r.outcome != "pass"][:3]

@@ -72,3 +72,40 @@ class HangsInResume(ReferenceAdapter):
     async def resume(self, ctx: RunContext) -> str:
         await asyncio.Event().wait()
         return "never"
+
+
+# -- process-wide state one run leaves for the next (resume policy warm-worker) ----------
+
+from typing import Any  # noqa: E402
+
+from crashmatrix.reference_runtime.agent import ToolContext, ToolOutcome  # noqa: E402
+from crashmatrix.reference_runtime.executor import Execution  # noqa: E402
+from crashmatrix.scenarios.defects._base import MutantAdapter  # noqa: E402
+
+EFFECTS_DONE: dict[str, ToolOutcome] = {}
+"""Effect outcomes by node id, for the process's life (not by run)."""
+
+
+class MemoByNodeExecution(Execution):
+    """Remembers each effect's outcome by node id, "so a retry in this worker never
+    charges twice": keyed by the node id alone, so the next run of the same shape in the
+    process takes the last run's outcome and charges nothing."""
+
+    async def run_effect(self, tool: Any, ctx: ToolContext, call: dict[str, Any]) -> ToolOutcome:
+        if ctx.node_id in EFFECTS_DONE:
+            return EFFECTS_DONE[ctx.node_id]
+        outcome = await super().run_effect(tool, ctx, call)
+        EFFECTS_DONE[ctx.node_id] = outcome
+        return outcome
+
+
+class MemoizesEffectsByNode(MutantAdapter):
+    """The reference runtime on :class:`MemoByNodeExecution`: correct in a fresh worker
+    (its memo is empty there, and a run's own retry finds its key in the ledger first),
+    wrong in a worker that ran another run of the same conversation (the charge of the
+    second run is never made)."""
+
+    name = "memo-by-node"
+    execution = MemoByNodeExecution
+    defect = "effect outcomes memoised per process by node id, not by run"
+    source = "tests: process-wide state one run leaves for the next (warm-worker)"

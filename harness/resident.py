@@ -50,7 +50,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the resident imports this module after its fork: the controller's types stay lazy
@@ -192,13 +192,16 @@ class _Resident:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     jobs: int = 0
+    #: the runs it has run a job of: it never runs another job of one of them
+    runs: set[str] = field(default_factory=set)
 
 
 class Residents:
     """The long-lived workers of one :class:`.pool.WorkerPool` (module docstring): started
     on demand through the pool's zygote, at most :data:`RESIDENTS_MAX`, one subject each
     (a resident never runs two subjects' jobs: one's leftovers must not reach another's
-    verdicts), reused most recently freed first."""
+    verdicts), reused most recently freed first, never for a run it ran a job of before
+    (a resume is another machine: a cancelled worker's process does not resume its run)."""
 
     def __init__(self, pool: WorkerPool, limit: int = RESIDENTS_MAX) -> None:
         self.pool = pool
@@ -254,7 +257,10 @@ class Residents:
         None when :data:`RESIDENTS_MAX` are busy (the caller forks). ``timeout``: seconds
         before the resident is SIGKILLed and the job reported timed out. ``log_dir``:
         where a new resident's own log goes."""
-        resident = next((r for r in reversed(self._free) if r.subject == job.subject), None)
+        # a resume is another machine (docs/adapters.md): never the process that ran the run
+        # before (a cancelled worker's), where what the runtime kept in memory would stand
+        # in for what its store holds
+        resident = next((r for r in reversed(self._free) if r.subject == job.subject and job.run_id not in r.runs), None)
         if resident is not None:
             self._free.remove(resident)
         else:
@@ -335,6 +341,7 @@ class Residents:
                 if not answer.done():
                     answer.cancel()
             resident.jobs += 1
+            resident.runs.add(job.run_id)
             line = answer.result() if answer in done and not answer.cancelled() else b""
             if line:
                 reply = json.loads(line)

@@ -99,6 +99,9 @@ class PickleCodecAdapter(MutantAdapter):
               "getsentry/sentry#88821 (a moved class breaks unpickling)")
     caught_by = ("resume.runs", "run.status")
     fault_kinds = ("kill",)
+    #: a resume deploys build 2 into its process (``install_build2``, ``sys.modules``):
+    #: a worker that resumed once would start every later run under build 2
+    long_lived_workers = False
 
     def make_store(self, db: Db, ctx: RunContext) -> RunStore | None:
         return PickleLog(db, blob_store(ctx.env))

@@ -31,7 +31,8 @@ def test_resumes_and_cancelled_workers_run_in_one_long_lived_worker_and_kills_fo
     async def main() -> None:
         async with open_session("reference", "checkout") as ex:
             golden = await ex.golden("conv1")  # golden runs fork: their I/O is measured per process
-            exits = [(await _resume(ex, golden.run_id)) for _ in range(3)]
+            # three runs (a resume handed a run that does not exist yet starts it from its input)
+            exits = [(await _resume(ex, f"cm-run-{n}-{os.getpid()}")) for n in range(3)]
             assert [e.resident for e, _ in exits] == [True, True, True]
             assert len({e.pid for e, _ in exits}) == 1, [e.pid for e, _ in exits]  # one process ran all three
             assert all(e.returncode == 0 and r.end is not None and r.end.status == "completed" for e, r in exits)
@@ -47,7 +48,10 @@ def test_resumes_and_cancelled_workers_run_in_one_long_lived_worker_and_kills_fo
             assert report.fired is not None and report.end is not None and cancelled.returncode == 0
             assert cancelled.resident and cancelled.pid == exits[0][0].pid
             assert not killed.resident and killed.signal == 9 and killed.pid != exits[0][0].pid
-            assert ex.pool.residents is not None and ex.pool.residents.started == 1
+            # the cancelled run's resume is another machine: never the process that ran it
+            resumed, report = await _resume(ex, f"cm-run-cancel-{os.getpid()}")
+            assert resumed.resident and resumed.pid != cancelled.pid and report.end is not None
+            assert ex.pool.residents is not None and ex.pool.residents.started == 2
 
     asyncio.run(main())
 
@@ -70,7 +74,8 @@ def test_a_job_that_leaves_a_descriptor_or_a_thread_retires_its_worker(subjects_
                                  ("leaky.adapter:LeavesThread", "thread(s) left running: leaky-heartbeat")):
                 async with ex.for_subject(subject) as other:
                     golden = await other.golden("conv1")
-                    first, second = [(await _resume(other, golden.run_id))[0] for _ in range(2)]
+                    first, _ = await _resume(other, golden.run_id)
+                    second, _ = await _resume(other, f"cm-run-{subject[-6:]}-{os.getpid()}")  # another run
                     assert first.resident and second.resident and first.returncode == second.returncode == 0
                     assert first.pid != second.pid  # the first retired after its job
                     assert ex.pool.residents is not None and ex.pool.residents.retired[-1].startswith(why), \
@@ -85,7 +90,7 @@ def test_tasks_a_job_left_pending_are_cancelled_as_a_forked_workers_exit_would(s
             golden = await ex.golden("conv1")
             job, log = ex._job("resume", "conv1", golden.run_id, FaultPlan(), ex.workdir)
             first = await ex.pool.run(job, log, timeout=30)
-            second, _ = await _resume(ex, golden.run_id)
+            second, _ = await _resume(ex, f"cm-run-next-{os.getpid()}")  # another run: the same worker may take it
             await asyncio.sleep(1.5)  # past the task's second, had it gone on
             workdir = Path(ex.env.workdir)
             assert (workdir / f"cancelled-{job.worker_id}").exists()

@@ -125,6 +125,41 @@ async def run(db: Db, new_run_id: Callable[[], str]) -> tuple[str, Lease]:
     return run_id, await acquire(db, run_id, "worker-a")
 
 
+# -- Db ----------------------------------------------------------------------------------
+
+
+async def test_concurrent_round_trips_take_turns_in_order(db: Db) -> None:
+    # asyncpg refuses a second operation in flight on one connection: the turn queues them
+    answered: list[int] = []
+
+    async def ask(i: int) -> None:
+        answered.append(await db.fetchval("SELECT $1::int FROM pg_sleep(0.002)", i))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(6):
+            tg.start_soon(ask, i)
+    assert answered == list(range(6))
+
+
+async def test_a_write_in_a_cancelled_scope_never_reaches_the_server(db: Db, raw: asyncpg.Connection,
+                                                                      new_run_id: Callable[[], str]) -> None:
+    run_id = new_run_id()
+    await make_run(db, run_id)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await db.execute("UPDATE cm_runs SET status = 'paused' WHERE run_id = $1", run_id)
+    assert scope.cancelled_caught
+    assert await raw.fetchval("SELECT status FROM cm_runs WHERE run_id = $1", run_id) == "pending"
+    with anyio.CancelScope(shield=True):  # a shielded write in a cancelled scope does land
+        with anyio.CancelScope() as outer:
+            outer.cancel()
+            with anyio.CancelScope(shield=True):
+                await db.execute("UPDATE cm_runs SET status = 'running' WHERE run_id = $1", run_id)
+    assert await raw.fetchval("SELECT status FROM cm_runs WHERE run_id = $1", run_id) == "running"
+    # and the connection is free again
+    assert await db.fetchval("SELECT 1") == 1
+
+
 # -- leases ------------------------------------------------------------------------------
 
 

@@ -221,7 +221,7 @@ async def floor_beside(db: Db) -> AsyncIterator[Callable[[], Awaitable[float]]]:
     run's own connection and returns its ms, for :func:`bench_append` to call between
     appends (through the ``Db``, as the appends go: its turn, ~8 us, is in the figure).
     A commit in the run's rhythm costs more than one in section 3's tight loop (the
-    server's process wakes from a longer idle; 0.20-0.27 ms against 0.18-0.21 on the
+    server's process wakes from a longer idle; 0.20-0.26 ms against 0.18-0.21 on the
     tenth session's quiet machine): both ratios are given."""
     await db.execute("CREATE TABLE IF NOT EXISTS bench_floor_beside (id bigserial PRIMARY KEY, v int NOT NULL)")
 

@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,11 @@ class AppendTiming:
 @dataclass
 class Timings:
     appends: list[AppendTiming] = field(default_factory=list)
+    beside: Callable[[], Awaitable[float]] | None = None
+    """Awaited after each append, outside its timing: something measured beside the
+    appends in the same run (``bench_runtime_store``: the one-row commit floor, so the
+    ratio holds when the disk's speed drifts); its figure goes to ``besides``."""
+    besides: list[tuple[str, float]] = field(default_factory=list)
 
 
 class TimedExecution(Execution):
@@ -133,6 +138,8 @@ class TimedExecution(Execution):
         t0 = time.perf_counter()
         await super().append(spec, output, spawned, budget, effect, state_updates=state_updates)
         self.timings.appends.append(AppendTiming(spec.node_id, spec.kind, t0, time.perf_counter()))
+        if self.timings.beside is not None:
+            self.timings.besides.append((spec.node_id, await self.timings.beside()))
 
 
 class TimedRuntime(Runtime):

@@ -11,13 +11,19 @@
    script as a local model, its progress mails on an in-memory provider), for the
    append-only log, delta-and-snapshot (a snapshot every 50 records, written in the turn
    that reaches it) and a naive store that upserts the whole state (every record so far)
-   each turn, side by side: ``rounds`` rounds, the order of the strategies rotated.
+   each turn, side by side: ``rounds`` rounds, the order of the strategies rotated. After
+   each append (outside its timing) a one-row commit on the same connection, so each
+   window's p50 is also given over the floor measured in that window
+   (``turn10_over_floor_beside_p50``; issue 22's ratio is to section 3's floor, measured
+   before the runs: this one holds when the disk's speed drifts between the two).
 2. **Operating costs** of each strategy's run: table, index and TOAST bytes it added (per
    1,000 turns), values stored out of line, dead tuples after the run (ledger and run-row
    updates; the naive store's rewrites) and what autovacuum did with them within
    ``--vacuum-wait`` seconds (``pg_stat_user_tables``, ``pg_relation_size``).
 3. **Floor**: a ``SELECT 1`` round trip and a one-row INSERT with its own commit (fsync
-   on), the least any turn append can cost on this server and disk.
+   on), the least any turn append can cost on this server and disk; beside them a log
+   row's plain INSERT and the store's fenced append statements alone (no encoding), so
+   the append's distance from the floor splits into the statement's and the client's.
 4. **Rehydrate** of ``--rehydrate`` records (a long_run log): the store's read (one round
    trip returning the records framed as one protobuf message, parsed in one call, with
    the facts the rebuild needs), the per-row path (three arrays, a parse per record), a
@@ -38,14 +44,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -57,7 +66,9 @@ from crashmatrix.reference_runtime import RunGraph, connect, migrate  # noqa: E4
 from crashmatrix.reference_runtime.db import Db  # noqa: E402
 from crashmatrix.reference_runtime.executor import Execution, Runtime  # noqa: E402
 from crashmatrix.reference_runtime.leases import Lease, LeaseLost  # noqa: E402
-from crashmatrix.reference_runtime.logstore import AppendOnlyLog, EffectOutcome, StoredRecord, decode_row  # noqa: E402
+from crashmatrix.reference_runtime import logstore  # noqa: E402
+from crashmatrix.reference_runtime.logstore import (  # noqa: E402
+    _APPEND_SQL, AppendOnlyLog, EffectOutcome, StoredRecord, decode_row, record_facts)
 from crashmatrix.reference_runtime.records_pb2 import NodeRecord, Snapshot, SnapshotEntry  # noqa: E402
 from crashmatrix.reference_runtime.snapshots import DeltaSnapshotStore  # noqa: E402
 from crashmatrix.scenarios import long_run  # noqa: E402
@@ -134,11 +145,12 @@ async def relation_sizes(db: Db) -> dict[str, dict[str, int]]:
     return out
 
 
-async def run_strategy(db: Db, name: str, turns: int) -> dict[str, Any]:
+async def run_strategy(db: Db, name: str, turns: int, floor: Callable[[], Awaitable[float]] | None = None) -> dict[str, Any]:
     """One long_run of ``turns`` turns on strategy ``name``: append timings and what it
-    added to each table."""
+    added to each table; with ``floor``, that floor's figure after each append (outside
+    its timing: ``besides``)."""
     before = await relation_sizes(db)
-    timings = Timings()
+    timings = Timings(beside=floor)
     rt = TimedRuntime(db, long_run_agent(turns, MemoryProvider()), worker_id="bench", handle_sigterm=False,
                       store=STRATEGIES[name](db))
     rt.timings = timings
@@ -149,24 +161,38 @@ async def run_strategy(db: Db, name: str, turns: int) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     after = await relation_sizes(db)
     added = {t: {k: after[t][k] - before[t][k] for k in after[t]} for t in TABLES}
-    return {"run_id": run_id, "status": status, "seconds": seconds, "appends": timings.appends, "added": added}
+    return {"run_id": run_id, "status": status, "seconds": seconds, "appends": timings.appends, "added": added,
+            "besides": timings.besides}
 
 
 def window(appends: list[Any], first: int, last: int) -> list[float]:
     return [a.ms for a in appends if first <= turn_of(a.node_id) <= last]
 
 
-async def bench_append(db: Db, turns: int, rounds: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def window_besides(besides: list[tuple[str, float]], first: int, last: int) -> list[float]:
+    return [ms for node_id, ms in besides if first <= turn_of(node_id) <= last]
+
+
+async def bench_append(db: Db, turns: int, rounds: int, floor: Callable[[], Awaitable[float]] | None = None,
+                       ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Section 1. With ``floor`` (:func:`floor_beside`), it runs after every append
+    (outside the append's timing), and each window's append p50 is also given over the
+    floor's p50 in the same window, measured where the appends are (the disk's commit
+    time drifts several-fold within minutes on a shared machine, so a floor measured
+    before the runs can be another disk's)."""
     names = list(STRATEGIES)
-    samples: dict[str, dict[str, list[float]]] = {n: {"early": [], "late": []} for n in names}
+    samples: dict[str, dict[str, list[float]]] = {n: {"early": [], "late": [], "floor_early": [], "floor_late": []}
+                                                  for n in names}
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
-            out = await run_strategy(db, name, turns)
+            out = await run_strategy(db, name, turns, floor)
             assert out["status"] == "completed", out["status"]
             samples[name]["early"] += window(out["appends"], 1, 20)
             samples[name]["late"] += window(out["appends"], turns - 19, turns)
+            samples[name]["floor_early"] += window_besides(out["besides"], 1, 20)
+            samples[name]["floor_late"] += window_besides(out["besides"], turns - 19, turns)
             runs[name].append(out)
     figures = {}
     for name in names:
@@ -179,7 +205,35 @@ async def bench_append(db: Db, turns: int, rounds: int) -> tuple[dict[str, Any],
             "appends_per_window": len(e),
             "run_seconds": [round(o["seconds"], 2) for o in runs[name]],
         }
+        fe, fl = samples[name]["floor_early"], samples[name]["floor_late"]
+        if fe and fl:
+            figures[name] |= {
+                "floor_beside_turn10_p50_ms": round(pct(fe, .5), 3), f"floor_beside_turn{turns}_p50_ms": round(pct(fl, .5), 3),
+                "turn10_over_floor_beside_p50": round(pct(e, .5) / pct(fe, .5), 2),
+                f"turn{turns}_over_floor_beside_p50": round(pct(la, .5) / pct(fl, .5), 2),
+            }
     return figures, runs
+
+
+@contextlib.asynccontextmanager
+async def floor_beside(db: Db) -> AsyncIterator[Callable[[], Awaitable[float]]]:
+    """The one-row commit floor of section 3, as a callable that commits one row on the
+    run's own connection and returns its ms, for :func:`bench_append` to call between
+    appends (through the ``Db``, as the appends go: its turn, ~8 us, is in the figure).
+    A commit in the run's rhythm costs more than one in section 3's tight loop (the
+    server's process wakes from a longer idle; 0.20-0.26 ms against 0.18-0.21 on the
+    tenth session's quiet machine): both ratios are given."""
+    await db.execute("CREATE TABLE IF NOT EXISTS bench_floor_beside (id bigserial PRIMARY KEY, v int NOT NULL)")
+
+    async def one() -> float:
+        t0 = time.perf_counter()
+        await db.fetch("INSERT INTO bench_floor_beside (v) VALUES (1)")
+        return (time.perf_counter() - t0) * 1000
+
+    try:
+        yield one
+    finally:
+        await db.execute("DROP TABLE bench_floor_beside")
 
 
 async def operating_costs(db: Db, runs: dict[str, list[dict[str, Any]]], turns: int, vacuum_wait: float) -> dict[str, Any]:
@@ -405,17 +459,51 @@ async def bench_floor(db: Db, n: int = 400) -> dict[str, Any]:
     """What this server and disk cost before the store does anything: a ``SELECT 1``
     round trip, and a one-row INSERT committed on its own (the commit's WAL flush, fsync
     on), p50/p95 in ms over ``n`` each. A turn append is one such commit plus its work,
-    so its p50 cannot go below the commit's."""
+    so its p50 cannot go below the commit's. Between the floor and the executor's append,
+    three steps of the same kind: a long_run model record (its real bytes and facts)
+    inserted into ``cm_run_log`` by a plain INSERT, by the store's fenced statement for a
+    record without an effect (``logstore._APPEND_ALONE_SQL``, what a model turn sends; a
+    build before issue 22's tenth session has none, and the row is left out), and by its
+    statement for a record with one (``_APPEND_SQL``, the fence, the insert and the
+    effect's update as CTEs; here with no effect to update), each with the record already
+    encoded, so what the fence costs and what the client's encoding costs read apart.
+    Each statement runs in turn, ``n`` rounds, so drift on the disk touches all of them
+    alike."""
     await db.execute("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, v int NOT NULL)")
-    out: dict[str, Any] = {}
-    for name, sql in (("select_1", "SELECT 1"), ("insert_commit_1_row", "INSERT INTO bench_floor (v) VALUES (1)")):
-        times = []
-        for _ in range(n):
+    item = (await long_run_records(2))[0]
+    data = item.record.SerializeToString(deterministic=True)
+    facts = record_facts(item.record)
+    runs = []
+    for _ in range(3):
+        run_id = f"bench-floor-{uuid.uuid4().hex[:12]}"
+        await db.execute("INSERT INTO cm_runs (run_id, workload, input, status, lease_epoch) "
+                         "VALUES ($1, 'bench', '{}'::jsonb, 'running', 1)", run_id)
+        runs.append(run_id)
+    plain = ("INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch, kind, tokens, wall_ms, spawned) "
+             "VALUES ($1, $2, $3, $4, 1, $5, $6, $7, $8)")
+    statements: dict[str, tuple[str, Any]] = {
+        "select_1": ("SELECT 1", lambda i: ()),
+        "insert_commit_1_row": ("INSERT INTO bench_floor (v) VALUES (1)", lambda i: ()),
+        "log_row_plain_insert": (plain, lambda i: (runs[0], i, f"n{i}", data, *facts)),
+        "append_statement_alone": (getattr(logstore, "_APPEND_ALONE_SQL", ""), lambda i: (runs[1], i, f"n{i}", data, 1, *facts)),
+        "append_effect_statement": (_APPEND_SQL, lambda i: (runs[2], i, f"n{i}", data, 1, None, None, None, *facts)),
+    }
+    if not statements["append_statement_alone"][0]:
+        del statements["append_statement_alone"]
+    times: dict[str, list[float]] = {name: [] for name in statements}
+    for i in range(1, n + 1):
+        for name, (sql, args) in statements.items():
+            values = args(i)
             t0 = time.perf_counter()
-            await db.execute(sql)
-            times.append((time.perf_counter() - t0) * 1000)
-        out[name] = {"p50_ms": round(pct(times, 0.5), 3), "p95_ms": round(pct(times, 0.95), 3)}  # as the appends
+            await db.conn.fetch(sql, *values)
+            times[name].append((time.perf_counter() - t0) * 1000)
+    out: dict[str, Any] = {name: {"p50_ms": round(pct(t, 0.5), 3), "p95_ms": round(pct(t, 0.95), 3)}  # as the appends
+                           for name, t in times.items()}
+    commit = out["insert_commit_1_row"]["p50_ms"]
+    out["ratios_to_insert_commit_1_row_p50"] = {name: round(out[name]["p50_ms"] / commit, 2) for name in statements}
     await db.execute("DROP TABLE bench_floor")
+    await db.execute("DELETE FROM cm_run_log WHERE run_id = ANY($1::text[])", runs)
+    await db.execute("DELETE FROM cm_runs WHERE run_id = ANY($1::text[])", runs)
     return out
 
 
@@ -429,7 +517,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                                       "server": await db.fetchval("SHOW server_version"), "fsync": await db.fetchval("SHOW fsync")}
             if not args.rehydrate_only:
                 result["floor"] = await bench_floor(db)
-                result["append"], runs = await bench_append(db, args.turns, args.rounds)
+                async with floor_beside(db) as floor:
+                    result["append"], runs = await bench_append(db, args.turns, args.rounds, floor)
                 result["operating_costs"] = await operating_costs(db, runs, args.turns, args.vacuum_wait)
             baseline = load_baseline(args.baseline) if args.baseline else None
             if baseline is not None:

@@ -70,7 +70,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -97,6 +96,7 @@ from .logstore import AppendOnlyLog, EffectOutcome, RunStore
 from .logstore import RECORD_FORMAT_VERSION
 from .records_pb2 import Budget, NodeRecord, NodeSpec
 from .state_codec import TrackedState, UnknownStateField
+from .turns import Turns
 
 CANNOT_MIGRATE = "cannot_migrate"
 """The status of a run whose records this build cannot read (its ``detail`` says why):
@@ -422,9 +422,9 @@ class Execution:
         self.lease = lease
         self.running: set[str] = set()
         self.seq = graph.last_seq
-        # the append turn (:meth:`_take_turn`): one appender at a time, in FIFO order
-        self._appending = False
-        self._turn_waiters: deque[asyncio.Future[None]] = deque()
+        # the append turn: one appender at a time, in FIFO order; taking it suspends
+        # exactly once, free or not (turns.py), so await points do not depend on timing
+        self._append_turn = Turns()
         self._queue: list[_Pending] = []
         self._committing = False
         #: launch batches whose commit has not started, and each member's batch
@@ -571,11 +571,11 @@ class Execution:
         items = [batch.items[m] for m in batch.members if m in batch.items]
         token = set_logical_task(batch.task)
         try:
-            turn = self._take_turn()
+            turn = self._append_turn.take()
             try:
                 await turn  # suspends exactly once, as an append's turn does
             except BaseException as exc:
-                self._leave_queue(turn)
+                self._append_turn.leave(turn)
                 for item in items:
                     item.fail(exc)
                 raise
@@ -584,7 +584,7 @@ class Execution:
             except Exception:
                 pass  # each member raises it from hand_in: the run's error is theirs
             finally:
-                self._end_turn()
+                self._append_turn.end()
         finally:
             reset_logical_task(token)
 
@@ -874,61 +874,22 @@ class Execution:
             crashpoint(LOG_APPEND_AFTER)
             return
         if not self.rt.group_commit:  # one appender at a time, one record per statement
-            turn = self._take_turn()
+            turn = self._append_turn.take()
             try:
-                await turn  # suspends exactly once, free or not (see _take_turn); a cancellation point
+                await turn  # suspends exactly once, free or not (turns.py); a cancellation point
             except BaseException:
-                self._leave_queue(turn)
+                self._append_turn.leave(turn)
                 raise
             try:
                 crashpoint(LOG_APPEND_BEFORE)
                 await self._write([pending])
                 crashpoint(LOG_APPEND_AFTER)
             finally:
-                self._end_turn()
+                self._append_turn.end()
             return
         crashpoint(LOG_APPEND_BEFORE)
         await self.commit(pending)
         crashpoint(LOG_APPEND_AFTER)
-
-    def _take_turn(self) -> Awaitable[None]:
-        """The append turn, as what :meth:`append` awaits: ``asyncio.sleep(0)`` when it
-        is free (taken now; one pass of the loop), else a future that :meth:`_end_turn`
-        resolves in FIFO order. Either way the append suspends exactly once, at the same
-        await expression, so its await points are the same whatever the timing (a lock
-        that did not yield when free would suspend only when two appends met: the reason
-        ``anyio.Lock(fast_acquire=True)`` was taken back); and the free turn costs one
-        loop pass, not ``anyio.Lock``'s shielded checkpoint (~20 us a node)."""
-        if not self._appending and not self._turn_waiters:
-            self._appending = True
-            return asyncio.sleep(0)
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._turn_waiters.append(waiter)
-        return waiter
-
-    def _leave_queue(self, turn: Awaitable[None]) -> None:
-        """The append was cancelled while it waited for its turn: give the turn back if
-        it had it (a free turn, or one handed over just before the cancellation), else
-        leave the queue."""
-        if not isinstance(turn, asyncio.Future):
-            self._end_turn()
-        elif turn.done() and not turn.cancelled():
-            self._end_turn()
-        else:
-            turn.cancel()
-            try:
-                self._turn_waiters.remove(turn)
-            except ValueError:
-                pass
-
-    def _end_turn(self) -> None:
-        """Hand the turn to the first waiter still waiting, or free it."""
-        while self._turn_waiters:
-            waiter = self._turn_waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-        self._appending = False
 
     async def commit(self, pending: _Pending) -> None:
         """Group commit (:attr:`Runtime.group_commit`): append one node's record, together

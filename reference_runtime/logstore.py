@@ -10,8 +10,10 @@ Walls (docs/design.md, "reference_runtime"):
   append is refused) and, for a node that made an effect, moves that effect to its final
   status in the same statement, hence the same transaction: ``succeeded`` exists exactly
   when the node's record does.
-- ``ON CONFLICT DO NOTHING RETURNING`` tells a retried append of the same node (same
-  bytes: a no-op) from a conflicting one (an error).
+- A retried append of the same node (same bytes) is a no-op, a conflicting one an error:
+  a record with an effect says which by ``ON CONFLICT DO NOTHING RETURNING``; a record
+  without one (the fenced ``INSERT`` alone) by the unique violation the server raises,
+  after which the existing row is compared.
 - A lost acknowledgement (the connection broke with the append in flight: its COMMIT
   may or may not have landed) is resolved by re-reading the log on the new connection
   (:meth:`AppendOnlyLog.landed`): the record is there (the append counts as written) or
@@ -28,6 +30,8 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, overload
+
+import asyncpg
 
 from .db import ConnectionLost, Db
 from .leases import Lease, LeaseLost
@@ -156,6 +160,9 @@ class RunStore(Protocol):
         """Every record of ``run_id`` in seq order, decoded. Raises CorruptRecord."""
 
 
+# A record with an effect: the fence, the insert and the effect's final status in one
+# statement (one transaction). The answer tells a stale epoch (fenced_ok = 0) from a
+# conflict (seq is NULL).
 _APPEND_SQL = """
 WITH fence AS (
     SELECT 1 FROM cm_runs WHERE run_id = $1 AND lease_epoch = $5 FOR SHARE
@@ -174,6 +181,22 @@ WITH fence AS (
 SELECT (SELECT count(*) FROM fence) AS fenced_ok,
        (SELECT seq FROM ins) AS seq,
        (SELECT count(*) FROM eff) AS effects
+"""
+
+
+# A record without an effect (most of them: model turns, plans, joins): the fenced insert
+# alone, with no CTE to materialise and no ON CONFLICT (a speculative insertion checks
+# both unique indexes first): 1.19-1.24x the one-row commit floor against the CTE
+# statement's 1.33-1.38x (docs/benchmarks.md, issue 22's tenth session). The fence (an InitPlan, the
+# statement's one-time filter) runs before anything is inserted, so the answer is exact:
+# a row back means written; no row means the fence refused it (a stale epoch); a unique
+# violation means the fence passed and the node or the seq was taken (this very record
+# retried, or a conflict: AppendOnlyLog.append compares).
+_APPEND_ALONE_SQL = """
+INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch, kind, tokens, wall_ms, spawned)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
+ WHERE EXISTS (SELECT 1 FROM cm_runs WHERE run_id = $1 AND lease_epoch = $5 FOR SHARE)
+RETURNING seq
 """
 
 
@@ -293,23 +316,29 @@ class AppendOnlyLog:
     async def append(
         self, lease: Lease, seq: int, record: NodeRecord, effect: EffectOutcome | None
     ) -> bool:
-        import json
-
+        """Append ``record`` at ``seq`` fenced by ``lease``'s epoch, with ``effect``'s final
+        status in the same statement. True if written, False if this very record was
+        already there (a retried append); raises LeaseLost (stale epoch) or LogConflict.
+        A lost acknowledgement is resolved by re-reading the log (:meth:`landed`)."""
         data = record.SerializeToString(deterministic=True)
-        args = (
-            lease.run_id,
-            seq,
-            record.node_id,
-            data,
-            lease.epoch,
-            effect.idem_key if effect else None,
-            effect.status if effect else None,
-            json.dumps(effect.result, sort_keys=True) if effect else None,
-            *record_facts(record),
-        )
+        if effect is None:
+            sql: str = _APPEND_ALONE_SQL
+            args: tuple[Any, ...] = (lease.run_id, seq, record.node_id, data, lease.epoch, *record_facts(record))
+        else:
+            import json
+
+            sql = _APPEND_SQL
+            args = (lease.run_id, seq, record.node_id, data, lease.epoch, effect.idem_key, effect.status,
+                    json.dumps(effect.result, sort_keys=True), *record_facts(record))
+        conflict = False
         while True:
             try:
-                row = await self.db.fetchrow_once(_APPEND_SQL, *args)
+                row = await self.db.fetchrow_once(sql, *args)
+                break
+            except asyncpg.UniqueViolationError:
+                # _APPEND_ALONE_SQL's fence passed and the node or seq is taken (the CTE
+                # statement does nothing on a conflict instead: seq comes back NULL)
+                row, conflict = None, True
                 break
             except ConnectionLost:
                 # The COMMIT's acknowledgement was lost: the append may have landed.
@@ -317,12 +346,17 @@ class AppendOnlyLog:
                 landed = await self.landed(lease.run_id, record.node_id, data)
                 if landed is not None:
                     return landed == seq
-        assert row is not None
-        if not row["fenced_ok"]:
-            raise LeaseLost(f"run {lease.run_id}: append of {record.node_id} refused, lease epoch {lease.epoch} is stale")
-        if row["seq"] is not None:
-            return True
-        # Nothing inserted: a retried append of this very record, or a real conflict.
+        if not conflict:
+            if row is None:  # _APPEND_ALONE_SQL: no row and no violation, the fence refused it
+                fenced_ok = False
+            elif effect is None:
+                return True
+            else:
+                fenced_ok = row["fenced_ok"]
+                if fenced_ok and row["seq"] is not None:
+                    return True
+            if not fenced_ok:
+                raise LeaseLost(f"run {lease.run_id}: append of {record.node_id} refused, lease epoch {lease.epoch} is stale")
         existing = await self.db.fetchrow(
             "SELECT seq, record FROM cm_run_log WHERE run_id = $1 AND node_id = $2",
             lease.run_id,

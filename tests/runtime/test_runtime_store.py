@@ -125,6 +125,41 @@ async def run(db: Db, new_run_id: Callable[[], str]) -> tuple[str, Lease]:
     return run_id, await acquire(db, run_id, "worker-a")
 
 
+# -- Db ----------------------------------------------------------------------------------
+
+
+async def test_concurrent_round_trips_take_turns_in_order(db: Db) -> None:
+    # asyncpg refuses a second operation in flight on one connection: the turn queues them
+    answered: list[int] = []
+
+    async def ask(i: int) -> None:
+        answered.append(await db.fetchval("SELECT $1::int FROM pg_sleep(0.002)", i))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(6):
+            tg.start_soon(ask, i)
+    assert answered == list(range(6))
+
+
+async def test_a_write_in_a_cancelled_scope_never_reaches_the_server(db: Db, raw: asyncpg.Connection,
+                                                                      new_run_id: Callable[[], str]) -> None:
+    run_id = new_run_id()
+    await make_run(db, run_id)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await db.execute("UPDATE cm_runs SET status = 'paused' WHERE run_id = $1", run_id)
+    assert scope.cancelled_caught
+    assert await raw.fetchval("SELECT status FROM cm_runs WHERE run_id = $1", run_id) == "pending"
+    with anyio.CancelScope(shield=True):  # a shielded write in a cancelled scope does land
+        with anyio.CancelScope() as outer:
+            outer.cancel()
+            with anyio.CancelScope(shield=True):
+                await db.execute("UPDATE cm_runs SET status = 'running' WHERE run_id = $1", run_id)
+    assert await raw.fetchval("SELECT status FROM cm_runs WHERE run_id = $1", run_id) == "running"
+    # and the connection is free again
+    assert await db.fetchval("SELECT 1") == 1
+
+
 # -- leases ------------------------------------------------------------------------------
 
 
@@ -180,6 +215,45 @@ async def test_append_with_stale_epoch_writes_nothing(db: Db, raw: asyncpg.Conne
     assert await log_rows(raw, run_id) == [(1, "turn-1", 1)]
     assert await log.append(thief, 2, rec("turn-1.tool-0", ("turn-1",), epoch=thief.epoch), None) is True
     assert await log_rows(raw, run_id) == [(1, "turn-1", 1), (2, "turn-1.tool-0", 2)]
+
+
+@pytest.mark.parametrize("with_effect", [False, True], ids=["fenced-insert-alone", "with-effect-cte"])
+@pytest.mark.parametrize("takeover_commits", [True, False], ids=["takeover-commits", "takeover-rolls-back"])
+async def test_an_append_waits_for_a_takeover_in_flight_and_sees_its_outcome(
+        db: Db, raw: asyncpg.Connection, run: tuple[str, Lease], with_effect: bool, takeover_commits: bool) -> None:
+    # the fence's FOR SHARE waits for the takeover's row lock, then re-reads the run row:
+    # the append's snapshot, taken before the takeover committed, must not let it through
+    run_id, lease = run
+    effect = None
+    if with_effect:
+        key = idempotency_key(run_id, "call_1")
+        await EffectLedger(db).mark_started(lease, key, "turn-1.tool-0", "charge", {})
+        effect = EffectOutcome(key, "succeeded", {"id": "ch_1"})
+    tx = raw.transaction()
+    await tx.start()
+    await raw.execute("UPDATE cm_runs SET lease_epoch = lease_epoch + 1 WHERE run_id = $1", run_id)
+    outcome: list[Any] = []
+
+    async def append() -> None:
+        try:
+            outcome.append(await AppendOnlyLog(db).append(lease, 1, rec("turn-1.tool-0"), effect))
+        except LeaseLost as exc:
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(append)
+        with anyio.fail_after(10):
+            while not await raw.fetchval("SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted",
+                                         db.conn.get_server_pid()):
+                await anyio.sleep(0.01)  # the append waits on the takeover's transaction
+        assert outcome == []
+        await (tx.commit() if takeover_commits else tx.rollback())
+    if takeover_commits:
+        assert len(outcome) == 1 and isinstance(outcome[0], LeaseLost)
+        assert await log_rows(raw, run_id) == []
+    else:
+        assert outcome == [True]
+        assert await log_rows(raw, run_id) == [(1, "turn-1.tool-0", 1)]
 
 
 async def test_effect_succeeded_commits_with_the_record(db: Db, raw: asyncpg.Connection, run: tuple[str, Lease]) -> None:

@@ -54,12 +54,14 @@ SLICES: dict[tuple[str, str], list[Case]] = {
         case("report", "publish", "term", "step", "step.after", "turn-2.tool-0"),
         # SIGTERM outside the scheduler (found by the term matrix at await points; drain.py):
         # while connecting (the run not yet submitted), submitting, after the lease, as
-        # the scheduler's task group closes, and while the final status is written
+        # the scheduler's task group closes, and while the final status is written (each
+        # round trip as it waits for the Db's turn, before its statement is sent: the
+        # lock's await, Db._until_answered@1, until the tenth session of issue 22)
         case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:_connect@1", "run"),
-        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._until_answered@1", "run", 2),
-        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._until_answered@1", "run", 4),
+        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._take_turn@1", "run", 2),
+        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._take_turn@1", "run", 4),
         case("report", "publish", "term", "await", "crashmatrix.reference_runtime.executor:Execution.schedule@6", "run"),  # the task group closing: @4 before a lone node ran inline, @5 before launch batches
-        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._until_answered@1", "run", 6),
+        case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._take_turn@1", "run", 6),
     ],
 }
 

@@ -385,6 +385,34 @@ def _what(row: Any) -> str:
     return ", ".join(shown[:3]) or "row"
 
 
+PAIR_CHARS = 400
+"""How much of two rows :func:`_pairs` compares: their first characters, where
+:func:`_line` puts what identifies them."""
+
+
+def _pairs(a: list[str], b: list[str], olds: list[int], news: list[int]) -> list[tuple[int, int]]:
+    """Each changed golden row ``a[i]`` (``i`` in ``olds``) paired with the most similar
+    case row ``b[j]`` still unpaired (``j`` taken out of ``news``), when their similarity
+    (``difflib``'s ratio of the first :data:`PAIR_CHARS` characters) is over 0.6. The
+    cheap upper bounds (``real_quick_ratio``, ``quick_ratio``) skip a candidate that cannot
+    beat the best so far: a failing case of a long transcript spent seconds of the
+    controller here (every pair's full ratio, twice), the matrix stalled behind it."""
+    pairs = []
+    for i in olds:
+        best, best_ratio = None, 0.6
+        for j in news:
+            m = difflib.SequenceMatcher(None, a[i][:PAIR_CHARS], b[j][:PAIR_CHARS], autojunk=False)
+            if m.real_quick_ratio() <= best_ratio or m.quick_ratio() <= best_ratio:
+                continue
+            ratio = m.ratio()
+            if ratio > best_ratio:
+                best, best_ratio = j, ratio
+        if best is not None:
+            pairs.append((i, best))
+            news.remove(best)
+    return pairs
+
+
 def _diff(golden: Any, actual: Any, limit: int = 24) -> list[str]:
     """A small diff (golden -> case) that always shows what differs: rows or messages one
     a line; a row changed in place is shown as the fields that changed (``~ op charge,
@@ -402,12 +430,7 @@ def _diff(golden: Any, actual: Any, limit: int = 24) -> list[str]:
                 out += ["  " + _clip(line, 160) for line in a[i1:i2]]
                 continue
             olds, news = list(range(i1, i2)), list(range(j1, j2))
-            pairs = []
-            for i in olds:  # a changed row pairs with the most similar row of the case
-                best = max(news, key=lambda j: difflib.SequenceMatcher(None, a[i], b[j]).ratio(), default=None)
-                if best is not None and difflib.SequenceMatcher(None, a[i], b[best]).ratio() > 0.6:
-                    pairs.append((i, best))
-                    news.remove(best)
+            pairs = _pairs(a, b, olds[:limit], news)
             paired = {i for i, _ in pairs}
             out += [f"~ {_what(golden[i])}: {_changes(golden[i], actual[j])}" for i, j in pairs]
             out += ["- " + _clip(a[i], 240) for i in olds if i not in paired]

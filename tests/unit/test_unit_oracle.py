@@ -541,3 +541,37 @@ def test_effects_diff_does_not_depend_on_random_keys_or_row_order() -> None:
             assert v.valid is False and "2 rows, golden 1" in v.details
             diffs.add("\n".join(v.diff))
     assert len(diffs) == 1, diffs
+
+
+def test_a_changed_row_pairs_with_the_most_similar_as_every_pair_compared_would() -> None:
+    """``_pairs`` skips candidates by difflib's cheap upper bounds; on rows within
+    ``PAIR_CHARS`` it pairs exactly as comparing every pair's full ratio did."""
+    import difflib
+    import random
+
+    from crashmatrix.harness.oracle import _pairs
+
+    rng = random.Random(7)
+    words = ["charge", "mail", "dock", "usb", "key", "ok", "failed", "started", "node", "turn"]
+    for _ in range(200):
+        a = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 12))) for _ in range(rng.randint(1, 6))]
+        b = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 12))) for _ in range(rng.randint(1, 6))]
+        olds, news = list(range(len(a))), list(range(len(b)))
+        expected, left = [], list(news)
+        for i in olds:  # the brute force the function replaced
+            best = max(left, key=lambda j: difflib.SequenceMatcher(None, a[i], b[j], autojunk=False).ratio(), default=None)
+            if best is not None and difflib.SequenceMatcher(None, a[i], b[best], autojunk=False).ratio() > 0.6:
+                expected.append((i, best))
+                left.remove(best)
+        assert _pairs(a, b, olds, list(news)) == expected, (a, b)
+
+
+def test_long_rows_that_differ_past_their_first_characters_still_pair() -> None:
+    from crashmatrix.harness.oracle import PAIR_CHARS, _diff
+
+    golden = [{"role": "assistant", "content": "x" * (2 * PAIR_CHARS) + f"-{n}"} for n in range(30)]
+    case = [{"role": "assistant", "content": "x" * (2 * PAIR_CHARS) + f"+{n}"} for n in range(30)]
+    lines = _diff(golden, case)
+    assert lines[0].startswith("~ role assistant: content"), lines[:2]
+    # 24 paired (the limit), the 6 rows past it shown as - and + and cut
+    assert lines[-1] == "... (12 more changed lines)" and all(line.startswith("~ ") for line in lines[:-1])

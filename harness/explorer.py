@@ -340,16 +340,18 @@ class Explorer:
         exit_ = await self.pool.run(job, log, timeout=self.options.worker_timeout)
         return exit_, WorkerReport.from_file(job.result_path)
 
-    async def quiesce(self, worker_id: str, *, database: bool = True) -> None:
+    async def quiesce(self, worker_id: str, *, database: bool = True, live: bool = False) -> None:
         """Wait until ``worker_id`` has no database session (unless ``database`` is
-        False) and no provider request in flight. Raises :class:`HarnessError` after
+        False; ``live``: a worker whose process lives on, a long-lived worker's job that
+        ended, may keep idle ones: a pool's connection has nothing in flight) and no
+        provider request in flight. Raises :class:`HarnessError` after
         ``quiesce_timeout``."""
         from .services.providers import clients
 
         deadline = time.monotonic() + self.options.quiesce_timeout
         db = _CASE_DB.get() or self.db
         assert db is not None
-        while database and await self._sessions_of(db, worker_id, deadline):
+        while database and await self._sessions_of(db, worker_id, deadline, live):
             if time.monotonic() > deadline:
                 raise HarnessError(f"database sessions of dead worker {worker_id} did not go away in {self.options.quiesce_timeout} s")
             await asyncio.sleep(0.005)
@@ -360,12 +362,16 @@ class Explorer:
                 await asyncio.sleep(0.01)
 
     @staticmethod
-    async def _sessions_of(db: asyncpg.Pool, worker_id: str, deadline: float) -> int:
-        """Sessions of ``worker_id`` on ``db``'s server; a connection the server cut (a
-        db-restart case's server after its restart) is retried until ``deadline``."""
+    async def _sessions_of(db: asyncpg.Pool, worker_id: str, deadline: float, live: bool = False) -> int:
+        """Sessions of ``worker_id`` on ``db``'s server (``live``: those not idle); a
+        connection the server cut (a db-restart case's server after its restart) is
+        retried until ``deadline``."""
+        sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+        if live:
+            sql += " AND state IS DISTINCT FROM 'idle'"
         while True:
             try:
-                return int(await db.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", worker_id))
+                return int(await db.fetchval(sql, worker_id))
             except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError):
                 if time.monotonic() > deadline:
                     raise
@@ -622,7 +628,8 @@ class Explorer:
         cx.result.reached |= labels_of(full[len(at_fault):] if index == 0 else full)
         if index == 0:  # a fault that changed nothing makes the case not-run (:mod:`.coverage`)
             entry["took_effect"] = coverage.took_effect(fault.kind, cx.golden, w.report.end, w.exit.returncode, at_fault)
-        await self.quiesce(job.worker_id, database=kind.quiesce_database if isinstance(kind, Stops) else True)
+        await self.quiesce(job.worker_id, database=kind.quiesce_database if isinstance(kind, Stops) else True,
+                           live=w.exit.live)
         ledgers = None
         if kind.reads_ledgers or self.crash_states is not None:  # the pruning hook compares crash states
             if index == 0 and self.crash_states is not None:
@@ -662,7 +669,7 @@ class Explorer:
             cx.result.resume_trace = end.trace
             cx.result.reached |= labels_of(end.trace)
         if exit_.returncode != 0 or end is None:
-            await self.quiesce(job.worker_id)
+            await self.quiesce(job.worker_id, live=exit_.live)
             detail = (end.error if end is not None else None) or f"{exit_.describe()}; {_tail(_read(log), 3)}"
             cx.result.verdicts.append(oracle.Verdict("resume.runs", "end", False, f"resume {cx.resumes} failed: {detail}"))
             return (await cx.observe()).status, False

@@ -41,11 +41,11 @@ Checks (phase ``resume``, beside the crash and end checks of docs/design.md):
 - ``discovery.found``: the runtime's own recovery, given no run id and its clock advanced
   past its declared lease (``Adapter.lease_seconds``), found the abandoned run and
   finished it.
-- ``warm.worker``: the first resume ran in the process that had just run another run of
-  the same conversation to the golden run's status ("not applicable", with the reason,
-  when the adapter does not declare ``long_lived_workers``, with ``--fresh-workers``, or
-  when that run ended otherwise or left the process unusable); what the process-wide
-  state of one run does to the next is then judged by the end checks, as in any case.
+- ``warm.worker``: the first resume ran in the process that had just run the workload's
+  next conversation, then the same one, each to a terminal status ("not
+  applicable", with the reason, when the adapter does not declare ``long_lived_workers``,
+  with ``--fresh-workers``, or when such a run did not end); what the process-wide
+  state of those runs does to the next is then judged by the end checks, as in any case.
 
 ``run.acknowledged_durable`` (a run the subject acknowledged exists after any crash) is
 a crash check of every case: :func:`.oracle.check_acknowledged_run`.
@@ -205,7 +205,7 @@ class Concurrent(Policy):
             cx.acknowledged = cx.acknowledged or report.accepted
             # the recovery branches each resumer reached count for coverage, winner or not
             cx.result.reached |= labels_of(report.trace())
-            await ex.quiesce(job.worker_id)
+            await ex.quiesce(job.worker_id, live=exit_.live)
             # a resumer refused mid-node (the other took the lease) left its model call
             # unrecorded, as a crash does: it may be billed once more (docs/design.md, the
             # oracle); two owners that both recorded their calls get no such margin
@@ -328,7 +328,7 @@ class Discovery(Policy):
         exit_ = await ex.pool.run(job, log, timeout=ex.options.worker_timeout)
         report = WorkerReport.from_file(job.result_path)
         cx.result.workers.append({"role": "recover", **exit_.to_dict()})
-        await ex.quiesce(job.worker_id)
+        await ex.quiesce(job.worker_id, live=exit_.live)
         after = await cx.observe()
         how = (report.end.error or report.end.status) if report.end is not None else exit_.describe()
         clock = f"clock advanced {offset:g} s" if offset else "no lease declared"
@@ -347,11 +347,15 @@ class Discovery(Policy):
 
 class WarmWorker(Policy):
     """After the fault, the first resume runs in a long-lived worker of its own that has
-    just run another run of the same conversation, from its input to its end, as a
-    production worker resumes a run after serving others: what one run leaves in the
-    process (a module cache, a registry keyed by node id, a pool's state) meets the next.
-    Deterministic and replayable, unlike the order in which a matrix's long-lived workers
-    happen to serve cases (:mod:`.resident`). Then resumes by id as usual."""
+    just run other runs of the workload, each from its input to its end: the workload's
+    next conversation, if it has another (a read-through cache keyed by node ids, which
+    keeps the first value it saw, then holds another run's values), then the same
+    conversation (a cache keyed by the call's arguments then holds this run's own calls,
+    a charge among them). A production worker resumes a run after
+    serving others: what one run leaves in the process (a module cache, a registry keyed
+    by node id, a pool's state) meets the next. Deterministic and replayable, unlike the
+    order in which a matrix's long-lived workers happen to serve cases
+    (:mod:`.resident`). Then resumes by id as usual."""
 
     name = "warm-worker"
 
@@ -368,30 +372,37 @@ class WarmWorker(Policy):
         from .errors import HarnessError
 
         conversation = cx.case.conversation
-        warm, warm_log = ex._job("start", conversation, f"cm-run-warm-{cx.run_id.removeprefix('cm-run-')}",
-                                 FaultPlan(), cx.workdir)
+        order = list(ex.workload.conversations)
+        others = order[order.index(conversation) + 1:] + order[:order.index(conversation)] if conversation in order else []
+        warm_ups = [ex._job("start", conv, f"cm-run-warm{n}-{cx.run_id.removeprefix('cm-run-')}", FaultPlan(), cx.workdir)
+                    for n, conv in enumerate([*others[:1], conversation])]
         job, log = ex._job("resume", conversation, cx.run_id, FaultPlan(), cx.workdir,
                            input_given=hands_input(ex.adapter, cx.case.resume, cx.resumes, cx.acknowledged))
+        terminal = ex.terminal_statuses()
+        ran = []
         assert ex.pool.residents_dir is not None  # type: ignore[union-attr]
         async with residents.dedicated(job.subject, ex.pool.residents_dir) as run:  # type: ignore[union-attr]
-            first = await run(warm, warm_log, ex.options.worker_timeout)
-            before = WorkerReport.from_file(warm.result_path).end
-            golden = cx.golden.evidence.observation.status
             try:
-                if first.returncode != 0 or before is None or before.status != golden:
-                    raise HarnessError(f"its first run ended {before.status if before else first.describe()!r}, "
-                                       f"not {golden!r} as the golden run did")
+                for warm, warm_log in warm_ups:
+                    first = await run(warm, warm_log, ex.options.worker_timeout)
+                    end = WorkerReport.from_file(warm.result_path).end
+                    if first.returncode != 0 or end is None or end.status not in terminal:
+                        raise HarnessError(f"its run of {warm.conversation} ended "
+                                           f"{end.status if end else first.describe()!r}, not in a terminal status")
+                    ran.append((warm, first, end.status))
                 exit_ = await run(job, log, ex.options.worker_timeout)
             except HarnessError as exc:
                 cx.result.verdicts.append(_verdict("warm.worker", True, f"not applicable: the resume ran in a fresh "
                                                    f"worker: {exc}"))
                 return await ex._plain_resume(cx)
-        cx.result.workers.append({"role": "warm-up", **first.to_dict()})
+        for _, first, _ in ran:
+            cx.result.workers.append({"role": "warm-up", **first.to_dict()})
         cx.result.workers.append({"role": "resume", "warm": True, **exit_.to_dict()})
         report = WorkerReport.from_file(job.result_path)
         cx.acknowledged = cx.acknowledged or report.accepted
-        cx.result.verdicts.append(_verdict("warm.worker", True, f"the resume ran in worker {exit_.pid}, which had "
-                                           f"just run {warm.run_id} to {golden}"))
+        before = ", then ".join(f"{warm.run_id} ({warm.conversation}) to {status}" for warm, _, status in ran)
+        cx.result.verdicts.append(_verdict("warm.worker", True, f"the resume ran in worker {exit_.pid}, which had just "
+                                           f"run {before}"))
         return await ex._without_fault(cx, job, log, exit_, report)
 
 

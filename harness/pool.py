@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import HarnessError
@@ -42,6 +42,16 @@ class WorkerExit:
     cpu_ms: float | None = None
     #: the job ran in a long-lived worker (:mod:`.resident`), not a process of its own
     resident: bool = False
+    #: a long-lived worker's: what the job left running, ended after it (tasks, timers:
+    #: :func:`.resident.serve`), and how many jobs that process had run before it
+    left: list[str] = field(default_factory=list)
+    jobs_before: int = 0
+
+    @property
+    def live(self) -> bool:
+        """The job ended and its process lives on (a long-lived worker's, not killed):
+        its idle database sessions may stay (:meth:`.explorer.Explorer.quiesce`)."""
+        return self.resident and self.signal is None and not self.timed_out
 
     def describe(self) -> str:
         if self.timed_out:
@@ -55,6 +65,9 @@ class WorkerExit:
                "seconds": round(self.seconds, 4), "timed_out": self.timed_out, "cpu_ms": self.cpu_ms}
         if self.resident:
             out["resident"] = True
+            out["jobs_before"] = self.jobs_before
+        if self.left:
+            out["left"] = self.left
         return out
 
 

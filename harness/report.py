@@ -11,6 +11,7 @@ cases that finished with ``"complete": false`` and the ``reason``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -20,8 +21,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .explorer import CaseResult
+from .explorer import CaseResult, replay_command
 from .golden import golden_failure
+from .plan import Resume
 from .matrix import OUTCOMES, MatrixReport
 
 _COLUMN = {"pass": 0, "fail": 1, "flaky": 2, "harness-error": 3}
@@ -97,6 +99,24 @@ def _how_replayed(r: CaseResult) -> str:
     return ""
 
 
+def warm_process_note(result: CaseResult) -> str | None:
+    """For a failing case whose workers ran in a long-lived process after other jobs
+    (:mod:`.resident`), what that means for its replay, and what those workers left
+    running when their job returned; None otherwise."""
+    warm = [w for w in result.workers if w.get("resident") and w.get("jobs_before")]
+    left = sorted({item for w in result.workers for item in w.get("left", ())})
+    notes = []
+    if warm and result.case.resume.policy != "warm-worker":
+        most = max(int(w["jobs_before"]) for w in warm)
+        warm_case = dataclasses.replace(result.case, resume=Resume("warm-worker"))
+        notes.append(f"ran in a long-lived worker after {most} other job(s) of this matrix: a replay that passes "
+                     f"alone points at state those runs left in the process; to resume it in a worker that has "
+                     f"just run the conversation: {replay_command(warm_case, result.subject)}")
+    if left:
+        notes.append("its worker's job returned with these still running, ended by the harness: " + ", ".join(left[:4]))
+    return "; ".join(notes) or None
+
+
 def print_failures(console: Console, results: list[CaseResult], limit: int = 20) -> None:
     """Each failing case: the check that failed, details, a small diff, the replay line."""
     bad = [r for r in results if r.outcome != "pass"]
@@ -114,6 +134,9 @@ def print_failures(console: Console, results: list[CaseResult], limit: int = 20)
             for line in v.diff[:12]:
                 console.print(f"    {line}", markup=False, soft_wrap=True)
         console.print(f"  replay: {r.replay}", markup=False, soft_wrap=True)
+        warm = warm_process_note(r)
+        if warm:
+            console.print(f"  {warm}", markup=False, soft_wrap=True)
     if len(bad) > limit:
         console.print(f"... and {len(bad) - limit} more failing case(s); see the JSON report")
 

@@ -16,21 +16,22 @@ golden run (its I/O is measured per process), a round of concurrent resumers hel
 gate and an await-point trace (a task factory on the loop) still fork a worker of their
 own.
 
-What a job leaves in the process is what a fresh worker's exit would have ended, so a
-resident ends it too, and the verdicts are those of fresh workers:
-
-- tasks still pending when the job returned are cancelled and run to their end, as
-  ``asyncio.run`` does when it closes its loop;
-- a descriptor the job opened and left open (a connection whose session the controller
-  waits to see gone), or a thread it started that is still alive (other than the loop's
-  executor threads, which idle between jobs), retires the resident: it answers, then
-  exits, and the next job gets another.
+A resident is a production worker's process: what a runtime keeps there on purpose (a
+connection pool, a keep-alive HTTP session, a cache, a housekeeping thread) stays from
+job to job, and the controller's wait for a job's database sessions to end counts only
+the sessions that are not idle (:meth:`.explorer.Explorer.quiesce`: an idle pooled
+connection has nothing in flight). What a job leaves *running* is ended as a forked
+worker's exit would have ended it, so that it acts in no other case: tasks still pending
+when the job returned are cancelled and run to their end (as ``asyncio.run`` does), and
+timers it scheduled that have not fired are cancelled; both are named in the job's
+answer (``left``, kept in the case's worker record). A runtime's state that changes what
+the next run does is judged by the ``warm-worker`` resume policy (:mod:`.policies`).
 
 Protocol: the resident connects to the controller's abstract Unix socket (its address in
 the zygote's request); the controller knows it by its pid (``SO_PEERCRED``). Controller ->
 resident: ``{"job": {...}, "log_path": str}`` per line; resident -> controller, when the
-job ended: ``{"returncode": int, "cpu_ms": float, "retire": str | null}`` (``retire``:
-why it exits after this answer). EOF on its socket ends a resident; so does the zygote's
+job ended: ``{"returncode": int, "cpu_ms": float, "left": [str, ...]}``. EOF on its
+socket ends a resident (after :data:`JOBS_PER_RESIDENT` jobs, or when the pool closes); so does the zygote's
 end (``PR_SET_PDEATHSIG``). A resident that dies in a job (the subject's ``os._exit``, a
 crash) or outlives the job's deadline (then SIGKILLed) is reported as a forked worker
 would be, from the zygote's exit event, and replaced by the next job's.
@@ -46,7 +47,6 @@ import resource
 import socket
 import struct
 import sys
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -63,9 +63,6 @@ JOBS_PER_RESIDENT = 1000
 """Jobs after which a resident is retired and the next job gets a new one (as a worker
 pool's max-tasks-per-child: whatever a runtime's process-wide state grows by, a long
 matrix does not grow it without bound)."""
-EXECUTOR_THREAD_PREFIX = "asyncio_"
-"""The names of the event loop's default executor threads (``asyncio`` names them
-``asyncio_N``): they idle between jobs, so a resident keeps them."""
 
 
 def eligible(job: Job) -> bool:
@@ -104,18 +101,15 @@ def serve(address: str) -> int:
         request = json.loads(line)
         job = Job.from_dict(request["job"])
         _log_to(request["log_path"])
-        fds, threads, cpu0 = _descriptors(), _threads(), _cpu_ms()
+        timers, cpu0 = _timers(runner), _cpu_ms()
         returncode = run_job(job, runner)
-        _end_tasks(runner)
-        retire = _left_behind(fds, threads)
-        answer = {"returncode": returncode, "cpu_ms": round(_cpu_ms() - cpu0, 2), "retire": retire}
+        left = _end_what_runs(runner, timers)
+        answer = {"returncode": returncode, "cpu_ms": round(_cpu_ms() - cpu0, 2), "left": left}
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(resident_log, 1)
         os.dup2(resident_log, 2)
         conn.sendall(json.dumps(answer).encode() + b"\n")
-        if retire is not None:
-            return 0
 
 
 def _log_to(path: str) -> None:
@@ -133,52 +127,40 @@ def _cpu_ms() -> float:
     return (usage.ru_utime + usage.ru_stime) * 1000
 
 
-def _descriptors() -> dict[str, str]:
-    """This process's open descriptors and what each points at, the listing's own (its
-    directory, ``/proc/PID/fd``) left out: a descriptor opened between two listings shows
-    as a number the first did not have, or one that now points elsewhere."""
-    fds = {}
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # the listing's own, already closed
-            continue
-        if not target.endswith(f"/{os.getpid()}/fd"):
-            fds[fd] = target
-    return fds
+def _timers(runner: asyncio.Runner) -> set[asyncio.TimerHandle]:
+    """The loop's timers not yet fired (``loop.call_later``/``call_at``; CPython's
+    ``BaseEventLoop._scheduled``: an empty set where a loop keeps them elsewhere)."""
+    return {h for h in getattr(runner.get_loop(), "_scheduled", ()) if not h.cancelled()}
 
 
-def _threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.is_alive()}
+def _name(callback: object) -> str:
+    """``module:qualname`` of a task's coroutine or a timer's callback."""
+    target = getattr(callback, "__func__", callback)
+    frame = getattr(target, "cr_frame", None)  # a coroutine: its module is its frame's
+    module = frame.f_globals.get("__name__", "?") if frame is not None else getattr(target, "__module__", "?")
+    return f"{module}:{getattr(target, '__qualname__', type(target).__name__)}"
 
 
-def _end_tasks(runner: asyncio.Runner) -> None:
-    """Cancel the tasks the job left pending and run them to their end, as
-    ``asyncio.run`` does before it closes its loop (``asyncio.runners._cancel_all_tasks``)."""
+def _end_what_runs(runner: asyncio.Runner, timers: set[asyncio.TimerHandle]) -> list[str]:
+    """End what the job left running, as a forked worker's exit would have: cancel the
+    tasks still pending and run them to their end (``asyncio.run``'s close does the
+    same), and cancel the timers it scheduled (``timers``: the loop's before the job).
+    Returns what was ended, ``task module:qualname`` / ``timer module:qualname``."""
     loop = runner.get_loop()
-    left = [t for t in asyncio.all_tasks(loop) if not t.done()]
-    if not left:
-        return
-    for task in left:
-        task.cancel()
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    left = [f"task {_name(t.get_coro())}" for t in tasks]
+    if tasks:
+        for task in tasks:
+            task.cancel()
 
-    async def gather() -> None:
-        await asyncio.gather(*left, return_exceptions=True)
+        async def gather() -> None:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
-    runner.run(gather())
-
-
-def _left_behind(fds: dict[str, str], threads: set[threading.Thread]) -> str | None:
-    """Why the resident must not run another job (a descriptor or a thread the job left),
-    or None."""
-    opened = sorted((fd for fd, target in _descriptors().items() if fds.get(fd) != target), key=int)
-    if opened:
-        now = _descriptors()
-        return "descriptor(s) left open: " + ", ".join(f"{fd} -> {now.get(fd, '?')}" for fd in opened[:3])
-    started = [t.name for t in _threads() - threads if not t.name.startswith(EXECUTOR_THREAD_PREFIX)]
-    if started:
-        return "thread(s) left running: " + ", ".join(sorted(started)[:3])
-    return None
+        runner.run(gather())
+    for handle in _timers(runner) - timers:
+        left.append(f"timer {_name(handle._callback)}")  # noqa: SLF001 - what the timer would call
+        handle.cancel()
+    return left
 
 
 # -- the controller's side ----------------------------------------------------------------
@@ -213,7 +195,6 @@ class Residents:
         self._free: list[_Resident] = []
         self._count = 0  # residents alive (free or busy)
         self.started = 0  # residents started so far (for reports and tests)
-        self.retired: list[str] = []  # why each resident that retired did
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
@@ -287,9 +268,8 @@ class Residents:
         handed to another job): ``async with residents.dedicated(...) as run:`` then
         ``await run(job, log, timeout)`` for each job, one after another, all in the
         same process (the ``warm-worker`` resume policy, :mod:`.policies`). Raises
-        :class:`.errors.HarnessError` from ``run`` once the resident is gone (it died,
-        outlived a deadline, or retired after a job that left something behind: the
-        reason is in the message)."""
+        :class:`.errors.HarnessError` from ``run`` once the resident is gone (it died or
+        outlived a deadline: the reason is in the message)."""
         from .errors import HarnessError
 
         resident = await self._new(subject, log_dir)
@@ -323,9 +303,9 @@ class Residents:
 
     async def _run_on(self, resident: _Resident, job: Job, log: str, timeout: float) -> tuple[WorkerExit, str | None]:
         """Run ``job`` on ``resident``: its exit as a worker's, and why the resident may
-        not run another job (it retired: the reason it gave; it died or was killed for its
-        deadline; it ran :data:`JOBS_PER_RESIDENT`), None when it may. Raising (the
-        caller's cancellation) SIGKILLs it."""
+        not run another job (it died or was killed for its deadline; it ran
+        :data:`JOBS_PER_RESIDENT`), None when it may. Raising (the caller's
+        cancellation) SIGKILLs it."""
         from .pool import WorkerExit
         from .services.process import sigkill_group
 
@@ -345,19 +325,16 @@ class Residents:
             line = answer.result() if answer in done and not answer.cancelled() else b""
             if line:
                 reply = json.loads(line)
-                retire = reply.get("retire")
-                if retire:
-                    self.retired.append(retire)
-                elif resident.jobs >= JOBS_PER_RESIDENT:
-                    retire = f"ran {resident.jobs} jobs"
+                retire = f"ran {resident.jobs} jobs" if resident.jobs >= JOBS_PER_RESIDENT else None
                 return WorkerExit(resident.pid, int(reply["returncode"]), None, time.monotonic() - t0,
-                                  cpu_ms=reply.get("cpu_ms"), resident=True), retire
+                                  cpu_ms=reply.get("cpu_ms"), resident=True, left=list(reply.get("left") or ()),
+                                  jobs_before=resident.jobs - 1), retire
             timed_out = not done
             if timed_out:
                 sigkill_group(resident.pid)
             event = await resident.exited  # it died in the job, or was killed for its deadline
             exit_ = WorkerExit(resident.pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out,
-                               event.get("cpu_ms"), resident=True)
+                               event.get("cpu_ms"), resident=True, jobs_before=resident.jobs - 1)
             return exit_, exit_.describe()
         except BaseException:
             sigkill_group(resident.pid)

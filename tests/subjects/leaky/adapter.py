@@ -1,7 +1,9 @@
 """The reference runtime's adapter, with a resume that leaves something in the process
-after it returned: what a long-lived worker (``crashmatrix.harness.resident``) must end,
-as a forked worker's exit would, before it runs another job. Each subject's ``resume``
-does the reference adapter's resume, then its one misdeed; ``start`` is the reference's.
+after it returned: what a long-lived worker (``crashmatrix.harness.resident``) keeps (a
+descriptor, a thread, an idle pooled connection: a production process keeps them too) or
+ends, as a forked worker's exit would, before it runs another job (a task, a timer). Each
+subject's ``resume`` does the reference adapter's resume, then its one deed; ``start`` is
+the reference's.
 
 Lives with the tests (``tests/subjects`` on ``PYTHONPATH``).
 """
@@ -36,6 +38,29 @@ class LeavesThread(ReferenceAdapter):
     async def resume(self, ctx: RunContext) -> str:
         status = await super().resume(ctx)
         threading.Thread(target=time.sleep, args=(3.0,), name="leaky-heartbeat", daemon=True).start()
+        return status
+
+
+class KeepsConnection(ReferenceAdapter):
+    """Keeps a database connection of every resume open and idle (a pool, as a
+    production worker's), named after the worker that opened it."""
+
+    async def resume(self, ctx: RunContext) -> str:
+        import asyncpg
+
+        status = await super().resume(ctx)
+        KEPT.append(await asyncpg.connect(ctx.env.dsn, server_settings={"application_name": ctx.worker_id}))
+        return status
+
+
+class LeavesTimer(ReferenceAdapter):
+    """Schedules a callback on every resume that would write ``<workdir>/timer-<worker>``
+    a second later (a heartbeat nobody stops)."""
+
+    async def resume(self, ctx: RunContext) -> str:
+        status = await super().resume(ctx)
+        marker = Path(ctx.env.workdir) / f"timer-{ctx.worker_id}"
+        asyncio.get_running_loop().call_later(1.0, marker.touch)
         return status
 
 

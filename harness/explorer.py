@@ -623,7 +623,21 @@ class Explorer:
             status, ran = await self._without_fault(cx, job, log, w.exit, w.report)
             cx.done = cx.done or not ran
             return status
-        at_fault = self._fired(w, cx.golden if index == 0 else None)
+        try:
+            at_fault = self._fired(w, cx.golden if index == 0 else None)
+        except HarnessError as exc:
+            if not (index == 0 and w.exit is not None and w.exit.resident and w.exit.jobs_before):
+                raise
+            # the golden pair, each in a fresh worker, agreed: a long-lived worker that had
+            # run other jobs took the run elsewhere, which is the subject's state, not ours
+            cx.result.verdicts.append(oracle.Verdict(
+                "worker.warm_path", "crash", False,
+                f"started in a long-lived worker that had run {w.exit.jobs_before} other job(s) of this matrix, the "
+                f"run left the golden run's path before its fault ({exc}); the golden pair, each in a fresh worker, "
+                f"followed it: state those runs left in the process changed this one"))
+            await self.quiesce(job.worker_id, live=w.exit.live)
+            cx.done = True
+            return (await cx.observe()).status
         full = w.report.end.trace if w.report.end is not None else at_fault
         cx.result.reached |= labels_of(full[len(at_fault):] if index == 0 else full)
         if index == 0:  # a fault that changed nothing makes the case not-run (:mod:`.coverage`)

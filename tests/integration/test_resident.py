@@ -176,3 +176,19 @@ def test_warm_worker_resumes_in_a_process_that_ran_the_conversation_and_finds_st
                                    replay_failures=0))
     assert clean.counts["fail"] == 0 and clean.counts["harness-error"] == 0, [
         (r.case.id, [(v.check, v.details) for v in r.failed]) for r in clean.results if r.outcome != "pass"][:3]
+
+
+def test_a_start_that_leaves_the_golden_path_in_a_warm_worker_is_the_subjects_failure(subjects_on_path) -> None:
+    """Cancelled workers start their runs in long-lived workers; a runtime whose process
+    state changes the run's path (its memo answers an effect, so the call's labels are
+    never reached) fails ``worker.warm_path``, never a harness error; forked, it passes."""
+    from crashmatrix.harness.matrix import run_matrix
+
+    memo = "leaky.adapter:MemoizesEffectsByNode"
+    warm = asyncio.run(run_matrix("checkout", memo, kinds=("cancel",), conversations=("conv1",), replay_failures=0))
+    paths = [r for r in warm.results if any(v.check == "worker.warm_path" for v in r.failed)]
+    assert paths and warm.counts["harness-error"] == 0, warm.counts
+    assert all(r.workers[0].get("resident") and r.workers[0].get("jobs_before") for r in paths)
+    fresh = asyncio.run(run_matrix("checkout", memo, kinds=("cancel",), conversations=("conv1",), replay_failures=0,
+                                   options=Options(long_lived=False)))
+    assert fresh.counts["fail"] == 0 and fresh.counts["harness-error"] == 0, fresh.counts

@@ -132,7 +132,7 @@ async def run_subject(subject: str, args: argparse.Namespace, kinds: tuple[str, 
             runs[mode] = (results, summary, seconds)
             ran = pruning.executed(results)
             counts = {k: sum(r.outcome == k for r in results) for k in ("pass", "fail", "harness-error", "not-run")}
-            print(f"  {mode}: {len(results)} cases {counts}, executed {ran}, workers {pruning.workers_forked(results)}, "
+            print(f"  {mode}: {len(results)} cases {counts}, executed {ran}, workers {pruning.workers_run(results)} ({pruning.workers_forked(results)} forked), "
                   f"{seconds:.1f} s: {len(results) / seconds:.2f} cases/s, {ran / seconds:.2f} executed cases/s "
                   f"(load {load0:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
             for line in summary.lines():

@@ -44,10 +44,13 @@ class LostAckReapplyExecution(Execution):
     transaction may apply it twice) and Couchbase as ``TransactionCommitAmbiguous``.
     Caught by the network section at a ``reset_peer`` on the db link during the append
     of an effect node, healed at the reconnection
-    (``checkout/conv1/net:db.reset_peer@log.append.before[turn-4.tool-0]#1~db.reconnect[db]#1``):
-    ``provider.payment.ledger_equal`` (a second charge), ``net.resumable`` (the run
-    ends ``failed``) and ``run.status``. Kill faults never reach it (a dead worker
-    re-applies nothing; its resume rehydrates).
+    (``checkout/conv1/net:db.reset_peer@log.append.before[turn-5.tool-0]#1~db.reconnect[db]#1``):
+    ``provider.mail.ledger_equal`` (a second receipt), ``net.resumable`` (the run
+    ends ``failed``) and ``run.status``. At the charge's append (``turn-4.tool-0``, the
+    first record with an effect on the connection) the answer lost is the one to
+    asyncpg's implicit prepare, so nothing landed: the re-applied turn charges again
+    (``provider.payment.ledger_equal``) and the run completes. Kill faults never reach
+    it (a dead worker re-applies nothing; its resume rehydrates).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -83,7 +86,7 @@ class LostAckReapplyAdapter(MutantAdapter):
     defect = "a lost COMMIT acknowledgement is taken for a failed append: the turn is applied again under a new key"
     source = ("the ambiguous commit: Jepsen's info-is-not-fail (STYLE.md); CockroachDB SQLSTATE 40003 "
               "statement_completion_unknown; Couchbase TransactionCommitAmbiguous")
-    caught_by = ("provider.payment.ledger_equal", "net.resumable", "run.status")
+    caught_by = ("provider.payment.ledger_equal", "provider.mail.ledger_equal", "net.resumable", "run.status")
     fault_kinds = ("net",)
     point_sources = ("label",)
     conversations = ("conv1",)

@@ -16,12 +16,15 @@ from crashmatrix.harness.plan import Case
 from crashmatrix.harness.services.watchdog import pid_alive
 from crashmatrix.harness.session import open_session
 
-BLIP = "checkout/conv1/net:db.reset_peer@log.append.before[turn-4.tool-0]#1~db.reconnect[db]#1"
+# The receipt's append, the second record with an effect on the worker's connection: the
+# statement is prepared by then, so the answer lost is the COMMIT's (at the charge's, the
+# first, it is the answer to asyncpg's implicit prepare: nothing was executed yet).
+BLIP = "checkout/conv1/net:db.reset_peer@log.append.before[turn-5.tool-0]#1~db.reconnect[db]#1"
 
 
 def _slice(cases: list[Case]) -> list[Case]:
     """The first case of each (link, toxic, heal) in the section, plus the blip on the
-    charge's append (the lost COMMIT acknowledgement of an effect node)."""
+    receipt's append (the lost COMMIT acknowledgement of an effect node)."""
     seen: set[tuple[str, str, bool]] = set()
     out = []
     for case in cases:
@@ -73,11 +76,12 @@ def test_network_section_slice_passes_on_the_reference_runtime() -> None:
     def verdict(r: CaseResult, check: str) -> str:
         return next(v.details for v in r.verdicts if v.check == check)
 
-    # a blip on the charge's append: the worker reconnected, learned from the log that the
-    # COMMIT had landed and finished the run itself (no resume); charged once
+    # a blip on the receipt's append: the worker reconnected, learned from the log that the
+    # COMMIT had landed and finished the run itself (no resume); the receipt sent once
     blip = by_id[BLIP]
     assert blip.workers[0]["healed"] == "at db.reconnect[db]#1" and blip.workers[0]["returncode"] == 0
     assert [w["role"] for w in blip.workers] == ["start"] and verdict(blip, "net.resumable") == "status completed"
+    assert verdict(blip, "provider.mail.ledger_equal") == "1 rows equal"
     # an outage: the worker could not reconnect, failed loudly, the run stayed resumable
     outage = next(r for r in results if r.case.plan.faults[0].net.link == "db" and r.case.plan.faults[0].net.heal is None)
     assert outage.workers[0]["returncode"] == 1 and [w["role"] for w in outage.workers] == ["start", "resume"]
@@ -103,5 +107,5 @@ def test_lost_ack_reapply_mutant_is_caught_by_the_network_section() -> None:
     caught = by_id[BLIP]
     assert caught.outcome == "fail", caught.error
     failed = {v.check for v in caught.failed}
-    assert {"provider.payment.ledger_equal", "net.resumable", "run.status"} <= failed
-    assert "charge applied twice" in next(v.details for v in caught.failed if v.check == "provider.payment.ledger_equal")
+    assert {"provider.mail.ledger_equal", "net.resumable", "run.status"} <= failed
+    assert "message applied twice" in next(v.details for v in caught.failed if v.check == "provider.mail.ledger_equal")

@@ -236,6 +236,8 @@ class CaseRun:
     first_trace: Trace | None = None
     #: some worker reported that the subject acknowledged the run (``RunContext.accepted``)
     acknowledged: bool = False
+    #: the case's exit stack while its workers run (a policy's held process ends with it)
+    stack: contextlib.AsyncExitStack | None = None
 
     async def observe(self) -> Observation:
         """The run's durable state now (the adapter's ``observe`` on the case's env)."""
@@ -536,6 +538,7 @@ class Explorer:
         token = _CASE_SCOPE.set(scope)
         try:
             async with contextlib.AsyncExitStack() as stack:
+                cx.stack = stack
                 if scope is not None:  # the controller's reads see it too (an adapter may file runs by it)
                     env = self.case_env
                     stack.enter_context(self.scoped(env=dataclasses.replace(
@@ -610,10 +613,14 @@ class Explorer:
             self._fired(w, cx.golden if index == 0 else None)
             await kind.at_stop(cx, w)
 
-        w.exit = await self.pool.run(
-            job, log, timeout=self.options.worker_timeout,
-            term_grace=self.options.term_grace if isinstance(kind, Drains) else None,
-            at_stop=at_stop if isinstance(kind, Stops) else None)
+        held = await policies.policy_of(cx.case.resume).holds_worker(self, cx, index, job)
+        if held is not None:  # the policy keeps this worker's process for a later one (same-worker)
+            w.exit = await held(job, log, self.options.worker_timeout)
+        else:
+            w.exit = await self.pool.run(
+                job, log, timeout=self.options.worker_timeout,
+                term_grace=self.options.term_grace if isinstance(kind, Drains) else None,
+                at_stop=at_stop if isinstance(kind, Stops) else None)
         entry.update(w.exit.to_dict())
         w.report = WorkerReport.from_file(job.result_path)
         cx.acknowledged = cx.acknowledged or w.report.accepted

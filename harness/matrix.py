@@ -21,6 +21,7 @@ from .explorer import CaseResult, Explorer, Options
 from .golden import GoldenRun, golden_failure
 from .names import Names, resolve
 from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, Case, FaultPlan, Resume
+from .policies import policy_of
 from .session import open_session
 
 
@@ -343,8 +344,9 @@ def _seeded_sample(indices: list[int], n: int, stream: str) -> list[int]:
 def sample_by_policy(workload: str, goldens: Mapping[str, GoldenRun], per_policy: Mapping[str, int],
                      sources: tuple[str, ...], seed: int = 0) -> tuple[list[Case], str]:
     """For each resume policy of ``per_policy`` (a :meth:`.plan.Resume.parse` spec, e.g.
-    ``"concurrent"``), a seeded sample of that many kill cases of ``goldens`` resumed under
-    it, at most one per crash state (:func:`.pruning.crash_state_groups`: the first point
+    ``"concurrent"``), a seeded sample of that many cases of ``goldens`` of the policy's
+    kind (:attr:`.policies.Policy.sampled_kind`: kill; cancel for ``same-worker``) resumed
+    under it, at most one per crash state (:func:`.pruning.crash_state_groups`: the first point
     of each; a golden run without I/O marks gives every point its own), in enumeration
     order; deterministic as :func:`sample_by_kind`. A long stretch of points that leave one
     state (a model call's) would otherwise take most of the sample, and the states a
@@ -361,7 +363,9 @@ def sample_by_policy(workload: str, goldens: Mapping[str, GoldenRun], per_policy
     out: list[Case] = []
     parts = []
     for spec, n in per_policy.items():
-        found = enumerate_cases(workload, dict(goldens), ("kill",), sources, Resume.parse(spec))
+        resume = Resume.parse(spec)
+        kind = policy_of(resume).sampled_kind
+        found = enumerate_cases(workload, dict(goldens), (kind,), sources, resume)
         firsts: list[int] = []
         seen: set[tuple[str, int]] = set()
         for i, case in enumerate(found):
@@ -372,7 +376,7 @@ def sample_by_policy(workload: str, goldens: Mapping[str, GoldenRun], per_policy
                 firsts.append(i)
         chosen = _seeded_sample(firsts, n, f"{seed}:resume:{spec}")
         out += [found[i] for i in chosen]
-        parts.append(f"{spec} {len(chosen)} of {len(firsts)} crash states ({len(found)} kill cases)")
+        parts.append(f"{spec} {len(chosen)} of {len(firsts)} crash states ({len(found)} {kind} cases)")
     return out, f"sampled resume policies (seed {seed}; --resume runs a policy at every point): " + ", ".join(parts)
 
 

@@ -101,13 +101,14 @@ SAMPLED_KINDS = ("pause", "db-restart", "net", "cancel-edge")
 sample of :data:`DEFAULT_KIND_SAMPLE` cases (issue 16: the kinds that find recovery bugs,
 a paused zombie, a lost acknowledgement, a restarted database, a cancelled task, at a
 bounded cost). ``--kinds`` names kinds to run whole instead."""
-SAMPLED_POLICIES = ("concurrent", "warm-worker")
+SAMPLED_POLICIES = ("concurrent", "warm-worker", "same-worker")
 """The resume policies ``crashmatrix run`` adds when no ``--kinds`` or ``--resume`` is
-given: :data:`DEFAULT_KIND_SAMPLE` kill cases each, resumed that way (two workers
-resuming the crashed run at once: a queue that redelivers, overlapping recovery passes;
-issue 17, docs/adapters.md "Resume policies"; and a resume in a worker that has just
-run the conversation whole: what one run leaves in a production worker's process,
-issue 19). The other policies ask what not every correct runtime offers (a crash-loop
+given: :data:`DEFAULT_KIND_SAMPLE` cases each, resumed that way (kill cases resumed by
+two workers at once: a queue that redelivers, overlapping recovery passes; issue 17,
+docs/adapters.md "Resume policies"; kill cases resumed in a worker that has just run
+the conversation whole: what one run leaves in a production worker's process, issue 19;
+cancel cases resumed in the process the cancellation struck: what the runtime kept of
+the run in memory, issue 19). The other policies ask what not every correct runtime offers (a crash-loop
 bound, recovery without the run id, input read from its own store), so they run only
 when named."""
 DEFAULT_WORKLOADS = ("checkout", "support_desk")
@@ -366,7 +367,8 @@ class FaultPlan:
         return "+".join(f.label() for f in self.faults) or "golden"
 
 
-RESUME_POLICIES = ("default", "concurrent", "recurring", "discovery", "input-once", "redelivery", "warm-worker")
+RESUME_POLICIES = ("default", "concurrent", "recurring", "discovery", "input-once", "redelivery", "warm-worker",
+                   "same-worker")
 """Resume policies (:mod:`.policies`): ``default`` is the subject's (by id, one resumer
 at a time, input as the adapter declares)."""
 MAX_CONCURRENT = 16

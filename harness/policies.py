@@ -16,7 +16,9 @@ run --resume``), and the case runner (:meth:`.explorer.Explorer._drive`) asks it
   :func:`.worker.wait_at_gate`; ``discovery``: a worker given no run id that runs
   the runtime's own recovery, :meth:`.adapter.Adapter.recover`; ``warm-worker``: the
   first resume in a long-lived worker that has just run another run of the same
-  conversation from its start to its end, :mod:`.resident`);
+  conversation from its start to its end, :mod:`.resident`; ``same-worker``: the first
+  resume in the very process a cancellation or network fault struck, once its job
+  ended, :meth:`Policy.holds_worker`);
 - whether a worker is handed the input (:func:`hands_input`: ``input-once`` only until
   the subject acknowledged the run, ``redelivery`` always, else the adapter's
   ``expects_redelivery``);
@@ -46,6 +48,9 @@ Checks (phase ``resume``, beside the crash and end checks of docs/design.md):
   applicable", with the reason, when the adapter does not declare ``long_lived_workers``,
   with ``--fresh-workers``, or when such a run did not end); what the process-wide
   state of those runs does to the next is then judged by the end checks, as in any case.
+- ``same.worker``: the first resume ran in the process the fault struck ("not
+  applicable", with the reason, after a fault that ends the process or where every job
+  forks); what the runtime kept of the run in memory is then judged by the end checks.
 
 ``run.acknowledged_durable`` (a run the subject acknowledged exists after any crash) is
 a crash check of every case: :func:`.oracle.check_acknowledged_run`.
@@ -54,8 +59,10 @@ a crash check of every case: :func:`.oracle.check_acknowledged_run`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import oracle
@@ -65,6 +72,8 @@ from .plan import Fault, FaultPlan, Resume
 
 if TYPE_CHECKING:
     from .explorer import CaseRun, Explorer, Options
+    from .pool import WorkerExit
+    from .worker import Job
 
 RECURRING_BOUND = 12
 """Resumes a ``recurring`` case runs before the harness stops it (its own bound, reported
@@ -110,9 +119,19 @@ class Policy:
     """The default resume policy (module docstring); the others subclass it."""
 
     name: ClassVar[str] = "default"
+    #: the fault kind of the cases the matrix samples under this policy (``crashmatrix
+    #: run``'s default, :func:`.matrix.sample_by_policy`)
+    sampled_kind: ClassVar[str] = "kill"
 
     def __init__(self, spec: Resume) -> None:
         self.spec = spec
+
+    async def holds_worker(self, ex: Explorer, cx: CaseRun, index: int,
+                           job: Job) -> Callable[[Job, str, float], Awaitable[WorkerExit]] | None:
+        """How faulted worker ``index`` runs when this policy keeps its process for a
+        later worker (``same-worker``): a runner ``run(job, log, timeout)``; None (every
+        policy but that one) lets the pool run it."""
+        return None
 
     def fault_for(self, plan: tuple[Fault, ...], index: int) -> Fault | None:
         """The fault armed in worker ``index`` (None: it runs fault-free)."""
@@ -365,9 +384,8 @@ class WarmWorker(Policy):
         cx.kind_state["warm-done"] = True
         residents = getattr(ex.pool, "residents", None)
         if residents is None or not getattr(ex.adapter, "long_lived_workers", False) or ex.upgrade is not None:
-            cx.result.verdicts.append(_verdict("warm.worker", True, "not applicable: every job forks a worker of its "
-                                               "own here (the adapter does not declare long_lived_workers, "
-                                               "--fresh-workers, or two builds); the resume ran in a fresh worker"))
+            cx.result.verdicts.append(_verdict("warm.worker", True, f"not applicable: {FORKS_ONLY}; the resume ran in "
+                                               "a fresh worker"))
             return await ex._plain_resume(cx)
         from .errors import HarnessError
 
@@ -406,8 +424,84 @@ class WarmWorker(Policy):
         return await ex._without_fault(cx, job, log, exit_, report)
 
 
+class SameWorker(Policy):
+    """After a fault its worker outlives (a cancellation, a network fault: the process
+    carries on, :attr:`.faults.FaultKind.survives`), the first resume runs in that very
+    process, a long-lived worker held for the case once the faulted job has ended: a
+    production worker whose task was cancelled (a client's cancel, a drain cut short, a
+    broken connection) takes the run up again when the queue hands it back to the same
+    consumer. What the runtime kept of the run in memory (its graph, a cursor, a cache
+    of records or results) then meets what its store holds; a resume that trusts the
+    first is judged by the end checks. A fault that ends the process (kill, term), a
+    subject without ``long_lived_workers``, ``--fresh-workers`` or two builds: "not
+    applicable", resumed as usual. The matrix samples cancel cases (:attr:`sampled_kind`).
+    Deterministic and replayable: the same process by construction. Then by id as usual."""
+
+    name = "same-worker"
+    sampled_kind = "cancel"
+
+    async def holds_worker(self, ex: Explorer, cx: CaseRun, index: int,
+                           job: Job) -> Callable[[Job, str, float], Awaitable[WorkerExit]] | None:
+        from . import faults
+        from .resident import eligible
+
+        if index != 0:
+            return None
+        residents = getattr(ex.pool, "residents", None)
+        if residents is None or not getattr(ex.adapter, "long_lived_workers", False) or ex.upgrade is not None:
+            cx.kind_state["same-why"] = FORKS_ONLY
+            return None
+        if not eligible(job):
+            ends = [f.kind for f in job.plan.faults if not faults.kind(f.kind).survives]
+            cx.kind_state["same-why"] = (f"a {ends[0]} fault ends its worker's process" if ends
+                                         else f"a {job.role} job of this kind never runs in a long-lived worker")
+            return None
+        held = contextlib.AsyncExitStack()
+        assert cx.stack is not None and ex.pool.residents_dir is not None  # type: ignore[union-attr]
+        cx.stack.push_async_callback(held.aclose)  # ended with the case at the latest
+        run = await held.enter_async_context(residents.dedicated(job.subject, ex.pool.residents_dir))  # type: ignore[union-attr]
+        cx.kind_state["same-run"] = (run, held)
+        return run
+
+    async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
+        from .errors import HarnessError
+
+        if cx.kind_state.get("same-done"):
+            return await ex._plain_resume(cx)
+        cx.kind_state["same-done"] = True
+        kept = cx.kind_state.pop("same-run", None)
+        if kept is None:
+            why = cx.kind_state.get("same-why", "no faulted worker's process was held")
+            cx.result.verdicts.append(_verdict("same.worker", True, f"not applicable: {why}; the resume ran in a "
+                                               "fresh worker"))
+            return await ex._plain_resume(cx)
+        run, held = kept
+        job, log = ex._job("resume", cx.case.conversation, cx.run_id, FaultPlan(), cx.workdir,
+                           input_given=hands_input(ex.adapter, cx.case.resume, cx.resumes, cx.acknowledged))
+        try:
+            exit_ = await run(job, log, ex.options.worker_timeout)
+        except HarnessError as exc:
+            cx.result.verdicts.append(_verdict("same.worker", True, f"not applicable: the faulted worker's process "
+                                               f"did not outlive its job ({exc}); the resume ran in a fresh worker"))
+            return await ex._plain_resume(cx)
+        finally:
+            await held.aclose()
+        cx.result.workers.append({"role": "resume", "same": True, **exit_.to_dict()})
+        report = WorkerReport.from_file(job.result_path)
+        cx.acknowledged = cx.acknowledged or report.accepted
+        kind = cx.case.plan.faults[0].kind
+        cx.result.verdicts.append(_verdict("same.worker", True, f"the resume ran in worker {exit_.pid}, the process "
+                                           f"the {kind} fault struck, after its job had ended"))
+        return await ex._without_fault(cx, job, log, exit_, report)
+
+
+FORKS_ONLY = ("every job forks a worker of its own here (the adapter does not declare long_lived_workers, "
+              "--fresh-workers, or two builds)")
+"""Why a policy that needs a long-lived worker (``warm-worker``, ``same-worker``) is not
+applicable to a case."""
+
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, InputOnce, Redelivery, Concurrent, Recurring, Discovery,
-                                                         WarmWorker)}
+                                                         WarmWorker, SameWorker)}
 """Policy classes by name (:data:`.plan.RESUME_POLICIES`)."""
 
 

@@ -64,6 +64,7 @@ _CHECKS: dict[str, tuple[str, str]] = {
     "recurring.bounded": ("resumability", "crash loop"),
     "discovery.found": ("resumability", "abandoned run never recovered"),
     "warm.worker": ("resumability", "state one run left in the process"),
+    "same.worker": ("resumability", "a run resumed from what the process kept of it"),
     "worker.warm_path": ("resumability", "state one run left in the process"),
 }
 

@@ -101,11 +101,18 @@ def _how_replayed(r: CaseResult) -> str:
 
 def warm_process_note(result: CaseResult) -> str | None:
     """For a failing case whose workers ran in a long-lived process after other jobs
-    (:mod:`.resident`), what that means for its replay, and what those workers left
+    (:mod:`.resident`), or whose resume ran in the process its fault struck
+    (``same-worker``), what that means for its replay, and what those workers left
     running when their job returned; None otherwise."""
-    warm = [w for w in result.workers if w.get("resident") and w.get("jobs_before")]
+    # a same-worker case's resume ran after its own start, in a process of its own
+    warm = [w for w in result.workers if w.get("resident") and w.get("jobs_before") and not w.get("same")]
     left = sorted({item for w in result.workers for item in w.get("left", ())})
     notes = []
+    if any(w.get("same") for w in result.workers):
+        elsewhere = dataclasses.replace(result.case, resume=Resume())
+        notes.append(f"its first resume ran in the process the fault struck: if the same fault resumed in another "
+                     f"process passes ({replay_command(elsewhere, result.subject)}), the runtime resumed from what "
+                     f"it kept of the run in memory")
     if warm and result.case.resume.policy != "warm-worker":
         most = max(int(w["jobs_before"]) for w in warm)
         warm_case = dataclasses.replace(result.case, resume=Resume("warm-worker"))

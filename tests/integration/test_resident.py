@@ -6,6 +6,7 @@ The subjects that leave something behind live in ``tests/subjects/leaky``."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -192,3 +193,38 @@ def test_a_start_that_leaves_the_golden_path_in_a_warm_worker_is_the_subjects_fa
     fresh = asyncio.run(run_matrix("checkout", memo, kinds=("cancel",), conversations=("conv1",), replay_failures=0,
                                    options=Options(long_lived=False)))
     assert fresh.counts["fail"] == 0 and fresh.counts["harness-error"] == 0, fresh.counts
+
+
+def test_same_worker_resumes_a_cancelled_run_in_the_process_its_cancellation_struck(subjects_on_path) -> None:
+    """A runtime that keeps a cancelled run's graph in memory and resumes from it is right
+    when another process resumes (the default), wrong in the one the cancellation struck:
+    ``same-worker`` resumes there, once the cancelled job has ended. A kill leaves no
+    process to resume in ("not applicable"); the reference runtime passes."""
+    from crashmatrix.harness.matrix import run_matrix
+    from crashmatrix.harness.plan import Case, Resume
+
+    same = Resume("same-worker")
+    kept = "leaky.adapter:KeepsGraphAfterCancel"
+    points = ["step.after[turn-1]#1", "log.append.after[turn-4.tool-0]#1", "model.call.before[turn-5]#1"]
+    cases = [Case.parse(f"checkout/conv1/cancel@{p}/same-worker") for p in points]
+    caught = asyncio.run(run_matrix("checkout", kept, cases=cases, replay_failures=0))
+    assert caught.counts["fail"] == len(cases) and caught.counts["harness-error"] == 0, caught.counts
+    for r in caught.results:
+        start, resume = r.workers[0], r.workers[1]
+        assert start["resident"] and resume["same"] and resume["pid"] == start["pid"], r.workers
+        assert resume["jobs_before"] == 1  # its own start, nothing else
+        assert "run.status" in {v.check for v in r.failed}, [(v.check, v.details) for v in r.failed]
+        assert any(v.check == "same.worker" and v.details.startswith(f"the resume ran in worker {start['pid']}")
+                   for v in r.verdicts)
+    # resumed in another process, as by default, the kept graph is never read
+    elsewhere = [dataclasses.replace(c, resume=Resume()) for c in cases]
+    fine = asyncio.run(run_matrix("checkout", kept, cases=elsewhere, replay_failures=0))
+    assert fine.counts["pass"] == len(cases), _verdicts(fine)
+    # a kill ends the process: nothing to resume in, said so, resumed as usual
+    kill = Case.parse(f"checkout/conv1/kill@{points[1]}/same-worker")
+    clean = asyncio.run(run_matrix("checkout", "reference", cases=[*cases, kill], replay_failures=0))
+    assert clean.counts["pass"] == len(cases) + 1, _verdicts(clean)
+    by_id = {r.case.id: r for r in clean.results}
+    assert [v.details for v in by_id[kill.id].verdicts if v.check == "same.worker"] == [
+        "not applicable: a kill fault ends its worker's process; the resume ran in a fresh worker"]
+    assert all(w.get("same") for r in clean.results if r.case.id != kill.id for w in r.workers[1:2])

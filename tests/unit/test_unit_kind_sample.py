@@ -40,3 +40,17 @@ def test_a_sampled_policy_is_kill_cases_resumed_that_way_seeded_and_in_order() -
                     "concurrent 5 of 30 crash states (30 kill cases)")  # no I/O marks: a state per point
     assert sample_by_policy("checkout", goldens, {"concurrent": 5}, ("label",), seed=3)[0] == picked
     assert sample_by_policy("checkout", goldens, {"concurrent": 5}, ("label",), seed=4)[0] != picked
+
+
+def test_same_worker_samples_cancel_cases_the_fault_its_worker_outlives() -> None:
+    from crashmatrix.harness.adapter import Observation
+    from crashmatrix.harness.golden import GoldenRun
+    from crashmatrix.harness.matrix import sample_by_policy
+    from crashmatrix.harness.oracle import Evidence
+
+    trace = [("label", "log.append.after", f"turn-{i}", 1) for i in range(1, 11)]
+    goldens = {"conv1": GoldenRun("conv1", "cm-run-g", trace, Evidence(Observation("cm-run-g", "completed"), {}, {}), 0.1)}
+    picked, note = sample_by_policy("checkout", goldens, {"same-worker": 4, "warm-worker": 2}, ("label",), seed=3)
+    kinds = {c.resume.label(): {x.plan.faults[0].kind for x in picked if x.resume == c.resume} for c in picked}
+    assert kinds == {"same-worker": {"cancel"}, "warm-worker": {"kill"}}
+    assert note.endswith("same-worker 4 of 10 crash states (10 cancel cases), warm-worker 2 of 10 crash states (10 kill cases)")

@@ -134,3 +134,46 @@ class MemoizesEffectsByNode(MutantAdapter):
     execution = MemoByNodeExecution
     defect = "effect outcomes memoised per process by node id, not by run"
     source = "tests: process-wide state one run leaves for the next (warm-worker)"
+
+
+# -- what a runtime keeps of a run in memory after a cancellation (resume policy same-worker)
+
+from crashmatrix.harness.adapters.reference import blob_store  # noqa: E402
+from crashmatrix.reference_runtime import Runtime  # noqa: E402
+from crashmatrix.reference_runtime.graph import RunGraph  # noqa: E402
+
+GRAPHS_KEPT: dict[str, RunGraph] = {}
+"""Run id -> the graph of an attempt that ended without completing, for the process's life."""
+
+
+class KeptGraph(RunGraph):
+    """Rehydrates from the graph this process kept of the run, when it has one."""
+
+    @classmethod
+    def rehydrate(cls, run_id: str, run_input: dict[str, Any], stored: Any, *, blobs: Any = None) -> RunGraph:
+        kept = GRAPHS_KEPT.pop(run_id, None)
+        return kept if kept is not None else super().rehydrate(run_id, run_input, stored, blobs=blobs)
+
+
+class KeepsGraphRuntime(Runtime):
+    graph_class = KeptGraph
+
+    async def run(self, run_id: str) -> str:
+        status = "raised"
+        try:
+            status = await super().run(run_id)
+            return status
+        finally:
+            if status != "completed" and self._execution is not None:
+                GRAPHS_KEPT[run_id] = self._execution.graph
+
+
+class KeepsGraphAfterCancel(ReferenceAdapter):
+    """"Warm restart": an attempt that ends without completing (a cancellation) leaves
+    the run's graph in the process, and the next attempt at the run there takes it
+    instead of rehydrating from the log. Right in a fresh worker (nothing kept); in the
+    process a cancellation struck, the graph is behind the log by what the cancelled
+    attempt appended after it was built, and the resume appends at a taken seq."""
+
+    def make_runtime(self, db: Any, agent: Any, ctx: RunContext) -> Runtime:
+        return KeepsGraphRuntime(db, agent, worker_id=ctx.worker_id, on_step=ctx.on_step, blobs=blob_store(ctx.env))

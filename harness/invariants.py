@@ -26,6 +26,13 @@ a baseline: the conversation's cases are not run) and at the end of every case.
   show in flight when a fault landed (``allowance``, per node). A reply kept only in
   memory is lost to every resume, and paid again.
 
+- ``log.clean_final`` (the log stays clean): the final log, after the last resume, is
+  what ``log.clean_prefix`` requires of every crash state (contiguous seq from 1, every
+  record decodes, parents recorded earlier, no node twice): a resume that appends past a
+  hole (a seq reserved in memory by a cancelled attempt and never written) leaves a log
+  that replay, export and the next rehydrate read as torn, though every crash state was
+  clean.
+
 ``run.acknowledged_durable`` (acknowledged runs are durable) is the crash-state twin,
 in :mod:`.oracle`: once a worker's trace passed ``run.accepted``, the run exists.
 
@@ -39,7 +46,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from .oracle import Evidence, Verdict, applied_effect as _applied, run_check
+from .oracle import Evidence, Verdict, applied_effect as _applied, check_clean_prefix, run_check
 
 ENDED = ("completed", "failed", "limit_exceeded", "needs_human")
 """Statuses of a run that ended: the answers it paid for must be in its record."""
@@ -207,6 +214,7 @@ def end_invariants(ev: Evidence, allowance: dict[str, int] | None = None) -> lis
         run_check("effects.applied_once", "end", lambda: check_applied_once(ev)),
         run_check("effects.resolved", "end", lambda: check_resolved(ev)),
         run_check("model.answers_recorded", "end", lambda: check_answers_recorded(ev, allowance)),
+        run_check("log.clean_final", "end", lambda: check_clean_prefix(ev.observation, "log.clean_final", "end")),
     ]
 
 

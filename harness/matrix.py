@@ -341,6 +341,25 @@ def _seeded_sample(indices: list[int], n: int, stream: str) -> list[int]:
     return indices if len(indices) <= n else sorted(random.Random(stream).sample(indices, n))
 
 
+def _across_point_names(found: list[Case], n: int, stream: str) -> tuple[list[int], int]:
+    """``n`` indices of ``found`` spread evenly over its crash point names (``log.append.before``,
+    ``tool.request.before``...: a share each, in the order the names first appear, a name
+    with fewer cases giving its spare to the others), each share drawn with its own random
+    stream; in enumeration order, with the number of names."""
+    groups: dict[str, list[int]] = {}
+    for i, case in enumerate(found):
+        groups.setdefault(case.plan.faults[0].point.name, []).append(i)
+    share = dict.fromkeys(groups, 0)
+    left = min(n, len(found))
+    while left:
+        for name, members in groups.items():
+            if left and share[name] < len(members):
+                share[name] += 1
+                left -= 1
+    chosen = [i for name, members in groups.items() for i in _seeded_sample(members, share[name], f"{stream}:{name}")]
+    return sorted(chosen), len(groups)
+
+
 def sample_by_policy(workload: str, goldens: Mapping[str, GoldenRun], per_policy: Mapping[str, int],
                      sources: tuple[str, ...], seed: int = 0) -> tuple[list[Case], str]:
     """For each resume policy of ``per_policy`` (a :meth:`.plan.Resume.parse` spec, e.g.
@@ -351,9 +370,15 @@ def sample_by_policy(workload: str, goldens: Mapping[str, GoldenRun], per_policy
     order; deterministic as :func:`sample_by_kind`. A long stretch of points that leave one
     state (a model call's) would otherwise take most of the sample, and the states a
     policy's defects live in (an effect started and not yet answered, a record not yet
-    appended) are a point or two each. Returns the cases and a note (``"sampled resume
-    policies (seed 0; --resume runs a policy at every point): concurrent 24 of 114 crash
-    states (367 kill cases)"``). Raises ``PlanError`` for a bad spec."""
+    appended) are a point or two each. A kind the worker outlives (cancel) is spread over
+    the crash point names instead (:func:`_across_point_names`): what it leaves depends on
+    where the cancellation lands, at the next await (inside the append's statement after
+    ``log.append.before``, in the provider's request after ``tool.request.before``), not on
+    the durable writes that group kill points, and a kill state's first point is never a
+    ``*.before`` one. Returns the cases and a note (``"sampled resume policies (seed 0;
+    --resume runs a policy at every point): concurrent 24 of 114 crash states (367 kill
+    cases), same-worker 24 of 367 cancel cases, across 12 crash point names"``). Raises
+    ``PlanError`` for a bad spec."""
     from .pruning import crash_state_groups
 
     state_of: dict[str, dict[tuple[str, str, int], int]] = {}
@@ -366,6 +391,11 @@ def sample_by_policy(workload: str, goldens: Mapping[str, GoldenRun], per_policy
         resume = Resume.parse(spec)
         kind = policy_of(resume).sampled_kind
         found = enumerate_cases(workload, dict(goldens), (kind,), sources, resume)
+        if kind != "kill":
+            chosen, names = _across_point_names(found, n, f"{seed}:resume:{spec}")
+            out += [found[i] for i in chosen]
+            parts.append(f"{spec} {len(chosen)} of {len(found)} {kind} cases, across {names} crash point names")
+            continue
         firsts: list[int] = []
         seen: set[tuple[str, int]] = set()
         for i, case in enumerate(found):

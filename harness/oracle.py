@@ -156,16 +156,20 @@ def run_check(check: str, phase: str, fn: Callable[[], Verdict]) -> Verdict:
 # -- crash-state checks ----------------------------------------------------------------
 
 
-def check_clean_prefix(obs: Observation) -> Verdict:
-    """``log.clean_prefix``: contiguous seq from 1, every record decodes, parents recorded earlier, no node twice."""
-    name = "log.clean_prefix"
+def check_clean_prefix(obs: Observation, name: str = "log.clean_prefix", phase: str = "crash") -> Verdict:
+    """``log.clean_prefix``: contiguous seq from 1, every record decodes, parents recorded
+    earlier, no node twice. The same of the final log is the end invariant
+    ``log.clean_final`` (:mod:`.invariants`)."""
     if obs.log is None:
-        return Verdict(name, "crash", True, "not applicable: the adapter exposes no log")
+        return Verdict(name, phase, True, "not applicable: the adapter exposes no log")
     problems = []
     seen: set[str] = set()
+    expected = 1
     for i, entry in enumerate(obs.log, start=1):
-        if entry.seq != i:
-            problems.append(f"seq {entry.seq} at position {i} (expected {i}: the log has a gap)")
+        if entry.seq != expected:  # each gap or repeat once: the records after it follow on from it
+            what = "a gap" if entry.seq > expected else "a seq repeated or out of order"
+            problems.append(f"seq {entry.seq} at position {i} (expected {expected}: {what})")
+        expected = entry.seq + 1
         if entry.error:
             problems.append(f"seq {entry.seq} node {entry.node_id}: {entry.error}")
         if entry.node_id in seen:
@@ -175,8 +179,8 @@ def check_clean_prefix(obs: Observation) -> Verdict:
                 problems.append(f"seq {entry.seq} node {entry.node_id}: parent {p} not recorded before it")
         seen.add(entry.node_id)
     if problems:
-        return Verdict(name, "crash", False, f"{len(problems)} problem(s): " + "; ".join(problems[:5]))
-    return Verdict(name, "crash", True, f"{len(obs.log)} records, contiguous")
+        return Verdict(name, phase, False, f"{len(problems)} problem(s): " + "; ".join(problems[:5]))
+    return Verdict(name, phase, True, f"{len(obs.log)} records, contiguous")
 
 
 def check_commit_with_record(obs: Observation) -> Verdict:

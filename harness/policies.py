@@ -453,8 +453,11 @@ class SameWorker(Policy):
             return None
         if not eligible(job):
             ends = [f.kind for f in job.plan.faults if not faults.kind(f.kind).survives]
-            cx.kind_state["same-why"] = (f"a {ends[0]} fault ends its worker's process" if ends
-                                         else f"a {job.role} job of this kind never runs in a long-lived worker")
+            cx.kind_state["same-why"] = (
+                f"a {ends[0]} fault ends its worker's process" if ends else
+                "a fault at an await point needs the await-point tracer a fresh worker arms at its start, which a "
+                "long-lived worker does not" if job.await_points else
+                f"a {job.role} job of this kind never runs in a long-lived worker (resident.eligible)")
             return None
         held = contextlib.AsyncExitStack()
         assert cx.stack is not None and ex.pool.residents_dir is not None  # type: ignore[union-attr]

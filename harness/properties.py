@@ -43,6 +43,7 @@ _CHECKS: dict[str, tuple[str, str]] = {
     "model.calls_billed": ("prefix continuation", "re-paid model call"),
     "model.answers_recorded": ("prefix continuation", "lost answer"),
     "log.clean_prefix": ("checkpoint validity", "torn log"),
+    "log.clean_final": ("checkpoint validity", "torn log"),
     "log.acknowledged_durable": ("checkpoint validity", "lost acknowledged record"),
     "run.acknowledged_durable": ("acknowledged runs are durable", "run lost"),
     "term.drained": ("drain", "failed drain"),

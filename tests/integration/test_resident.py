@@ -203,7 +203,6 @@ def test_same_worker_resumes_a_cancelled_run_in_the_process_its_cancellation_str
     from crashmatrix.harness.matrix import run_matrix
     from crashmatrix.harness.plan import Case, Resume
 
-    same = Resume("same-worker")
     kept = "leaky.adapter:KeepsGraphAfterCancel"
     points = ["step.after[turn-1]#1", "log.append.after[turn-4.tool-0]#1", "model.call.before[turn-5]#1"]
     cases = [Case.parse(f"checkout/conv1/cancel@{p}/same-worker") for p in points]

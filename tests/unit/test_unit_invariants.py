@@ -133,3 +133,24 @@ def test_a_runtime_that_keeps_provider_ids_is_judged_by_them() -> None:
     v = invariants.check_answers_recorded(run(ledger=[], transcript=kept,
                                               model_rows=[row("turn-1", "call_first"), row("turn-2", "call_second")]), {})
     assert v.valid is False and "turn-2: 1 billed answer(s) not in the record (cmpl_turn-2)" in v.details
+
+
+def test_the_final_log_must_be_as_clean_as_every_crash_state() -> None:
+    """``log.clean_final``: a hole the resume appended past (seq 4 never written) fails the
+    end invariant, named once, not once per record after it; a clean log passes."""
+    from crashmatrix.harness.adapter import LogEntry
+
+    def ended(seqs: list[int]) -> Evidence:
+        log = [LogEntry(s, f"n{s}", (f"n{seqs[i - 1]}",) if i else (), "model", 1) for i, s in enumerate(seqs)]
+        return Evidence(Observation("r", "completed", log=log, state={"transcript": []}), {}, {}, [])
+
+    def final(ev: Evidence) -> oracle.Verdict:
+        return next(v for v in invariants.end_invariants(ev) if v.check == "log.clean_final")
+
+    holed = final(ended([1, 2, 3, 5, 6, 7]))
+    assert holed.valid is False and holed.phase == "end"
+    assert holed.details == "1 problem(s): seq 5 at position 4 (expected 4: a gap)"
+    assert final(ended([1, 2, 3, 4])).valid is True
+    repeated = final(ended([1, 2, 2, 3]))
+    assert repeated.valid is False and "seq 2 at position 3 (expected 3: a seq repeated or out of order)" in repeated.details
+    assert oracle.check_clean_prefix(ended([2, 3]).observation).check == "log.clean_prefix"

@@ -53,4 +53,22 @@ def test_same_worker_samples_cancel_cases_the_fault_its_worker_outlives() -> Non
     picked, note = sample_by_policy("checkout", goldens, {"same-worker": 4, "warm-worker": 2}, ("label",), seed=3)
     kinds = {c.resume.label(): {x.plan.faults[0].kind for x in picked if x.resume == c.resume} for c in picked}
     assert kinds == {"same-worker": {"cancel"}, "warm-worker": {"kill"}}
-    assert note.endswith("same-worker 4 of 10 crash states (10 cancel cases), warm-worker 2 of 10 crash states (10 kill cases)")
+    assert note.endswith("same-worker 4 of 10 cancel cases, across 1 crash point names, "
+                         "warm-worker 2 of 10 crash states (10 kill cases)")
+
+
+def test_a_sample_across_point_names_gives_each_name_its_share() -> None:
+    """Cancel cases are spread over crash point names: 7 over names of 1, 5 and 10 cases
+    take 1, 3 and 3 (the short name's spare goes to the others), seeded per name."""
+    from crashmatrix.harness.matrix import _across_point_names
+    from crashmatrix.harness.plan import Case
+
+    found = [Case.parse(f"checkout/conv1/cancel@{name}[turn-{i}]#1")
+             for name, count in (("run.accepted", 1), ("log.append.before", 5), ("model.call.before", 10))
+             for i in range(1, count + 1)]
+    chosen, names = _across_point_names(found, 7, "0:resume:same-worker")
+    assert names == 3 and chosen == sorted(chosen)
+    picked = [found[i].plan.faults[0].point.name for i in chosen]
+    assert (picked.count("run.accepted"), picked.count("log.append.before"), picked.count("model.call.before")) == (1, 3, 3)
+    assert _across_point_names(found, 7, "0:resume:same-worker") == (chosen, 3)
+    assert _across_point_names(found, 99, "s")[0] == list(range(16))

@@ -35,4 +35,4 @@ def test_a_double_charge_in_every_run_fails_an_invariant_by_name_on_the_golden_r
     clean = asyncio.run(run_matrix("checkout", "reference", cases=[golden.case]))
     assert clean.exit_code == 0 and clean.golden_results[0].outcome == "pass"
     assert {v.check for v in clean.golden_results[0].verdicts} == {
-        "effects.applied_once", "effects.resolved", "model.answers_recorded"}
+        "effects.applied_once", "effects.resolved", "model.answers_recorded", "log.clean_final"}

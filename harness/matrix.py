@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import faults
 from .errors import InvalidArgument, PlanError
 from .enumeration import double_fault_cases, double_fault_note, enumerate_cases, shard, validate_case
 from .explorer import CaseResult, Explorer, Options
@@ -391,7 +392,7 @@ def sample_by_policy(workload: str, goldens: Mapping[str, GoldenRun], per_policy
         resume = Resume.parse(spec)
         kind = policy_of(resume).sampled_kind
         found = enumerate_cases(workload, dict(goldens), (kind,), sources, resume)
-        if kind != "kill":
+        if faults.kind(kind).survives:  # where the cancellation lands decides, not the durable writes
             chosen, names = _across_point_names(found, n, f"{seed}:resume:{spec}")
             out += [found[i] for i in chosen]
             parts.append(f"{spec} {len(chosen)} of {len(found)} {kind} cases, across {names} crash point names")

@@ -382,8 +382,8 @@ class WarmWorker(Policy):
         if cx.kind_state.get("warm-done"):
             return await ex._plain_resume(cx)
         cx.kind_state["warm-done"] = True
-        residents = getattr(ex.pool, "residents", None)
-        if residents is None or not getattr(ex.adapter, "long_lived_workers", False) or ex.upgrade is not None:
+        residents = _residents(ex)
+        if residents is None:
             cx.result.verdicts.append(_verdict("warm.worker", True, f"not applicable: {FORKS_ONLY}; the resume ran in "
                                                "a fresh worker"))
             return await ex._plain_resume(cx)
@@ -447,8 +447,8 @@ class SameWorker(Policy):
 
         if index != 0:
             return None
-        residents = getattr(ex.pool, "residents", None)
-        if residents is None or not getattr(ex.adapter, "long_lived_workers", False) or ex.upgrade is not None:
+        residents = _residents(ex)
+        if residents is None:
             cx.kind_state["same-why"] = FORKS_ONLY
             return None
         if not eligible(job):
@@ -496,6 +496,15 @@ class SameWorker(Policy):
         cx.result.verdicts.append(_verdict("same.worker", True, f"the resume ran in worker {exit_.pid}, the process "
                                            f"the {kind} fault struck, after its job had ended"))
         return await ex._without_fault(cx, job, log, exit_, report)
+
+
+def _residents(ex: Explorer) -> Any:
+    """The pool's long-lived workers (:class:`.resident.Residents`) when this subject's
+    jobs may run in them; None where every job forks (:data:`FORKS_ONLY`)."""
+    residents = getattr(ex.pool, "residents", None)
+    if residents is None or not getattr(ex.adapter, "long_lived_workers", False) or ex.upgrade is not None:
+        return None
+    return residents
 
 
 FORKS_ONLY = ("every job forks a worker of its own here (the adapter does not declare long_lived_workers, "

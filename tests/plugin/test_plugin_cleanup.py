@@ -48,10 +48,13 @@ def test_sigkilled_xdist_run_leaves_nothing(matrix_project: Path) -> None:
         try:
             deadline = time.monotonic() + 180
             # both workers' zygotes are up and the shared PostgreSQL runs: cases are in flight
-            while time.monotonic() < deadline and sum("crashmatrix.harness.zygote" in c for c in _tagged(tag)) < 2:
+            # the snapshot the loop judged is the one asserted on (a second read could miss a
+            # worker whose shard just ended)
+            running = _tagged(tag)
+            while time.monotonic() < deadline and sum("crashmatrix.harness.zygote" in c for c in running) < 2:
                 assert proc.poll() is None, out_path.read_text()[-3000:]
                 time.sleep(0.2)
-            running = _tagged(tag)
+                running = _tagged(tag)
             assert sum("zygote" in c for c in running) >= 2 and any("postgres" in c for c in running), running
             assert [p.name for p in tmp.glob("crashmatrix-xdist-*")], "no shared PostgreSQL directory"
         finally:

@@ -24,7 +24,7 @@ import contextvars
 from collections.abc import Callable
 
 __all__ = [
-    "crashpoint", "arm", "disarm", "set_logical_task", "reset_logical_task", "logical_task", "Hook",
+    "crashpoint", "crashpoint_for", "arm", "disarm", "set_logical_task", "reset_logical_task", "logical_task", "Hook",
     "RUN_ACCEPTED", "NODE_LAUNCH", "MODEL_CALL_BEFORE", "MODEL_CALL_AFTER", "LOG_APPEND_BEFORE", "LOG_APPEND_AFTER",
     "TOOL_REQUEST_BEFORE", "TOOL_REQUEST_AFTER", "DRAIN_BEGIN", "DB_RECONNECT", "EFFECT_STARTED_BEFORE",
     "EFFECT_UNKNOWN_BEFORE", "PROBE_BEFORE",
@@ -87,6 +87,19 @@ def crashpoint(name: str) -> None:
     hook = _hook
     if hook is not None:
         hook(name, _logical_task.get())
+
+
+def crashpoint_for(task_id: str, name: str) -> None:
+    """:func:`crashpoint` ``name`` as logical task ``task_id`` (entered for the length of
+    the hook's call, then left): a label of a task about to start (``node.launch``). A
+    no-op unless armed, without touching the context."""
+    hook = _hook
+    if hook is not None:
+        token = _logical_task.set(task_id)
+        try:
+            hook(name, task_id)
+        finally:
+            _logical_task.reset(token)
 
 
 def set_logical_task(task_id: str) -> contextvars.Token[str]:

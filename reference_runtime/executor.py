@@ -67,7 +67,6 @@ node) are reported through the ``on_step`` callback for the adapter.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -79,7 +78,7 @@ import anyio
 from crashmatrix.harness.crashpoint import (
     EFFECT_STARTED_BEFORE, EFFECT_UNKNOWN_BEFORE, LOG_APPEND_AFTER, LOG_APPEND_BEFORE, MODEL_CALL_AFTER,
     MODEL_CALL_BEFORE, NODE_LAUNCH, PROBE_BEFORE, TOOL_REQUEST_AFTER, TOOL_REQUEST_BEFORE, crashpoint,
-    reset_logical_task, set_logical_task,
+    crashpoint_for, reset_logical_task, set_logical_task,
 )
 
 from opentelemetry.trace import SpanKind, TracerProvider
@@ -432,6 +431,8 @@ class Execution:
         self._batch_of: dict[str, _LaunchBatch] = {}
         self.error: BaseException | None = None
         self.stop: tuple[str, str] | None = None
+        #: ``anyio.Event`` without its lookup of the backend (set by :meth:`schedule`)
+        self._new_event: Callable[[], anyio.Event] = anyio.Event
         self.started_at: dict[str, float] = {}
         #: the input of every spawned model node (``{}``), encoded once per attempt, as the
         #: fields the record's constructor builds its spec's payload from (a Payload object
@@ -449,6 +450,7 @@ class Execution:
 
     async def schedule(self) -> tuple[str, str | None]:
         checkpoint_if_cancelled, new_event = _backend_calls()
+        self._new_event = new_event  # hand_in and commit make one a waiting record
         async with anyio.create_task_group() as tg:
             while True:
                 # A node that ended (e.g. by the cancellation) sets the event the loop waits
@@ -539,7 +541,7 @@ class Execution:
         Raises the commit's error; a cancellation while waiting takes the record back
         if its commit has not started."""
         node_id = pending.record.node_id
-        pending.done = anyio.Event()
+        pending.done = self._new_event()
         batch.items[node_id] = pending
         batch.waiting.discard(node_id)
         if not batch.waiting:
@@ -591,11 +593,7 @@ class Execution:
     def mark_launched(self, spec: NodeSpec) -> None:
         """Label ``node.launch`` on the node's logical task; the node is running."""
         node_id = spec.node_id
-        token = set_logical_task(node_id)
-        try:
-            crashpoint(NODE_LAUNCH)
-        finally:
-            reset_logical_task(token)
+        crashpoint_for(node_id, NODE_LAUNCH)
         self.running.add(node_id)
 
     async def run_node(self, spec: NodeSpec) -> None:
@@ -905,7 +903,7 @@ class Execution:
         awaits of the commit path are not the same in every run (await points stop
         being deterministic per logical task; labels and steps still are)."""
         if self._committing:
-            pending.done = anyio.Event()
+            pending.done = self._new_event()
             self._queue.append(pending)
             await pending.done.wait()
             if pending.error is not None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import codec, state_codec
-from .subagents import SUBAGENT_KIND, child_messages, scope_of
+from .subagents import SCOPE_SEPARATOR, SUBAGENT_KIND, child_messages, scope_of
 from .blobs import BlobStore
 from .logstore import LogFacts, LogRead, StoredRecord
 from .records_pb2 import NodeRecord, NodeSpec
@@ -138,6 +138,11 @@ class Deferred(dict):  # type: ignore[type-arg]
         return (dict, (self.copy(),))
 
 
+def _open_scopes(pending: dict[str, NodeSpec]) -> Counter[str]:
+    """How many of the ``pending`` nodes each sub-agent scope holds (``RunGraph._open``)."""
+    return Counter(scope_of(node_id) for node_id in pending if SCOPE_SEPARATOR in node_id)
+
+
 @dataclass
 class RunGraph:
     """Rehydrated state of one run: records by node id, specs of every known node."""
@@ -149,7 +154,8 @@ class RunGraph:
     last_seq: int = 0
     blobs: BlobStore | None = None
     _outputs: dict[str, Any] = field(default_factory=dict, repr=False)
-    #: specs without a record, and how many of them each sub-agent scope holds
+    #: specs without a record, and how many of them each sub-agent scope holds (the
+    #: run's own scope ``""`` is not counted: only a sub-agent node waits on a count)
     _pending: dict[str, NodeSpec] = field(default_factory=dict, repr=False)
     _open: Counter[str] = field(default_factory=Counter, repr=False)
     #: the transcript the newest model node of each chain saw (see _seen_by)
@@ -213,7 +219,7 @@ class RunGraph:
         unrecorded = list(itertools.filterfalse(records.__contains__, ids))
         unrecorded.extend(node_id for node_id in root if node_id not in records)
         self._pending = {node_id: specs[node_id] for node_id in sorted(unrecorded, key=node_order)}
-        self._open = Counter(scope_of(node_id) for node_id in self._pending)
+        self._open = _open_scopes(self._pending)
 
     def _rebuild(self, stored: Sequence[StoredRecord]) -> None:
         """What :meth:`add` for each record in ``seq`` order leaves, in bulk: the records
@@ -243,7 +249,7 @@ class RunGraph:
         if stored:
             self.last_seq = stored[-1].seq
         self._pending = {node_id: spec for node_id, spec in specs.items() if node_id not in records}
-        self._open = Counter(scope_of(node_id) for node_id in self._pending)
+        self._open = _open_scopes(self._pending)
 
     def add_spec(self, spec: NodeSpec) -> None:
         """Know a node (the first spec of an id wins; a recorded node is not pending)."""
@@ -253,7 +259,8 @@ class RunGraph:
         self.specs[node_id] = spec
         if node_id not in self.records:
             self._pending[node_id] = spec
-            self._open[scope_of(node_id)] += 1
+            if SCOPE_SEPARATOR in node_id:
+                self._open[scope_of(node_id)] += 1
 
     def add(self, record: NodeRecord, output: Any = None) -> None:
         """Take a record (the first of a node counts in the totals). ``output``: its
@@ -270,7 +277,7 @@ class RunGraph:
             budget = record.budget  # read once: every read of a field makes a new Python object
             self.tokens_used += budget.tokens
             self.wall_ms_used += budget.wall_ms
-            if self._pending.pop(node_id, None) is not None:
+            if self._pending.pop(node_id, None) is not None and SCOPE_SEPARATOR in node_id:
                 self._open[scope_of(node_id)] -= 1
         self.records[node_id] = record
         # a slice, a list made in C: iterating upb's repeated container goes through the
@@ -363,16 +370,23 @@ class RunGraph:
         plus its tools' messages: O(new messages) per turn instead of a walk and a sort of
         the whole run. Any other shape (or no cached predecessor) takes the full walk."""
         scope = scope_of(node_id)
-        spec = self.specs.get(node_id)
+        specs, records, seen = self.specs, self.records, self._seen
+        spec = specs.get(node_id)
         parents = spec.parents[:] if spec is not None else []
-        specs = self.specs
-        grand = {tuple(specs[p].parents[:]) if p in specs else None for p in parents}
-        if len(grand) == 1 and all(p in self.records and scope_of(p) == scope for p in parents):
-            (before,) = grand
-            if before is not None and len(before) == 1 and before[0] in self._seen and before[0] in self.records:
-                messages = self._seen.pop(before[0])  # turn n's successor is its only reader
+        # the chain's shape: every parent recorded, in this scope, with the same single
+        # parent (turn n), whose transcript is cached (a loop, not sets and generators:
+        # this runs once a model turn)
+        first = specs.get(parents[0]) if parents else None
+        before = first.parents[:] if first is not None else None
+        if before is not None and len(before) == 1 and before[0] in seen and before[0] in records:
+            for p in parents:
+                p_spec = specs.get(p)
+                if p not in records or scope_of(p) != scope or p_spec is None or p_spec.parents[:] != before:
+                    break
+            else:
+                messages = seen.pop(before[0])  # turn n's successor is its only reader
                 self._messages(messages, [before[0], *sorted(parents, key=node_order)])
-                self._seen[node_id] = messages
+                seen[node_id] = messages
                 return messages
         ancestors = self.ancestors(node_id)
         nodes = [n for n in ancestors if scope_of(n) == scope]

@@ -39,6 +39,25 @@ def test_armed_hook_receives_name_and_logical_task() -> None:
     assert seen == [("a", "run"), ("b", "turn-3.tool-1"), ("c", "run")]
 
 
+def test_crashpoint_for_names_the_task_inside_the_hook_and_leaves_the_context_as_it_was() -> None:
+    """The hook sees the given task both as its argument and as the context's logical task
+    (a hook that raises leaves the context restored too); disarmed, nothing is touched."""
+    cp.crashpoint_for("turn-2", "node.launch")  # disarmed: a no-op
+    seen: list[tuple[str, str, str]] = []
+
+    def hook(name: str, task: str) -> None:
+        seen.append((name, task, cp.logical_task()))
+        if name == "boom":
+            raise RuntimeError("hook raised")
+
+    cp.arm(hook)
+    cp.crashpoint_for("turn-2", "node.launch")
+    with pytest.raises(RuntimeError):
+        cp.crashpoint_for("turn-3", "boom")
+    cp.crashpoint("after")
+    assert seen == [("node.launch", "turn-2", "turn-2"), ("boom", "turn-3", "turn-3"), ("after", "run", "run")]
+
+
 def test_disarm_stops_calls_and_rearm_replaces() -> None:
     first: list[str] = []
     second: list[str] = []

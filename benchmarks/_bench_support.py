@@ -11,6 +11,7 @@ node's append started and ended and how long it took (encode + insert + commit).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -26,11 +27,16 @@ from typing import Any
 import anyio
 
 from crashmatrix.reference_runtime import Agent, ModelReply, ProbeOutcome, Tool, ToolCall, ToolContext, ToolOutcome
+from crashmatrix.reference_runtime import codec
+from crashmatrix.reference_runtime.effects import idempotency_key
 from crashmatrix.reference_runtime.executor import Execution, Runtime
+from crashmatrix.reference_runtime.graph import RunGraph
 from crashmatrix.reference_runtime.leases import Lease
-from crashmatrix.reference_runtime.logstore import EffectOutcome, StoredRecord
-from crashmatrix.reference_runtime.records_pb2 import NodeRecord
+from crashmatrix.reference_runtime.logstore import RECORD_FORMAT_VERSION, EffectOutcome, StoredRecord
+from crashmatrix.reference_runtime.records_pb2 import Budget, NodeRecord
+from crashmatrix.reference_runtime.state_codec import TrackedState
 from crashmatrix.reference_runtime.subagents import SubAgent
+from crashmatrix.scenarios import long_run, research
 
 _ids = itertools.count(1)
 
@@ -86,6 +92,104 @@ def local_agent(agent: Agent, scripts: dict[str, Any], conversation: str, provid
         elif tool.effect:
             agent.tools[name] = Tool(name, provider.send, effect=True, probe=provider.probe)
     return agent
+
+
+SCRIPTS = {"research": research.respond, "investigator": research.respond_child, "long_run": long_run.respond}
+
+
+class NoLedger:
+    """An effects ledger with no I/O (nothing is ever found: every effect is new)."""
+
+    async def get(self, run_id: str, key: str) -> None:
+        return None
+
+    async def mark_started(self, *args: Any) -> None:
+        pass
+
+    async def mark_unknown(self, *args: Any) -> None:
+        pass
+
+
+def agent(workload: Any, conversation: str) -> Any:
+    """``workload``'s agent for ``conversation`` with its scripts as local models and its
+    effects on an in-memory provider."""
+    return local_agent(workload.build_agent(conversation, Resources(conversation)), SCRIPTS, conversation, MemoryProvider())
+
+
+async def untimed_execution(rt: Runtime, run_id: str, run_input: dict[str, Any], lease: Lease) -> int:
+    """Schedule one run to its end on ``rt`` (no lease, status or trace writes: the
+    executor only), nothing timed (``bench_fanout.one_execution`` times each append: two
+    clock reads and an :class:`AppendTiming` a node, ~34,000 instructions in the chain
+    that are the benchmark's, not the executor's); the nodes recorded."""
+    execution = Execution(rt, RunGraph.rehydrate(run_id, run_input, await rt.store.read(run_id), blobs=None), lease)
+    status, _ = await execution.schedule()
+    assert status == "completed", status
+    return len(execution.graph.records)
+
+
+async def drive_chain_floor(workload: Any, conversation: str, *, walls: bool = True) -> int:
+    """One run of a chain workload (``long_run``: a model node and a tool node a turn) by
+    a bare loop, no executor; the nodes run. Per node: the workload's own code (the
+    model's script or the tool, with their awaits; the transcript a list the loop
+    extends) and, with ``walls``, what a durable executor cannot do without: the output
+    through the codec's durability check, the state fields through the schema, one
+    ``NodeRecord`` built as the executor builds it (with the specs a model turn spawns),
+    the append's one suspension. Nothing else: no graph, scheduler, crash point, hook,
+    budget or ledger. What the executor costs above ``walls=True`` is its bookkeeping;
+    ``walls=False`` is the workload alone, what no executor can go below."""
+    wl_agent = agent(workload, conversation)
+    schema, run_id = wl_agent.state_schema, f"floor-{next(_ids)}"
+    messages = list(workload.run_input(conversation).get("messages", []))
+    state: dict[str, Any] = {}
+    nodes, turn, parents = 0, 1, []
+    empty = codec.encode_trusted({})
+    while True:
+        node_id = f"turn-{turn}"
+        reply = await wl_agent.model.complete(run_id, node_id, messages)
+        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]
+        assistant: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if calls:
+            assistant["tool_calls"] = calls
+        if walls:
+            payload, read = codec.encode_read({"messages": [assistant]})
+            tools = [f"{node_id}.tool-{i}" for i in range(len(calls))]
+            spawned = [{"node_id": t, "kind": "tool", "parents": [node_id], "input": codec.encode_trusted({"call": c})}
+                       for t, c in zip(tools, calls)]
+            if calls:
+                spawned.append({"node_id": f"turn-{turn + 1}", "kind": "model", "parents": tools, "input": empty})
+            NodeRecord(format_version=RECORD_FORMAT_VERSION, node_id=node_id, parents=parents, kind="model",
+                       output=payload, spawned=spawned, budget=Budget(tokens=reply.tokens, model_calls=1), lease_epoch=1)
+            await asyncio.sleep(0)
+            messages.extend(read["messages"])
+        else:
+            messages.append(assistant)
+        nodes += 1
+        if not calls:
+            return nodes
+        parents = []
+        for i, call in enumerate(calls):
+            tool_node = f"{node_id}.tool-{i}"
+            tool = wl_agent.tools[call["name"]]
+            ctx = ToolContext(run_id, tool_node, idempotency_key(run_id, call["id"]) if tool.effect else None,
+                              wl_agent.resources, TrackedState(state))
+            outcome = await tool.fn(ctx, call["arguments"])
+            message = {"role": "tool", "tool_call_id": call["id"], "name": call["name"], "status": outcome.status,
+                       "content": outcome.result}
+            updates = ctx.state.updates()
+            if walls:
+                payload, read = codec.encode_read({"messages": [message]})
+                record = NodeRecord(format_version=RECORD_FORMAT_VERSION, node_id=tool_node, parents=[node_id], kind="tool",
+                                    output=payload, budget=Budget(tool_calls=1), lease_epoch=1)
+                if updates:
+                    record.state.CopyFrom(schema.encode(updates))
+                await asyncio.sleep(0)
+                messages.extend(read["messages"])
+            else:
+                messages.append(message)
+            state.update(updates)
+            parents.append(tool_node)
+            nodes += 1
+        turn += 1
 
 
 class MemoryStore:

@@ -16,7 +16,11 @@
    the executor with a store and a ledger that do no I/O: the research fan-out with 0 ms
    tools, and a long_run chain (one model and one tool node per turn). The model here is
    the workload's script called in process, so the figure includes building each model
-   node's transcript and the script's own work.
+   node's transcript and the script's own work. Nothing inside the run is timed (since
+   issue 22's eleventh session; before, each append was, ~10 us a node of the figure).
+   In the same rounds, the chain's two floors (``_bench_support.drive_chain_floor``): the
+   workload's own code alone, and that plus what the walls need (the codec's check, the
+   state schema, the record, one suspension a node), and the chain over each.
 
 Starts an embedded PostgreSQL unless --dsn (or $CRASHMATRIX_PG_DSN) is given. Figures go
 to stdout as JSON; docs/benchmarks.md records runs (with the load average: the machine
@@ -38,7 +42,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench_support import (  # noqa: E402
-    MemoryProvider, MemoryStore, Resources, TimedExecution, Timings, local_agent, postgres_dsn, print_figures,
+    MemoryStore, NoLedger, TimedExecution, Timings, agent, drive_chain_floor, postgres_dsn, print_figures,
+    untimed_execution,
 )
 
 from crashmatrix.reference_runtime import RunGraph, connect, migrate  # noqa: E402
@@ -46,26 +51,6 @@ from crashmatrix.reference_runtime.executor import Runtime  # noqa: E402
 from crashmatrix.reference_runtime.leases import acquire, Lease  # noqa: E402
 from crashmatrix.reference_runtime.logstore import AppendOnlyLog  # noqa: E402
 from crashmatrix.scenarios import long_run, research  # noqa: E402
-
-SCRIPTS = {"research": research.respond, "investigator": research.respond_child, "long_run": long_run.respond}
-
-
-class NoLedger:
-    """An effects ledger with no I/O (nothing is ever found: every effect is new)."""
-
-    async def get(self, run_id: str, key: str) -> None:
-        return None
-
-    async def mark_started(self, *args: Any) -> None:
-        pass
-
-    async def mark_unknown(self, *args: Any) -> None:
-        pass
-
-
-def agent(workload: Any, conversation: str) -> Any:
-    return local_agent(workload.build_agent(conversation, Resources(conversation)), SCRIPTS, conversation, MemoryProvider())
-
 
 async def one_execution(rt: Runtime, run_id: str, run_input: dict[str, Any], lease: Lease) -> Timings:
     """Schedule one run to its end on ``rt`` (no lease, status or trace writes: the
@@ -121,22 +106,41 @@ async def bench_fanout(dsn: str, repeat: int) -> dict[str, Any]:
 
 
 async def bench_overhead(repeat: int) -> dict[str, Any]:
+    """CPU microseconds a node of the executor with no I/O (nothing timed inside: the
+    benchmark's own clock reads are not the executor's), and in the same rounds the chain's
+    floors (``_bench_support.drive_chain_floor``): the workload's own code alone, and that
+    plus what the walls need (codec check, state schema, the record, one suspension); the
+    chain's figure over each floor is the ratio that holds between runs."""
     out: dict[str, Any] = {}
-    shapes = (("research_fanout_41_nodes_plus_child", research.WORKLOAD, "fanout"), ("long_run_chain_200_turns", long_run.WORKLOAD, "t200"),
-              ("long_run_chain_1000_turns", long_run.WORKLOAD, "t1000"))
-    for label, workload, conversation in shapes:
-        per_node = []
-        nodes = 0
-        for _ in range(repeat if conversation != "t1000" else max(1, repeat // 5)):
-            rt = Runtime(None, agent(workload, conversation), worker_id="bench", handle_sigterm=False,  # type: ignore[arg-type]
-                         store=MemoryStore(), ledger=NoLedger())  # type: ignore[arg-type]
-            run_id = f"ov-{uuid.uuid4().hex[:8]}"
+    shapes = (("research_fanout_41_nodes_plus_child", research.WORKLOAD, "fanout", "executor"),
+              ("long_run_chain_200_turns", long_run.WORKLOAD, "t200", "executor"),
+              ("long_run_chain_200_turns_floor_walls", long_run.WORKLOAD, "t200", "walls"),
+              ("long_run_chain_200_turns_floor_workload_alone", long_run.WORKLOAD, "t200", "workload"),
+              ("long_run_chain_1000_turns", long_run.WORKLOAD, "t1000", "executor"))
+    per_node: dict[str, list[float]] = {label: [] for label, *_ in shapes}
+    nodes: dict[str, int] = {}
+    for round_ in range(repeat):  # round-robin, so a load change touches every shape alike
+        for label, workload, conversation, driver in shapes:
+            if conversation == "t1000" and round_ >= max(1, repeat // 5):
+                continue
             c0 = time.process_time()
-            timings = await one_execution(rt, run_id, workload.run_input(conversation), Lease(run_id, "bench", 1))
-            nodes = len(timings.appends)
-            per_node.append((time.process_time() - c0) / nodes * 1e6)
-        out[label] = {"nodes": nodes, "cpu_us_per_node_median": round(statistics.median(per_node), 1),
-                      "cpu_us_per_node_min": round(min(per_node), 1)}
+            if driver == "executor":
+                rt = Runtime(None, agent(workload, conversation), worker_id="bench", handle_sigterm=False,  # type: ignore[arg-type]
+                             store=MemoryStore(), ledger=NoLedger())  # type: ignore[arg-type]
+                run_id = f"ov-{uuid.uuid4().hex[:8]}"
+                c0 = time.process_time()
+                n = await untimed_execution(rt, run_id, workload.run_input(conversation), Lease(run_id, "bench", 1))
+            else:
+                n = await drive_chain_floor(workload, conversation, walls=driver == "walls")
+            per_node[label].append((time.process_time() - c0) / n * 1e6)
+            nodes[label] = n
+    for label, *_ in shapes:
+        out[label] = {"nodes": nodes[label], "cpu_us_per_node_median": round(statistics.median(per_node[label]), 1),
+                      "cpu_us_per_node_min": round(min(per_node[label]), 1)}
+    chain = out["long_run_chain_200_turns"]["cpu_us_per_node_median"]
+    out["long_run_chain_200_turns_over_floor_walls"] = round(chain / out["long_run_chain_200_turns_floor_walls"]["cpu_us_per_node_median"], 2)
+    out["long_run_chain_200_turns_over_workload_alone"] = round(
+        chain / out["long_run_chain_200_turns_floor_workload_alone"]["cpu_us_per_node_median"], 2)
     return out
 
 

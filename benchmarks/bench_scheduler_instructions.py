@@ -18,6 +18,14 @@ rebuild of the same records: the parse of the framed ``RecordLog`` bytes, the
 ``LogRead`` with the facts its server sums (summed once here) and ``RunGraph.rehydrate``
 from them, per record.
 
+The floors, in the same unit (issue 22, eleventh session): ``floor_long_run_200`` is the
+chain driven by a bare loop doing per node only what the walls need (the codec's check,
+the state schema, the record, one suspension: ``_bench_support.drive_chain_floor``),
+``workload_long_run_200`` the workload's own code alone (the model's script, the tools,
+their awaits), ``anyio_task_40`` one anyio task started in a task group and passing one
+checkpoint, per task (a fan-out's concurrent node pays it). ``long_run_200`` minus
+``floor_long_run_200`` is the executor's bookkeeping.
+
 Needs ``valgrind`` on PATH (Debian: ``apt install valgrind``); exits 2 naming it if not.
 Each count takes ~10-30 s (valgrind runs Python ~40x slower). Figures go to stdout as
 JSON; docs/benchmarks.md records them.
@@ -35,10 +43,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.lowlevel
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_fanout import NoLedger, agent, one_execution  # noqa: E402
-from _bench_support import MemoryStore, print_figures  # noqa: E402
+from bench_fanout import one_execution  # noqa: E402
+from _bench_support import MemoryStore, NoLedger, agent, drive_chain_floor, print_figures, untimed_execution  # noqa: E402
 
 from crashmatrix.reference_runtime.executor import Runtime  # noqa: E402
 from crashmatrix.reference_runtime.graph import RunGraph  # noqa: E402
@@ -56,7 +67,17 @@ SHAPES = {
     # the same records as the default store's read hands them over: parsed from one framed
     # RecordLog value with the facts summed beside them (logstore.LogRead); per record
     "rehydrate_read_long_run_2500": (long_run.WORKLOAD, "t2500"),
+    # not the executor: long_run_200's chain driven by a bare loop doing what any durable
+    # executor of it must (_bench_support.drive_chain_floor); per node
+    "floor_long_run_200": (long_run.WORKLOAD, "t200"),
+    # the same loop without the walls: the workload's own code alone; per node
+    "workload_long_run_200": (long_run.WORKLOAD, "t200"),
+    # not a workload: 40 anyio tasks started in one task group, each passing one
+    # checkpoint (what the fan-out's concurrent nodes pay to run concurrently); per task
+    "anyio_task_40": (None, "40"),
 }
+ANYIO_TASKS = "anyio_task_40"
+FLOORS = {"floor_long_run_200": True, "workload_long_run_200": False}
 REHYDRATE = "rehydrate_long_run_2500"
 REHYDRATE_READ = "rehydrate_read_long_run_2500"
 _IREFS = re.compile(r"I\s+refs:\s+([\d,]+)")
@@ -66,6 +87,16 @@ async def drive(shape: str, executions: int) -> int:
     """Schedule ``executions`` runs of ``shape`` in this process; the nodes of one."""
     workload, conversation = SHAPES[shape]
     nodes = 0
+    if shape == ANYIO_TASKS:
+        for _ in range(executions):
+            async with anyio.create_task_group() as tg:
+                for i in range(int(conversation)):
+                    tg.start_soon(anyio.lowlevel.checkpoint, name=f"node-{i}")
+        return int(conversation)
+    if shape in FLOORS:
+        for _ in range(executions):
+            nodes = await drive_chain_floor(workload, conversation, walls=FLOORS[shape])
+        return nodes
     if shape in (REHYDRATE, REHYDRATE_READ):  # the records are made once in either count, so they cancel out
         rt = Runtime(None, agent(workload, conversation), worker_id="bench", handle_sigterm=False,  # type: ignore[arg-type]
                      store=MemoryStore(), ledger=NoLedger())  # type: ignore[arg-type]
@@ -85,8 +116,7 @@ async def drive(shape: str, executions: int) -> int:
         rt = Runtime(None, agent(workload, conversation), worker_id="bench", handle_sigterm=False,  # type: ignore[arg-type]
                      store=MemoryStore(), ledger=NoLedger())  # type: ignore[arg-type]
         run_id = f"ir-{uuid.uuid4().hex[:8]}"
-        timings = await one_execution(rt, run_id, workload.run_input(conversation), Lease(run_id, "bench", 1))
-        nodes = len(timings.appends)
+        nodes = await untimed_execution(rt, run_id, workload.run_input(conversation), Lease(run_id, "bench", 1))
     return nodes
 
 

@@ -119,7 +119,7 @@ def agent(workload: Any, conversation: str) -> Any:
 async def untimed_execution(rt: Runtime, run_id: str, run_input: dict[str, Any], lease: Lease) -> int:
     """Schedule one run to its end on ``rt`` (no lease, status or trace writes: the
     executor only), nothing timed (``bench_fanout.one_execution`` times each append: two
-    clock reads and an :class:`AppendTiming` a node, ~34,000 instructions in the chain
+    clock reads and an :class:`AppendTiming` a node, ~35,000 instructions in the chain
     that are the benchmark's, not the executor's); the nodes recorded."""
     execution = Execution(rt, RunGraph.rehydrate(run_id, run_input, await rt.store.read(run_id), blobs=None), lease)
     status, _ = await execution.schedule()
@@ -127,7 +127,7 @@ async def untimed_execution(rt: Runtime, run_id: str, run_input: dict[str, Any],
     return len(execution.graph.records)
 
 
-async def drive_chain_floor(workload: Any, conversation: str, *, walls: bool = True) -> int:
+async def drive_chain_floor(workload: Any, conversation: str, *, walls: bool = True, wl_agent: Any = None) -> int:
     """One run of a chain workload (``long_run``: a model node and a tool node a turn) by
     a bare loop, no executor; the nodes run. Per node: the workload's own code (the
     model's script or the tool, with their awaits; the transcript a list the loop
@@ -136,8 +136,9 @@ async def drive_chain_floor(workload: Any, conversation: str, *, walls: bool = T
     ``NodeRecord`` built as the executor builds it (with the specs a model turn spawns),
     the append's one suspension. Nothing else: no graph, scheduler, crash point, hook,
     budget or ledger. What the executor costs above ``walls=True`` is its bookkeeping;
-    ``walls=False`` is the workload alone, what no executor can go below."""
-    wl_agent = agent(workload, conversation)
+    ``walls=False`` is the workload alone, what no executor can go below. ``wl_agent``:
+    the agent to drive (default: :func:`agent`'s, built here)."""
+    wl_agent = wl_agent if wl_agent is not None else agent(workload, conversation)
     schema, run_id = wl_agent.state_schema, f"floor-{next(_ids)}"
     messages = list(workload.run_input(conversation).get("messages", []))
     state: dict[str, Any] = {}

@@ -123,7 +123,6 @@ async def bench_overhead(repeat: int) -> dict[str, Any]:
         for label, workload, conversation, driver in shapes:
             if conversation == "t1000" and round_ >= max(1, repeat // 5):
                 continue
-            c0 = time.process_time()
             if driver == "executor":
                 rt = Runtime(None, agent(workload, conversation), worker_id="bench", handle_sigterm=False,  # type: ignore[arg-type]
                              store=MemoryStore(), ledger=NoLedger())  # type: ignore[arg-type]
@@ -131,7 +130,9 @@ async def bench_overhead(repeat: int) -> dict[str, Any]:
                 c0 = time.process_time()
                 n = await untimed_execution(rt, run_id, workload.run_input(conversation), Lease(run_id, "bench", 1))
             else:
-                n = await drive_chain_floor(workload, conversation, walls=driver == "walls")
+                wl_agent = agent(workload, conversation)  # outside the figure, as the executor's is
+                c0 = time.process_time()
+                n = await drive_chain_floor(workload, conversation, walls=driver == "walls", wl_agent=wl_agent)
             per_node[label].append((time.process_time() - c0) / n * 1e6)
             nodes[label] = n
     for label, *_ in shapes:

@@ -27,7 +27,8 @@ def main() -> None:
     convs = tuple(args.conversations.split(","))
     print(f"cores: {os.cpu_count()}; conversations: {', '.join(convs)}")
     for jobs in (int(j) for j in args.jobs.split(",")):
-        report = asyncio.run(run_matrix("checkout", args.subject, conversations=convs, jobs=jobs))
+        report = asyncio.run(run_matrix("checkout", args.subject, kinds=("kill", "term", "cancel"),
+                                        conversations=convs, jobs=jobs))
         med = statistics.median(r.seconds for r in report.results)
         c = report.counts
         print(f"jobs={jobs}: {len(report.results)} cases ({c['pass']} passed, {c['fail']} failed, "

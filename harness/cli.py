@@ -201,7 +201,7 @@ def run(
     from .pruning import options_of
     from .report import print_failures, print_summary
     from .names import Names, resolve
-    from .services.postgres import DSN_ENV
+    from .defaults import default_matrix
 
     cases = None
     workloads = (workload,) if workload else (("checkout",) if conversation or plan else DEFAULT_WORKLOADS)
@@ -209,12 +209,10 @@ def run(
         every = _progress_interval()
         targets = [resolve(name, subject, kinds=DEFAULT_KINDS if kinds is None else kinds, sources=sources,
                            conversations=conversation or None, resume_with=resume_with) for name in workloads]
-        # the default adds the recovery-finding kinds, sampled; db-restart needs the
-        # embedded PostgreSQL (not a user's --dsn)
-        sampled = {} if kinds is not None or plan is not None or kind_sample == 0 else {
-            k: kind_sample for k in SAMPLED_KINDS if not (k == "db-restart" and (dsn or os.environ.get(DSN_ENV)))}
         resume_p = Resume.parse(resume)
-        policies = {} if not sampled or resume_p.policy != "default" else dict.fromkeys(SAMPLED_POLICIES, kind_sample)
+        # the default matrix (defaults.py), as run_matrix and the pytest plugin build it
+        shape = default_matrix(None if kinds is None and plan is None else targets[0].kinds,
+                               kind_sample=kind_sample, resume=resume_p, dsn=dsn)
         if plan is not None:
             if not conversation or len(conversation) != 1:
                 raise typer.BadParameter("--plan needs exactly one --conversation")
@@ -270,7 +268,7 @@ def run(
                 on_start=on_start, on_result=on_result, depth=depth, sample=sample, seed=seed, shard_spec=shard,
                 replay_failures=replay_failures, on_report=on_report,
                 require_coverage=require_coverage,
-                resume=resume_p, sampled_kinds=sampled, sampled_policies=policies,
+                resume=resume_p, matrix=shape,
             ))
         except CrashmatrixError as exc:
             progress.stop()

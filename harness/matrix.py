@@ -11,12 +11,13 @@ import dataclasses
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import faults
 from .errors import InvalidArgument, PlanError
+from .defaults import DefaultMatrix, default_matrix
 from .enumeration import double_fault_cases, double_fault_note, enumerate_cases, shard, validate_case
 from .explorer import CaseResult, Explorer, Options
 from .golden import GoldenRun, golden_failure
@@ -131,7 +132,7 @@ async def run_matrix(
     workload: str | Names = "checkout",
     subject: str = "reference",
     *,
-    kinds: tuple[str, ...] = DEFAULT_KINDS,
+    kinds: tuple[str, ...] | None = None,
     sources: tuple[str, ...] = DEFAULT_SOURCES,
     conversations: tuple[str, ...] | None = None,
     cases: list[Case] | None = None,
@@ -150,6 +151,7 @@ async def run_matrix(
     resume: Resume = Resume(),
     sampled_kinds: Mapping[str, int] | None = None,
     sampled_policies: Mapping[str, int] | None = None,
+    matrix: DefaultMatrix | None = None,
 ) -> MatrixReport:
     """Start services, run golden runs, then the matrix (or the given ``cases``).
 
@@ -157,12 +159,16 @@ async def run_matrix(
     and checked by :func:`.names.resolve`; or ``workload`` is the :class:`.names.Names`
     a caller resolved already (then the other four must be left at their defaults).
 
-    ``sampled_kinds`` (kind -> n): kinds added to the enumerated matrix as a seeded sample
-    of ``n`` cases each (:func:`sample_by_kind`, drawn with ``seed``; the CLI's default:
-    :data:`.plan.SAMPLED_KINDS`); a note says how many of how many. ``sampled_policies``
-    (resume policy -> n): as many kill cases resumed under each policy
-    (:func:`sample_by_policy`; the CLI's default: :data:`.plan.SAMPLED_POLICIES`), when
-    ``resume`` is the default policy.
+    ``kinds`` None (and a workload given by name): the default matrix, what ``crashmatrix
+    run WORKLOAD`` runs (:func:`.defaults.default_matrix`: kill, term and cancel at every
+    point, and seeded samples of :data:`.plan.SAMPLED_KINDS` and
+    :data:`.plan.SAMPLED_POLICIES`, drawn with ``seed``); ``kinds`` given, or resolved
+    :class:`.names.Names`: those kinds at every point, nothing sampled. ``matrix``: the
+    shape to run instead (:class:`.defaults.DefaultMatrix`; its ``kinds`` must be the
+    kinds run at every point). ``sampled_kinds`` (kind -> n) and ``sampled_policies``
+    (resume policy -> n) set the samples by hand: n cases of each kind
+    (:func:`sample_by_kind`), n cases resumed under each policy when ``resume`` is the
+    default policy (:func:`sample_by_policy`); a note says how many of how many.
 
     Raises ``ServiceError``/``RegistryError``/``InvalidArgument`` before any case runs
     when services or names are wrong, and ``PlanError`` when a given case does not fit
@@ -194,11 +200,19 @@ async def run_matrix(
     from .builds import check_case_label, label_cases
 
     if isinstance(workload, Names):
-        if (subject, kinds, sources, conversations) != ("reference", DEFAULT_KINDS, DEFAULT_SOURCES, None):
+        if (subject, kinds, sources, conversations) != ("reference", None, DEFAULT_SOURCES, None):
             raise InvalidArgument("run_matrix: give the names either resolved (Names) or one by one, not both")
         names = workload
     else:
-        names = resolve(workload, subject, kinds=kinds, sources=sources, conversations=conversations)
+        every = (matrix.kinds if matrix is not None else DEFAULT_KINDS) if kinds is None else kinds
+        names = resolve(workload, subject, kinds=every, sources=sources, conversations=conversations)
+    if matrix is None:
+        named = kinds is not None or isinstance(workload, Names)
+        matrix = default_matrix(names.kinds if named else None, resume=resume, dsn=dsn)
+    elif matrix.kinds != names.kinds:
+        raise InvalidArgument(f"run_matrix: matrix.kinds={matrix.kinds!r} differ from the kinds named, {names.kinds!r}")
+    if sampled_kinds is not None or sampled_policies is not None:
+        matrix = DefaultMatrix(names.kinds, tuple((sampled_kinds or {}).items()), tuple((sampled_policies or {}).items()))
     workload, subject, kinds, sources, conversations = (
         names.workload, names.subject, names.kinds, names.sources, names.conversations)
     if shard_spec:
@@ -224,16 +238,9 @@ async def run_matrix(
         notes: list[str] = [f"not applicable, no case run: {g.skipped}" for g in goldens.values() if g.skipped]
         if cases is None:
             notes.append(f"kinds at every crash point: {', '.join(kinds) or 'none'}; sources: {', '.join(sources)}")
-            cases = label_cases(enumerate_cases(workload, healthy, kinds, sources, resume), explorer.upgrade)
-            if sampled_kinds:
-                extra = enumerate_cases(workload, healthy, tuple(sampled_kinds), sources, resume)
-                picked, line = sample_by_kind(extra, sampled_kinds, seed)
-                cases += label_cases(picked, explorer.upgrade)
-                notes.append(line)
-            if sampled_policies and resume.policy == "default":
-                picked, line = sample_by_policy(workload, healthy, sampled_policies, sources, seed)
-                cases += label_cases(picked, explorer.upgrade)
-                notes.append(line)
+            found, lines = matrix.cases(workload, healthy, sources, resume, seed)
+            cases = label_cases(found, explorer.upgrade)
+            notes += lines
         else:
             from .netfaults import check_links
 
@@ -248,8 +255,7 @@ async def run_matrix(
             cases = (shard_by_crash_state(cases, goldens, shard_spec, prune) if prune is None or prune.prune
                      else shard(cases, shard_spec))
         cases = [c for c in cases if c.conversation in healthy and c.plan.faults]
-        all_kinds = kinds + tuple(k for k in (sampled_kinds or {}) if k not in kinds)
-        report = MatrixReport(workload, subject, all_kinds, sources, goldens, jobs=jobs, golden_results=reported,
+        report = MatrixReport(workload, subject, matrix.all_kinds, sources, goldens, jobs=jobs, golden_results=reported,
                               replay_failures=replay_failures, planned=len(cases),
                               require_coverage=require_coverage, notes=notes)
         if on_report:
@@ -362,7 +368,8 @@ def _across_point_names(found: list[Case], n: int, stream: str) -> tuple[list[in
 
 
 def sample_by_policy(workload: str, goldens: Mapping[str, GoldenRun], per_policy: Mapping[str, int],
-                     sources: tuple[str, ...], seed: int = 0) -> tuple[list[Case], str]:
+                     sources: tuple[str, ...], seed: int = 0, *,
+                     states: Mapping[str, Sequence[int]] | None = None) -> tuple[list[Case], str]:
     """For each resume policy of ``per_policy`` (a :meth:`.plan.Resume.parse` spec, e.g.
     ``"concurrent"``), a seeded sample of that many cases of ``goldens`` of the policy's
     kind (:attr:`.policies.Policy.sampled_kind`: kill; cancel for ``same-worker``) resumed
@@ -379,13 +386,15 @@ def sample_by_policy(workload: str, goldens: Mapping[str, GoldenRun], per_policy
     ``*.before`` one. Returns the cases and a note (``"sampled resume policies (seed 0;
     --resume runs a policy at every point): concurrent 24 of 114 crash states (367 kill
     cases), same-worker 24 of 367 cancel cases, across 12 crash point names"``). Raises
-    ``PlanError`` for a bad spec."""
-    from .pruning import crash_state_groups
+    ``PlanError`` for a bad spec. ``states``: conversation -> the crash state of each
+    trace entry (:func:`.defaults.crash_states`), for goldens that carry a trace only
+    (the pytest plugin's cache); default: computed from each golden run's I/O marks."""
+    from .defaults import crash_states
 
     state_of: dict[str, dict[tuple[str, str, int], int]] = {}
     for conv, golden in goldens.items():
-        groups, _ = crash_state_groups(golden)
-        state_of[conv] = {tuple(e[1:]): i for i, g in enumerate(groups) for e in g.entries}
+        own = states.get(conv) if states is not None else None
+        state_of[conv] = {tuple(e[1:]): i for e, i in zip(golden.trace, crash_states(golden) if own is None else own)}
     out: list[Case] = []
     parts = []
     for spec, n in per_policy.items():

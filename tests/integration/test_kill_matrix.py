@@ -1,5 +1,7 @@
-"""The checkout kill matrix on the reference runtime: every step and every labelled
-crash point x {kill, term, cancel}, four conversations, real PostgreSQL."""
+"""The checkout matrix on the reference runtime, as ``run_matrix`` runs it with no kinds
+named (``crashmatrix run checkout``'s default, :mod:`crashmatrix.harness.defaults`):
+every step and every labelled crash point x {kill, term, cancel}, the sampled kinds and
+resume policies, four conversations, real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,13 +12,21 @@ from crashmatrix.harness.matrix import run_matrix
 
 
 def test_full_checkout_matrix_passes_on_reference_runtime() -> None:
+    from crashmatrix.harness.defaults import default_matrix
+
     report = asyncio.run(run_matrix("checkout", "reference"))
     bad = [r for r in report.results if r.outcome != "pass"]
     assert not bad, "\n".join(
         f"{r.case.id}: {r.outcome}: {r.error or [(v.check, v.details) for v in r.failed]}" for r in bad[:10]
     )
     assert set(report.goldens) == {"conv1", "conv2", "conv3", "conv4"}
-    by_kind_source = Counter((r.case.plan.faults[0].kind, r.case.plan.faults[0].point.source) for r in report.results)
+    assert report.kinds == default_matrix().all_kinds
+    resumed = Counter(r.case.resume.label() for r in report.results if r.case.resume.label())
+    assert resumed == {"concurrent": 24, "warm-worker": 24, "same-worker": 24}
+    by_kind_source = Counter((r.case.plan.faults[0].kind, r.case.plan.faults[0].point.source) for r in report.results
+                             if not r.case.resume.label())
+    for kind in ("pause", "db-restart", "net", "cancel-edge"):
+        assert sum(n for (k, _), n in by_kind_source.items() if k == kind) == 24
     # at least eleven step boundaries x four conversations, killed
     steps_killed = {(r.case.conversation, r.case.plan.faults[0].point.task) for r in report.results
                     if r.case.plan.faults[0].kind == "kill" and r.case.plan.faults[0].point.name == "step.after"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from crashmatrix.harness.matrix import sample_by_kind
 from crashmatrix.harness.plan import Case, CrashPoint, Fault, FaultPlan
 
@@ -72,3 +74,66 @@ def test_a_sample_across_point_names_gives_each_name_its_share() -> None:
     assert (picked.count("run.accepted"), picked.count("log.append.before"), picked.count("model.call.before")) == (1, 3, 3)
     assert _across_point_names(found, 7, "0:resume:same-worker") == (chosen, 3)
     assert _across_point_names(found, 99, "s")[0] == list(range(16))
+
+
+def test_the_default_matrix_is_defined_once_with_the_dsn_and_resume_rules(monkeypatch) -> None:
+    """:func:`.defaults.default_matrix`: kill, term, cancel at every point and 24 cases of
+    each sampled kind and policy; db-restart left out on a user's PostgreSQL (argument or
+    environment); no policy sample under another resume policy; kinds named run whole."""
+    from crashmatrix.harness.defaults import DefaultMatrix, default_matrix
+    from crashmatrix.harness.errors import PlanError
+    from crashmatrix.harness.plan import Resume
+
+    monkeypatch.delenv("CRASHMATRIX_PG_DSN", raising=False)
+    m = default_matrix()
+    assert m == DefaultMatrix(("kill", "term", "cancel"),
+                              (("pause", 24), ("db-restart", 24), ("net", 24), ("cancel-edge", 24)),
+                              (("concurrent", 24), ("warm-worker", 24), ("same-worker", 24)))
+    assert m.all_kinds == ("kill", "term", "cancel", "pause", "db-restart", "net", "cancel-edge")
+    on_dsn = default_matrix(dsn="postgresql://u@h/db")
+    assert [k for k, _ in on_dsn.sampled_kinds] == ["pause", "net", "cancel-edge"]
+    monkeypatch.setenv("CRASHMATRIX_PG_DSN", "postgresql://u@h/db")
+    assert default_matrix() == on_dsn
+    monkeypatch.delenv("CRASHMATRIX_PG_DSN")
+    assert default_matrix(resume=Resume("recurring")).sampled_policies == ()
+    assert default_matrix(kind_sample=3).sampled_policies[0] == ("concurrent", 3)
+    assert default_matrix(kind_sample=0) == default_matrix(("kill", "term", "cancel")) == DefaultMatrix()
+    assert default_matrix(("pause",)) == DefaultMatrix(("pause",))
+    with pytest.raises(PlanError, match="kind_sample=-1 must be an integer >= 0"):
+        default_matrix(kind_sample=-1)
+
+
+def test_cached_crash_states_draw_the_policy_sample_the_golden_runs_draw(monkeypatch) -> None:
+    """What the plugin collects from a cached trace with its crash states and network
+    section is what :func:`.matrix.run_matrix` enumerates from the golden run itself."""
+    from crashmatrix.harness.defaults import crash_states, default_matrix
+    from crashmatrix.harness.plugin_goldens import collected_cases
+    from crashmatrix.harness.pruning import PointGroup
+
+    golden = _golden(40)
+    # two points a crash state: what the I/O marks would say (pruning.crash_state_groups)
+    groups = [PointGroup(golden.trace[i:i + 2], None) for i in range(0, 40, 2)]
+    import crashmatrix.harness.pruning as pruning
+
+    real = pruning.crash_state_groups
+    monkeypatch.setattr(pruning, "crash_state_groups",
+                        lambda g, same=None: (groups, None) if g is golden else real(g, same))
+    states = crash_states(golden)
+    assert states == [i // 2 for i in range(40)]
+    m = default_matrix(kind_sample=5)
+    live, notes = m.cases("checkout", {"conv1": golden}, ("label",), seed=11, net=[])
+    entries = {"conv1": {"trace": golden.trace, "net_cases": [], "states": states}}
+    assert collected_cases("checkout", entries, m, ("label",), seed=11) == live
+    assert len(live) == 40 * 3 + 5 * 3 + 5 * 3  # net: no network section in this trace
+    assert "concurrent 5 of 20 crash states (40 kill cases)" in notes[1]
+    # without cached states every point is its own state: another draw
+    assert collected_cases("checkout", {"conv1": {**entries["conv1"], "states": []}}, m, ("label",), seed=11) != live
+
+
+def _golden(n: int):
+    from crashmatrix.harness.adapter import Observation
+    from crashmatrix.harness.golden import GoldenRun
+    from crashmatrix.harness.oracle import Evidence
+
+    trace = [("label", "log.append.after", f"turn-{i}", 1) for i in range(1, n + 1)]
+    return GoldenRun("conv1", "cm-run-g", trace, Evidence(Observation("cm-run-g", "completed"), {}, {}), 0.1)

@@ -6,15 +6,18 @@ service start and a run per conversation (seconds); every pytest-xdist worker co
 on its own and must collect identical ids. So the traces are cached in a directory:
 
 - one JSON file per workload, subject and code hash (:mod:`.sources`):
-  ``goldens/<workload>--<subject>--<hash16>.json``, schema version 1::
+  ``goldens/<workload>--<subject>--<hash16>.json``, schema version 2::
 
-      {"version": 1, "workload": str, "subject": str, "code_hash": str,
+      {"version": 2, "workload": str, "subject": str, "code_hash": str,
        "conversations": {conv: {"trace": [[source, name, task, occurrence], ...],
-                                "seconds": float, "net_cases": [case id, ...]}}}
+                                "seconds": float, "net_cases": [case id, ...],
+                                "states": [int, ...]}}}
 
   (``net_cases``: the network section of that conversation,
   :func:`.netfaults.net_cases`, which needs the golden run's evidence, not only its
-  trace);
+  trace; ``states``: the crash state of each trace entry, :func:`.defaults.crash_states`,
+  which needs the golden run's I/O marks: the default matrix's resume-policy sample
+  draws one case per state); a file of another version is not read;
 
 - computed once, under a file lock (``filelock``) next to the file: the first process
   that needs a missing conversation runs it while the others wait on the lock and then
@@ -45,7 +48,7 @@ from .errors import InvalidArgument
 from .golden import trace_divergence
 from .history import Trace, as_trace
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 LOCK_TIMEOUT_S = 900.0
 
 
@@ -90,7 +93,7 @@ def load_traces(
     """The cached golden entries of ``conversations``, from the cache or computed.
 
     ``compute(missing)`` runs the golden runs of the missing conversations and returns
-    conversation -> ``{"trace": [...], "seconds": float, "net_cases": [...]}``; it is
+    conversation -> ``{"trace": [...], "seconds": float, "net_cases": [...], "states": [...]}``; it is
     called at most once, under the file lock, and only for conversations the file does
     not hold. Returns conversation -> entry (``trace`` as :class:`~.history.TraceEntry`
     entries) and the list
@@ -115,7 +118,8 @@ def load_traces(
                 for conv, entry in compute(missing).items():
                     data["conversations"][conv] = {
                         "trace": [list(e) for e in entry["trace"]], "seconds": round(entry.get("seconds", 0.0), 4),
-                        "net_cases": list(entry.get("net_cases", [])), "computed_at": round(time.time(), 3)}
+                        "net_cases": list(entry.get("net_cases", [])), "states": list(entry.get("states", [])),
+                        "computed_at": round(time.time(), 3)}
                 _write(path, data)
     except TimeoutError:
         raise InvalidArgument(f"golden cache lock {path}.lock not acquired in {LOCK_TIMEOUT_S:.0f} s "
@@ -125,7 +129,8 @@ def load_traces(
 
 
 def _entry(stored: dict[str, Any]) -> dict[str, Any]:
-    return {**stored, "trace": as_trace(stored["trace"]), "net_cases": list(stored.get("net_cases", []))}
+    return {**stored, "trace": as_trace(stored["trace"]), "net_cases": list(stored.get("net_cases", [])),
+            "states": list(stored.get("states", []))}
 
 
 def trace_mismatch(cached: Trace, live: Trace) -> str | None:

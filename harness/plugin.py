@@ -9,8 +9,10 @@ disables it). A test written as::
     def test_checkout(crashmatrix_case):
         crashmatrix_case.check()
 
-is expanded at collection into one item per case of the matrix (every crash point of
-the golden traces x every fault kind), with the case id as its test id, e.g.
+is expanded at collection into one item per case of the matrix, with the case id as its
+test id: with no kinds set, the cases ``crashmatrix run`` runs for the same workload and
+seed (:mod:`.defaults`: kill, term and cancel at every crash point of the golden traces,
+plus the sampled kinds and resume policies); with kinds set, those at every point; e.g.
 ``test_checkout[conv1/kill@tool.request.after[turn-4.tool-0]#1]``. Running an item runs
 its case (fork, fault, resume, oracle) on live services; ``check()`` fails the item with
 the check that failed, a small diff, the crash point with its source location, and the
@@ -32,6 +34,7 @@ setting             command line / ini key              environment             
 workload            --crashmatrix-workload              CRASHMATRIX_WORKLOAD                yes
 subject             --crashmatrix-subject               CRASHMATRIX_SUBJECT                 yes
 kinds               --crashmatrix-kinds                 CRASHMATRIX_KINDS                   yes
+kind_sample         --crashmatrix-kind-sample           CRASHMATRIX_KIND_SAMPLE             yes
 sources             --crashmatrix-sources               CRASHMATRIX_SOURCES                 yes
 conversations       --crashmatrix-conversations         CRASHMATRIX_CONVERSATIONS           yes
 shard               --crashmatrix-shard                 CRASHMATRIX_SHARD                   yes
@@ -345,7 +348,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.addinivalue_line(
         "markers",
-        "crashmatrix(workload, subject=, kinds=, sources=, conversations=, shard=, seed=, replay_failures=): "
+        "crashmatrix(workload, subject=, kinds=, kind_sample=, sources=, conversations=, shard=, seed=, replay_failures=): "
         "expand the test into "
         "the crash matrix of the workload on the subject; the test takes the crashmatrix_case fixture.")
     try:
@@ -379,7 +382,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     """The seed (and how to reuse it), kinds, sources, shard, replays and cache directory."""
     s = _state(config).settings
     lines = [f"crashmatrix: seed={s.seed} (reuse with --crashmatrix-seed={s.seed}); {s.origin.get('seed')}"]
+    shape = s.matrix()
+    sampled = [f"{name}={n}" for name, n in shape.sampled_kinds + shape.sampled_policies]
     lines.append(f"crashmatrix: kinds={','.join(s.kinds)} sources={','.join(s.sources)}"
+                 + (f" sampled={','.join(sampled)} (seed {s.sample_seed})" if sampled else "")
                  + (f" shard={s.shard}" if s.shard else "") + f" replay-failures={s.replay_failures}"
                  + f" cache={_state(config).cache_dir}")
     return lines
@@ -392,7 +398,9 @@ def _collect_error(metafunc: pytest.Metafunc, message: str) -> pytest.Collector.
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Expand a test marked ``crashmatrix`` into its matrix: settings resolved with
     the marker, golden traces from the cache (computed under its lock when missing),
-    :func:`.enumeration.enumerate_cases`, the shard; one item per case, ids from
+    :meth:`.defaults.DefaultMatrix.cases` (``crashmatrix run``'s default matrix when no
+    kinds are set, samples drawn with :attr:`.plugin_settings.MatrixSettings.sample_seed`),
+    the shard; one item per case, ids from
     :func:`case_param_id`. Errors are collection errors of one line."""
     marker = metafunc.definition.get_closest_marker("crashmatrix")
     wants_case = "crashmatrix_case" in metafunc.fixturenames
@@ -417,11 +425,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     from .builds import label_cases, parse_subject
 
-    cases = label_cases(collected_cases(s.workload, entries, s.kinds, s.sources, Resume.parse(s.resume)),
-                        parse_subject(s.subject))
+    try:
+        shape = s.matrix()  # crashmatrix run's default matrix when no kinds are set (defaults.py)
+        cases = label_cases(collected_cases(s.workload, entries, shape, s.sources, Resume.parse(s.resume),
+                                            s.sample_seed), parse_subject(s.subject))
+    except CrashmatrixError as exc:
+        raise _collect_error(metafunc, str(exc)) from None
     if s.shard:
         cases = shard(cases, s.shard)
-    key = MatrixKey(metafunc.definition.nodeid, s.workload, s.subject, s.kinds, s.sources, conversations, s.shard)
+    key = MatrixKey(metafunc.definition.nodeid, s.workload, s.subject, shape.all_kinds, s.sources, conversations,
+                    s.shard)
     metafunc.parametrize("crashmatrix_case", [CaseParam(c, s.subject, key, s.replay_failures) for c in cases],
                          ids=[case_param_id(c) for c in cases], indirect=True, scope="function")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .defaults import DEFAULT_SEED, DefaultMatrix
 from .plan import Case, Resume
 
 if TYPE_CHECKING:
@@ -53,7 +54,8 @@ class CollectionGoldens:
 
     def traces(self, workload: str, subject: str, conversations: tuple[str, ...]) -> dict[str, dict[str, Any]]:
         """The cached golden entries collection needs, per conversation: ``trace`` and
-        ``net_cases`` (the network section's case ids), from the cache or computed under
+        ``net_cases`` (the network section's case ids) and ``states`` (each trace entry's
+        crash state, :func:`.defaults.crash_states`), from the cache or computed under
         its lock in this process's own harness. Raises what the harness raises
         (``ServiceError``, ``HarnessError``) when a trace must be computed and cannot."""
         from .goldencache import cache_path, load_traces
@@ -62,6 +64,7 @@ class CollectionGoldens:
 
         def compute(missing: list[str]) -> dict[str, dict[str, Any]]:
             from . import registry
+            from .defaults import crash_states
             from .netfaults import net_cases
 
             harness = self.services.harness(subject, workload)
@@ -69,7 +72,7 @@ class CollectionGoldens:
             out = {}
             for conv in missing:
                 g = harness.golden(conv)
-                out[conv] = {"trace": g.trace, "seconds": g.seconds,
+                out[conv] = {"trace": g.trace, "seconds": g.seconds, "states": crash_states(g),
                              "net_cases": [c.id for c in net_cases(workload, {conv: g}, providers)]}
             return out
 
@@ -96,21 +99,28 @@ class CollectionGoldens:
         return None
 
 
-def collected_cases(workload: str, entries: dict[str, dict[str, Any]], kinds: tuple[str, ...],
-                    sources: tuple[str, ...], resume: Resume | None = None) -> list[Case]:
+def collected_cases(workload: str, entries: dict[str, dict[str, Any]], matrix: DefaultMatrix,
+                    sources: tuple[str, ...], resume: Resume | None = None, seed: int = DEFAULT_SEED) -> list[Case]:
     """The matrix of a marked test from its cached golden entries (:meth:`CollectionGoldens.traces`):
-    :func:`.enumeration.enumerate_cases` on the cached traces, with the cached network
-    section (which needs the golden runs' ledgers, not cached) given as case ids; every
-    case under the resume policy ``resume`` (default: the default policy)."""
-    from .enumeration import enumerate_cases
-
+    :meth:`.defaults.DefaultMatrix.cases` on the cached traces (``matrix.kinds`` at every
+    point, then its samples drawn with ``seed``), with the cached network section (which
+    needs the golden runs' ledgers, not cached) given as case ids and the cached crash
+    states (which need their I/O marks); every case under the resume policy ``resume``
+    (default: the default policy). The same entries and seed give the cases ``crashmatrix
+    run`` enumerates from the same golden runs."""
     goldens = {c: _TraceOnly(e["trace"]) for c, e in entries.items()}
     net = [Case.parse(cid) for c in sorted(entries) for cid in entries[c].get("net_cases", [])]
-    return enumerate_cases(workload, goldens, kinds, sources, resume or Resume(), net=net)  # type: ignore[arg-type]
+    states = {c: e["states"] for c, e in entries.items() if len(e.get("states") or ()) == len(e["trace"])}
+    cases, _ = matrix.cases(workload, goldens, sources, resume or Resume(), seed,  # type: ignore[arg-type]
+                            net=net, states=states)
+    return cases
 
 
 class _TraceOnly:
-    """What enumeration reads of a golden run at collection: its trace."""
+    """What enumeration reads of a golden run at collection: its trace (no I/O marks:
+    without cached states, every point is a crash state of its own)."""
+
+    io = None
 
     def __init__(self, trace: list[Any]) -> None:
         self.trace = trace

@@ -20,7 +20,10 @@ from typing import Any
 import pytest
 
 from .errors import CrashmatrixError, InvalidArgument
-from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, FAULT_KINDS, POINT_SOURCES
+from .defaults import DEFAULT_SEED, DefaultMatrix, default_matrix
+from .plan import (
+    DEFAULT_KIND_SAMPLE, DEFAULT_KINDS, DEFAULT_SOURCES, FAULT_KINDS, POINT_SOURCES, SAMPLED_KINDS, SAMPLED_POLICIES,
+)
 
 HELP_WORKLOAD = "Workload a crashmatrix test runs when its marker names none (default: checkout)."
 HELP_SUBJECT = ("Subject: a registered runtime adapter, a mutant 'defect:NAME', or package.module:AdapterClass "
@@ -28,8 +31,13 @@ HELP_SUBJECT = ("Subject: a registered runtime adapter, a mutant 'defect:NAME', 
 HELP_KINDS = (f"Comma-separated fault kinds of the matrix: {', '.join(FAULT_KINDS)} "
               "(kill: SIGKILL; term: SIGTERM and drain; cancel: anyio cancel scope; pause: SIGSTOP, another "
               "worker takes over, SIGCONT; db-restart: PostgreSQL crashed and restarted; net: the network section, "
-              "a toxic on a link in use at labelled points). "
-              f"Default: {','.join(DEFAULT_KINDS)}.")
+              "a toxic on a link in use at labelled points), each run at every point. "
+              f"Default: crashmatrix run's: {','.join(DEFAULT_KINDS)} at every point, plus {','.join(SAMPLED_KINDS)} "
+              f"sampled and cases resumed {','.join(SAMPLED_POLICIES)} sampled (crashmatrix_kind_sample).")
+HELP_KIND_SAMPLE = (f"Without kinds set: cases of each of {', '.join(SAMPLED_KINDS)}, and cases resumed under each of "
+                    f"{', '.join(SAMPLED_POLICIES)}, added to the matrix as crashmatrix run --kind-sample adds them, "
+                    f"drawn with the seed when one is set, else with {DEFAULT_SEED} as crashmatrix run's (0: none). "
+                    f"Default: {DEFAULT_KIND_SAMPLE}.")
 HELP_SOURCES = ("Comma-separated crash-point sources: step (node boundaries the adapter reports), label "
                 "(crashpoint() calls), await (every suspension in the subject's packages). "
                 f"Default: {','.join(DEFAULT_SOURCES)}.")
@@ -145,6 +153,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("workload", HELP_WORKLOAD, _name, "checkout", True),
     Setting("subject", HELP_SUBJECT, _name, "reference", True),
     Setting("kinds", HELP_KINDS, _kinds, DEFAULT_KINDS, True),
+    Setting("kind_sample", HELP_KIND_SAMPLE, _count, DEFAULT_KIND_SAMPLE, True),
     Setting("sources", HELP_SOURCES, _choices(POINT_SOURCES), DEFAULT_SOURCES, True),
     Setting("conversations", HELP_CONVERSATIONS, _words, None, True),
     Setting("shard", HELP_SHARD, _shard, None, True),
@@ -179,7 +188,25 @@ class MatrixSettings:
     cache_dir: str | None
     jobs: int | None
     resume: str = "default"
+    kind_sample: int = DEFAULT_KIND_SAMPLE
     origin: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def matrix(self) -> DefaultMatrix:
+        """The matrix these settings expand to (:func:`.defaults.default_matrix`): with
+        no kinds set, ``crashmatrix run``'s default (kill, term, cancel at every point,
+        the sampled kinds and resume policies; no db-restart on ``$CRASHMATRIX_PG_DSN``);
+        with kinds set, those at every point."""
+        from .plan import Resume
+
+        named = None if self.origin.get("kinds", "default") == "default" else self.kinds
+        return default_matrix(named, kind_sample=self.kind_sample, resume=Resume.parse(self.resume))
+
+    @property
+    def sample_seed(self) -> int:
+        """The seed samples are drawn with: the run's when one was set, else
+        :data:`.defaults.DEFAULT_SEED` (``crashmatrix run``'s; a drawn seed would change
+        the collected ids from run to run and between CI jobs)."""
+        return DEFAULT_SEED if self.origin.get("seed") == "drawn for this run" else self.seed
 
 
 def marker_kwargs(marker: pytest.Mark | None) -> dict[str, Any]:

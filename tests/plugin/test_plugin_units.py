@@ -73,6 +73,31 @@ def test_settings_precedence_ini_env_cli_marker(monkeypatch: pytest.MonkeyPatch)
     assert a.seed == b.seed and a.origin["seed"] == "drawn for this run"
 
 
+def test_no_kinds_set_expands_crashmatrix_runs_default_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no kinds set anywhere, a marked test's matrix is :func:`.defaults.default_matrix`'s
+    (the sampled kinds and resume policies included), drawn with the seed set, else with
+    crashmatrix run's seed 0; kinds set anywhere run whole."""
+    from crashmatrix.harness.defaults import default_matrix
+
+    for s in SETTINGS:
+        monkeypatch.delenv(s.env, raising=False)
+    monkeypatch.delenv("CRASHMATRIX_PG_DSN", raising=False)
+    cfg = FakeConfig({}, {})
+    s = resolve_settings(cfg)  # type: ignore[arg-type]
+    assert s.matrix() == default_matrix() and s.origin["seed"] == "drawn for this run" and s.sample_seed == 0
+    s = resolve_settings(cfg, pytest.mark.crashmatrix("checkout", kind_sample=3, seed=9).mark)  # type: ignore[arg-type]
+    assert s.matrix() == default_matrix(kind_sample=3) and s.sample_seed == 9
+    s = resolve_settings(cfg, pytest.mark.crashmatrix("checkout", resume="concurrent").mark)  # type: ignore[arg-type]
+    assert s.matrix().sampled_policies == () and s.matrix().sampled_kinds == default_matrix().sampled_kinds
+    cfg.ini = {"crashmatrix_kinds": "kill,term,cancel"}
+    assert resolve_settings(cfg).matrix() == default_matrix(("kill", "term", "cancel"))  # type: ignore[arg-type]
+    monkeypatch.setenv("CRASHMATRIX_PG_DSN", "postgresql://u@h/db")
+    cfg.ini = {}
+    assert "db-restart" not in dict(resolve_settings(cfg).matrix().sampled_kinds)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match=r"kind_sample= \(marker\)=-1: -1 must be an integer >= 0"):
+        resolve_settings(cfg, pytest.mark.crashmatrix(kind_sample=-1).mark)  # type: ignore[arg-type]
+
+
 def test_resume_with_makes_the_subject_a_build_pair(monkeypatch: pytest.MonkeyPatch) -> None:
     for s in SETTINGS:
         monkeypatch.delenv(s.env, raising=False)

@@ -97,13 +97,14 @@ DEFAULT_KINDS = ("kill", "term", "cancel")
 """The fault kinds a matrix runs at every point when none are named (``crashmatrix run``,
 the plugin)."""
 SAMPLED_KINDS = ("pause", "db-restart", "net", "cancel-edge")
-"""The fault kinds ``crashmatrix run`` adds when no ``--kinds`` is given, each as a seeded
+"""The fault kinds the default matrix (:mod:`.defaults`: ``crashmatrix run``, ``run_matrix``,
+the pytest plugin) adds when no kinds are named, each as a seeded
 sample of :data:`DEFAULT_KIND_SAMPLE` cases (issue 16: the kinds that find recovery bugs,
 a paused zombie, a lost acknowledgement, a restarted database, a cancelled task, at a
 bounded cost). ``--kinds`` names kinds to run whole instead."""
 SAMPLED_POLICIES = ("concurrent", "warm-worker", "same-worker")
-"""The resume policies ``crashmatrix run`` adds when no ``--kinds`` or ``--resume`` is
-given: :data:`DEFAULT_KIND_SAMPLE` cases each, resumed that way (kill cases resumed by
+"""The resume policies the default matrix (:mod:`.defaults`) adds when no kinds or resume
+policy are named: :data:`DEFAULT_KIND_SAMPLE` cases each, resumed that way (kill cases resumed by
 two workers at once: a queue that redelivers, overlapping recovery passes; issue 17,
 docs/adapters.md "Resume policies"; kill cases resumed in a worker that has just run
 the conversation whole: what one run leaves in a production worker's process, issue 19;
@@ -115,7 +116,8 @@ DEFAULT_WORKLOADS = ("checkout", "support_desk")
 """What ``crashmatrix run`` runs when no workload is named, one after the other: checkout
 and the workload with production's shapes (issue 16, docs/runtime.md "support_desk")."""
 DEFAULT_KIND_SAMPLE = 24
-"""Cases per sampled kind in the CLI's default matrix (``--kind-sample``)."""
+"""Cases per sampled kind and policy in the default matrix (``--kind-sample``; the
+plugin's ``kind_sample``)."""
 DEFAULT_SOURCES = ("step", "label")
 """The crash-point sources of a matrix when none are named."""
 TOXIC_ATTRIBUTES: dict[str, tuple[str, ...]] = {

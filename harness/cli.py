@@ -246,7 +246,9 @@ def run(
                 progress.update(state["task"], total=(task.total or 0) + n)
 
         def on_result(result: object) -> None:
-            if getattr(result, "outcome") != "pass":
+            from .matrix import FAILING  # not run / not applicable tested nothing: never counted "failed"
+
+            if getattr(result, "outcome") in FAILING:
                 state["failed"] = int(state["failed"]) + 1  # type: ignore[call-overload]
             progress.update(state["task"], advance=1, failed=state["failed"])  # type: ignore[arg-type]
             if not console.is_terminal:  # a log (CI, a file): no live bar, a line now and then

@@ -487,6 +487,10 @@ class Explorer:
             result.error = (f"not run: the golden run of {case.conversation} "
                             f"{golden_failure([v.check for v in golden.broken])} ({invariants.summary(golden.broken)})")
             return result
+        why = policies.policy_of(case.resume).not_applicable(self.adapter, self.options)
+        if why is not None:  # the policy needs what the adapter does not declare: nothing to run
+            result.outcome, result.error = coverage.NOT_APPLICABLE, f"not applicable: {why}"
+            return result
         directory = self.workdir / run_id
         try:
             await self._run_case(case, golden, run_id, result, directory)

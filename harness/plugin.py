@@ -264,11 +264,16 @@ class MatrixCase:
         first line names the case, the failed check (``FLAKY`` and every run's outcome
         when a replay disagreed) and the replay command; then every failed check with
         details and a small diff, the crash point's location, and how each worker ended
-        (:func:`.report.failure_text`)."""
+        (:func:`.report.failure_text`). A case that tested nothing (not run: its fault
+        could not take effect; not applicable: its policy needs what the adapter does
+        not declare) is skipped with the reason."""
+        from .matrix import NON_EVENTS
         from .report import failure_text
 
         result = self.run()
         self.checked = True
+        if result.outcome in NON_EVENTS:  # it tested nothing: a skip with the reason, never a failure or a pass
+            pytest.skip(f"crashmatrix: {result.outcome.replace('-', ' ')}: {result.error or 'no reason recorded'}")
         if result.outcome != "pass":
             pytest.fail(failure_text(self._record), pytrace=False)
         return result

@@ -24,7 +24,7 @@ from rich.table import Table
 from .explorer import CaseResult, replay_command
 from .golden import golden_failure
 from .plan import Resume
-from .matrix import OUTCOMES, MatrixReport
+from .matrix import FAILING, NON_EVENTS, OUTCOMES, MatrixReport
 
 _COLUMN = {"pass": 0, "fail": 1, "flaky": 2, "harness-error": 3}
 
@@ -43,7 +43,7 @@ def summary_table(report: MatrixReport) -> Table:
             names.append(name)
         cell = cells[(name, fault.kind)]
         cell[4] += 1
-        if r.outcome in _COLUMN:  # not-run: in the total only
+        if r.outcome in _COLUMN:  # not-run, not-applicable: in the total only
             cell[_COLUMN[r.outcome]] += 1
     flaky_column = any(r.outcome == "flaky" for r in report.results)
     title = f"{report.workload} on {report.subject}: cases by crash point and fault kind (passed/total)"
@@ -125,8 +125,11 @@ def warm_process_note(result: CaseResult) -> str | None:
 
 
 def print_failures(console: Console, results: list[CaseResult], limit: int = 20) -> None:
-    """Each failing case: the check that failed, details, a small diff, the replay line."""
-    bad = [r for r in results if r.outcome != "pass"]
+    """Each failing case (:data:`.matrix.FAILING`, golden runs that broke an invariant
+    included): the check that failed, details, a small diff, the replay line; at most
+    ``limit`` of them. Then, apart, the cases that tested nothing (not run, not
+    applicable: :func:`print_non_events`), so they never push a failure out of the list."""
+    bad = [r for r in results if r.outcome in FAILING]
     for r in bad[:limit]:
         color = "magenta" if r.outcome == "flaky" else "red"
         console.print(f"[bold {color}]{r.outcome.upper()}[/bold {color}] {escape(r.case.id)}  [dim](subject {escape(r.subject)}, run {r.run_id})[/dim]", soft_wrap=True)
@@ -146,6 +149,57 @@ def print_failures(console: Console, results: list[CaseResult], limit: int = 20)
             console.print(f"  {warm}", markup=False, soft_wrap=True)
     if len(bad) > limit:
         console.print(f"... and {len(bad) - limit} more failing case(s); see the JSON report")
+    print_non_events(console, results)
+
+
+def non_event_groups(results: list[CaseResult]) -> list[dict[str, Any]]:
+    """The cases that tested nothing (:data:`.matrix.NON_EVENTS`), grouped by outcome and
+    by what made them so: a not-run case by its first fault's kind, a not-applicable one
+    by its resume policy. Each group: ``{"outcome", "by"`` (``"kind"`` or ``"policy"``),
+    ``"name"`` (the kind or policy), ``"count"``, ``"reason"`` (the first case's
+    ``error``, its case-specific crash point left out for not-run: the group's reason),
+    ``"cases"`` (their ids, in order)}; not-run groups first, each outcome's groups in
+    the order their first case comes."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in results:
+        if r.outcome not in NON_EVENTS:
+            continue
+        run = r.outcome == "not-run"
+        name = r.case.plan.faults[0].kind if run and r.case.plan.faults else r.case.resume.policy
+        g = groups.setdefault((r.outcome, name), {"outcome": r.outcome, "by": "kind" if run else "policy",
+                                                  "name": name, "count": 0, "reason": _non_event_reason(r),
+                                                  "cases": []})
+        g["count"] += 1
+        g["cases"].append(r.case.id)
+    return sorted(groups.values(), key=lambda g: NON_EVENTS.index(g["outcome"]))
+
+
+def _non_event_reason(r: CaseResult) -> str:
+    """Why ``r`` tested nothing, without the case's own crash point (the group's reason)."""
+    from .coverage import not_run_reason
+
+    if r.outcome == "not-run" and r.case.plan.faults:
+        return not_run_reason(r.case.plan.faults[0].kind)
+    return (r.error or "no reason recorded").removeprefix("not applicable: ")
+
+
+def print_non_events(console: Console, results: list[CaseResult], show: int = 3) -> None:
+    """The cases that tested nothing, after the failures: a section per outcome ("not
+    run", "not applicable"), a line per fault kind or resume policy with the count, the
+    reason and the first ``show`` case ids."""
+    groups = non_event_groups(results)
+    for outcome in NON_EVENTS:
+        mine = [g for g in groups if g["outcome"] == outcome]
+        if not mine:
+            continue
+        total = sum(g["count"] for g in mine)
+        words = "not run" if outcome == "not-run" else "not applicable"
+        console.print(f"[bold yellow]{words.upper()}[/bold yellow] {total} case(s) (not counted as failed or passed):",
+                      soft_wrap=True)
+        for g in mine:
+            ids = ", ".join(g["cases"][:show]) + (f", ... {g['count'] - show} more" if g["count"] > show else "")
+            console.print(f"  {g['by']} {g['name']}: {g['count']} case(s): {g['reason']} ({ids})", markup=False,
+                          soft_wrap=True)
 
 
 def print_summary(console: Console, report: MatrixReport) -> None:
@@ -162,7 +216,8 @@ def print_summary(console: Console, report: MatrixReport) -> None:
         f"{len(report.results)} cases: [green]{c['pass']} passed[/green], "
         f"[red]{c['fail']} failed[/red], [magenta]{c['flaky']} flaky[/magenta], "
         f"[yellow]{c['harness-error']} harness errors[/yellow] "
-        + (f"{c['not-run']} not run " if c.get("not-run") else "") +
+        + (f"{c['not-run']} not run " if c.get("not-run") else "")
+        + (f"{c['not-applicable']} not applicable " if c.get("not-applicable") else "") +
         f"in {report.seconds:.1f} s ({report.cases_per_second:.1f} cases/s, {report.jobs} jobs; "
         f"setup and golden runs {report.setup_seconds:.1f} s)",
         soft_wrap=True,
@@ -317,9 +372,11 @@ def plugin_report(records: list[dict[str, Any]], seed: int, *, complete: bool = 
 
 
 def counts_line(records: list[dict[str, Any]]) -> str:
-    """``N cases: a passed, b failed, c flaky, d harness errors`` of case records."""
+    """``N cases: a passed, b failed, c flaky, d harness errors`` of case records, then
+    ``, e not run`` and ``, f not applicable`` when there are any (never counted failed)."""
     counts = dict.fromkeys(OUTCOMES, 0)
     for r in records:
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
     return (f"{len(records)} cases: {counts['pass']} passed, {counts['fail']} failed, {counts['flaky']} flaky, "
-            f"{counts['harness-error']} harness errors")
+            f"{counts['harness-error']} harness errors"
+            + "".join(f", {counts[o]} {o.replace('-', ' ')}" for o in NON_EVENTS if counts[o]))

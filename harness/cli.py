@@ -3,7 +3,8 @@
 Exit codes (distinct per failure class, as TigerBeetle's simulator does; ``selftest``
 maps "a mutant missed" to 1 as well):
 
-- 0: every case passed;
+- 0: every case passed (cases that tested nothing, not run or not applicable, never
+  fail a run: they are listed apart with their reason);
 - 1: at least one case failed an oracle check;
 - 2: bad input: unknown workload or subject, malformed case id or plan, unreachable DSN
   (one line on stderr);

@@ -66,7 +66,10 @@ in :func:`.report.plugin_report`) and ``--crashmatrix-html PATH`` (the heatmap,
 stopped early (Ctrl-C, ``-x``, ``--maxfail``) writes what ran, marked ``"complete":
 false`` with the reason. JUnit (``--junitxml``) gets the case id as the test id, the
 failure's first line as its message, and the case id, outcome (``flaky`` included),
-every run's outcome, failed check and replay command as test properties.
+every run's outcome, failed check and replay command as test properties. An item whose
+case tested nothing (``not-run``: its fault changed nothing; ``not-applicable``: its
+resume policy needs what the adapter does not declare) is a skip with the reason,
+never a failure or a pass.
 """
 
 from __future__ import annotations

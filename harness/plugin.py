@@ -276,7 +276,8 @@ class MatrixCase:
         result = self.run()
         self.checked = True
         if result.outcome in NON_EVENTS:  # it tested nothing: a skip with the reason, never a failure or a pass
-            pytest.skip(f"crashmatrix: {result.outcome.replace('-', ' ')}: {result.error or 'no reason recorded'}")
+            # its error says which, then why ("not run: at POINT, ...", "not applicable: ...")
+            pytest.skip(f"crashmatrix: {result.error or result.outcome.replace('-', ' ') + ': no reason recorded'}")
         if result.outcome != "pass":
             pytest.fail(failure_text(self._record), pytrace=False)
         return result

@@ -57,18 +57,26 @@ def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
     assert sorted(p.name for p in (matrix_project.parent / "tmp").iterdir() if p.name.startswith("crashmatrix")) == []
 
 
+def _marked_project(tmp_path: Path, name: str, marker: str) -> Path:
+    """A user's project ``tmp_path/name`` with one test, ``test_NAME``, marked
+    ``crashmatrix('checkout', MARKER, conversations=['conv1'], kinds=['kill'],
+    sources=['label'])``, that checks its case."""
+    project = tmp_path / name
+    project.mkdir()
+    (project / "pytest.ini").write_text("[pytest]\n")
+    (project / f"test_{name}.py").write_text(
+        "import pytest\n\n\n"
+        f"@pytest.mark.crashmatrix('checkout', {marker},\n"
+        "                         conversations=['conv1'], kinds=['kill'], sources=['label'])\n"
+        f"def test_{name}(crashmatrix_case):\n"
+        "    crashmatrix_case.check()\n")
+    return project
+
+
 def test_a_marked_matrix_of_a_build_pair_crashes_under_one_and_resumes_under_the_other(tmp_path: Path) -> None:
     """``resume_with=`` (docs/plugin.md, "Upgrade check"): the items' ids name both builds,
     every case passes ``upgrade.migrated``, and the replay line gives both builds."""
-    project = tmp_path / "pair"
-    project.mkdir()
-    (project / "pytest.ini").write_text("[pytest]\n")
-    (project / "test_pair.py").write_text(
-        "import pytest\n\n\n"
-        "@pytest.mark.crashmatrix('checkout', subject='reference', resume_with='reference-next',\n"
-        "                         conversations=['conv1'], kinds=['kill'], sources=['label'], shard='1/40')\n"
-        "def test_pair(crashmatrix_case):\n"
-        "    crashmatrix_case.check()\n")
+    project = _marked_project(tmp_path, "pair", "subject='reference', resume_with='reference-next', shard='1/40'")
     run = run_pytest(project, "-q", "--crashmatrix-report=pair.json")
     assert run.returncode == 0, run.output[-3000:]
     [matrix] = json.loads((project / "pair.json").read_text())["matrices"]
@@ -86,15 +94,7 @@ def test_a_case_that_tested_nothing_is_a_skip_with_its_reason(tmp_path: Path) ->
     run exits 0."""
     from _plugin_support import SUBJECTS
 
-    project = tmp_path / "na"
-    project.mkdir()
-    (project / "pytest.ini").write_text("[pytest]\n")
-    (project / "test_na.py").write_text(
-        "import pytest\n\n\n"
-        "@pytest.mark.crashmatrix('checkout', subject='misbehaving.adapter:NoRecovery', resume='discovery',\n"
-        "                         conversations=['conv1'], kinds=['kill'], sources=['label'], shard='1/20')\n"
-        "def test_na(crashmatrix_case):\n"
-        "    crashmatrix_case.check()\n")
+    project = _marked_project(tmp_path, "na", "subject='misbehaving.adapter:NoRecovery', resume='discovery', shard='1/20'")
     run = run_pytest(project, "-rs", "--crashmatrix-report=na.json", "--junitxml=na.xml",
                      env={"PYTHONPATH": str(SUBJECTS)})
     assert run.returncode == 0, run.output[-3000:]

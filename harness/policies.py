@@ -48,7 +48,9 @@ A policy that needs what the adapter does not declare makes its cases
 ``not-applicable`` with the reason, before any worker runs
 (:meth:`Policy.not_applicable`): ``discovery`` without ``recover()``, ``recurring``
 without ``crash_loop_status`` or with a ``recovery_attempts_limit`` at or above
-``Options.recurring_bound``, ``input-once`` where the adapter ``expects_redelivery``.
+``Options.recurring_bound``, ``input-once`` where the adapter ``expects_redelivery``,
+``warm-worker`` and ``same-worker`` without ``long_lived_workers`` (or with
+``--fresh-workers``).
 - ``warm.worker``: the first resume ran in the process that had just run the workload's
   next conversation, then the same one, each to a terminal status ("not
   applicable", with the reason, when the adapter does not declare ``long_lived_workers``,
@@ -415,6 +417,9 @@ class WarmWorker(Policy):
 
     name = "warm-worker"
 
+    def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
+        return _needs_long_lived(self.name, adapter, options)
+
     async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
         if cx.kind_state.get("warm-done"):
             return await ex._plain_resume(cx)
@@ -476,6 +481,9 @@ class SameWorker(Policy):
 
     name = "same-worker"
     sampled_kind = "cancel"
+
+    def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
+        return _needs_long_lived(self.name, adapter, options)
 
     async def holds_worker(self, ex: Explorer, cx: CaseRun, index: int,
                            job: Job) -> Callable[[Job, str, float], Awaitable[WorkerExit]] | None:
@@ -550,6 +558,18 @@ def recovery_limit(adapter: Adapter) -> int | None:
 
         raise InvalidArgument(f"{_name(adapter)}.recovery_attempts_limit must be a positive int or None (got {limit!r})")
     return limit
+
+
+def _needs_long_lived(policy: str, adapter: Adapter, options: Options) -> str | None:
+    """Why ``policy`` (warm-worker, same-worker: a resume in a process that ran other
+    jobs) cannot run here: the adapter does not declare ``long_lived_workers``, or
+    ``--fresh-workers`` forks every job; None when it can."""
+    if not getattr(adapter, "long_lived_workers", False):
+        return (f"{policy} needs a worker process that serves many jobs: {_name(adapter)} does not declare "
+                "long_lived_workers (every job forks a worker of its own)")
+    if not options.long_lived:
+        return f"{policy} needs a worker process that serves many jobs: --fresh-workers forks every job"
+    return None
 
 
 def _residents(ex: Explorer) -> Any:

@@ -67,8 +67,19 @@ def test_input_once_needs_a_runtime_that_keeps_the_input() -> None:
     assert "declares expects_redelivery" in (_why("input-once", adapter) or "")
     adapter.expects_redelivery = False
     assert _why("input-once", adapter) is None
-    for policy in ("default", "concurrent", "redelivery", "warm-worker", "same-worker"):
+    for policy in ("default", "concurrent", "redelivery"):
         assert _why(policy, _Declares()) is None, policy
+
+
+def test_a_resume_in_a_process_that_ran_other_jobs_needs_long_lived_workers() -> None:
+    adapter = _Declares()
+    for policy in ("warm-worker", "same-worker"):
+        assert "team does not declare long_lived_workers" in (_why(policy, adapter) or "")
+    adapter.long_lived_workers = True
+    for policy in ("warm-worker", "same-worker"):
+        assert _why(policy, adapter) is None
+        why = policy_of(Resume(policy)).not_applicable(adapter, Options(long_lived=False))
+        assert why is not None and "--fresh-workers forks every job" in why
 
 
 def test_the_reference_and_dbos_adapters_declare_their_runtimes_own_limits() -> None:

@@ -31,19 +31,25 @@ _COLUMN = {"pass": 0, "fail": 1, "flaky": 2, "harness-error": 3}
 
 def summary_table(report: MatrixReport) -> Table:
     """Cases by crash point (rows) and fault kind (columns): ``passed/total``, with
-    failed, flaky (only when some case is) and harness-error counts. Crash-point names
+    failed, flaky (only when some case is) and harness-error counts; cases that tested
+    nothing (not run, not applicable) are out of ``total`` and counted in a column of
+    their own, shown when some case is one (``-`` in a cell whose every case is). Crash-point names
     are shown whole (folded over lines when the terminal is narrow): await points of one
     function differ only in their last characters (``module:Class.method@2``)."""
     cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])  # pass, fail, flaky, herr, total
     names: list[str] = []
+    nothing: dict[str, int] = {}  # crash point -> cases that tested nothing
     for r in report.results:
         fault = r.case.plan.faults[0]
         name = fault.point.name if len(r.case.plan.faults) == 1 else f"{fault.point.name} (+ a 2nd fault)"
         if name not in names:
             names.append(name)
         cell = cells[(name, fault.kind)]
+        if r.outcome in NON_EVENTS:  # tested nothing: neither passed nor failed, out of the total
+            nothing[name] = nothing.get(name, 0) + 1
+            continue
         cell[4] += 1
-        if r.outcome in _COLUMN:  # not-run, not-applicable: in the total only
+        if r.outcome in _COLUMN:
             cell[_COLUMN[r.outcome]] += 1
     flaky_column = any(r.outcome == "flaky" for r in report.results)
     title = f"{report.workload} on {report.subject}: cases by crash point and fault kind (passed/total)"
@@ -57,6 +63,8 @@ def summary_table(report: MatrixReport) -> Table:
     if flaky_column:
         table.add_column("flaky", justify="right", no_wrap=True)
     table.add_column("harness errors", justify="right", no_wrap=True)
+    if nothing:
+        table.add_column("not run / n.a.", justify="right", no_wrap=True)
     totals = [0, 0, 0, 0, 0]
     for name in names:
         row = [escape(name)]
@@ -71,6 +79,8 @@ def summary_table(report: MatrixReport) -> Table:
         if flaky_column:
             row.append(f"[magenta]{flaky}[/magenta]" if flaky else "0")
         row.append(f"[yellow]{herr}[/yellow]" if herr else "0")
+        if nothing:
+            row.append(str(nothing.get(name, 0)))
         table.add_row(*row)
     table.add_section()
     per_kind = []
@@ -78,7 +88,8 @@ def summary_table(report: MatrixReport) -> Table:
         passed = sum(c[0] for (_, k), c in cells.items() if k == kind)
         total = sum(c[4] for (_, k), c in cells.items() if k == kind)
         per_kind.append(f"{passed}/{total}" if total else "-")
-    table.add_row("total", *per_kind, str(totals[1]), *([str(totals[2])] if flaky_column else []), str(totals[3]))
+    table.add_row("total", *per_kind, str(totals[1]), *([str(totals[2])] if flaky_column else []), str(totals[3]),
+                  *([str(sum(nothing.values()))] if nothing else []))
     return table
 
 

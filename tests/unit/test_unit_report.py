@@ -138,3 +138,17 @@ def test_the_counts_line_and_the_html_name_non_events_apart() -> None:
     assert "1 failed, 0 flaky, 0 harness errors, 3 not run, 2 not applicable" in page
     assert "not run (3; tested nothing, not counted as failed)" in page
     assert "policy discovery: 2 case(s): discovery needs the runtime&#x27;s own recovery" in page
+
+
+def test_the_table_keeps_cases_that_tested_nothing_out_of_passed_total() -> None:
+    report = _matrix_with_non_events(failures=1, not_run=2)
+    report.results.append(_result("checkout/conv1/db-restart@log.append.after[turn-9]#1", "pass"))
+    console = Console(width=200, record=True)
+    console.print(summary_table(report))
+    text = console.export_text()
+    assert "not run / n.a." in text
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in text.splitlines() if line.startswith("│")}
+    # kill: 1 failed of 1 (the 2 not applicable out of it); db-restart: 1 passed of 1 (2 not run out of it)
+    assert rows["log.append.after"] == ["0/1", "1/1", "1", "0", "4"], rows
+    assert rows["total"] == ["0/1", "1/1", "1", "0", "4"], rows

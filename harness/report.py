@@ -226,9 +226,9 @@ def print_summary(console: Console, report: MatrixReport) -> None:
     console.print(
         f"{len(report.results)} cases: [green]{c['pass']} passed[/green], "
         f"[red]{c['fail']} failed[/red], [magenta]{c['flaky']} flaky[/magenta], "
-        f"[yellow]{c['harness-error']} harness errors[/yellow] "
-        + (f"{c['not-run']} not run " if c.get("not-run") else "")
-        + (f"{c['not-applicable']} not applicable " if c.get("not-applicable") else "") +
+        f"[yellow]{c['harness-error']} harness errors[/yellow]"
+        + (f", {c['not-run']} not run" if c.get("not-run") else "")
+        + (f", {c['not-applicable']} not applicable" if c.get("not-applicable") else "") + " " +
         f"in {report.seconds:.1f} s ({report.cases_per_second:.1f} cases/s, {report.jobs} jobs; "
         f"setup and golden runs {report.setup_seconds:.1f} s)",
         soft_wrap=True,

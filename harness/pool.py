@@ -27,14 +27,15 @@ from .worker import Job
 
 STOP_POLL_S = 0.005
 """How often a worker armed with a stopping fault is checked for having stopped (s)."""
-STUCK_AFTER_S = 20.0
+STUCK_AFTER_S = 40.0
 """Seconds a worker may stay silent after its fault fired (no crash point passed, no
 exit) before it is stuck: SIGKILLed and judged ``worker.stuck``, a failure of the
-subject (``Options.stuck_after``). Above the longest wait a correct runtime makes
-without a crash point here (a probe's 10 s bound, a reconnect's 5 s deadline), below
-the worker's deadline (``Options.worker_timeout``, 60 s), which stays the harness's own
-bound. A ``term`` fault's worker is judged sooner: silent for its whole grace
-(``Options.term_grace``)."""
+subject (``Options.stuck_after``). Above the longest wait a correct runtime's worker
+makes here without a crash point (the DBOS adapter's 30 s for a cancelled workflow to
+end by itself, a probe's 10 s bound, a reconnect's 5 s deadline), below the worker's
+deadline (``Options.worker_timeout``, 60 s), which stays the harness's own bound. A
+``term`` fault's worker is judged sooner: silent for its whole grace
+(``Options.term_grace``, 10 s)."""
 WATCH_POLL_S = 0.1
 """How often a faulted worker's progress is looked at (s)."""
 

@@ -136,12 +136,12 @@ def test_silence_counts_from_the_last_line_and_names_the_last_point(tmp_path: Pa
 
 
 def test_stuck_verdict_names_the_bound_the_last_point_and_the_silence() -> None:
-    exit_ = WorkerExit(1, None, 9, 21.0, stuck_s=20.04, last_point="tool.request.before[turn-4.tool-0]#1")
+    exit_ = WorkerExit(1, None, 9, 41.0, stuck_s=40.04, last_point="tool.request.before[turn-4.tool-0]#1")
     fault = Case.parse("checkout/conv1/cancel@tool.request.before[turn-4.tool-0]#1").plan.faults[0]
     v = stuck_verdict(fault, exit_, Options())
     assert v.check == "worker.stuck" and v.valid is False and v.phase == "crash"
-    assert "for 20.0 s (Options.stuck_after=20 s)" in v.details and "tool.request.before[turn-4.tool-0]#1" in v.details
+    assert "for 40.0 s (Options.stuck_after=40 s)" in v.details and "tool.request.before[turn-4.tool-0]#1" in v.details
     term = Case.parse("checkout/conv1/term@log.append.after[turn-2]#1").plan.faults[0]
     assert "its whole grace (Options.term_grace=10 s)" in stuck_verdict(term, exit_, Options()).details
-    assert exit_.to_dict()["stuck_s"] == 20.04 and "stuck, silent 20.0 s after tool.request" in exit_.describe()
+    assert exit_.to_dict()["stuck_s"] == 40.04 and "stuck, silent 40.0 s after tool.request" in exit_.describe()
     assert property_of("worker.stuck") == "resumability"

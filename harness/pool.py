@@ -256,14 +256,15 @@ class WorkerPool:
                 continue
             if term_grace is not None and fired_at is None and has_fired(job.result_path):
                 fired_at = now
-            if watch is not None and not watching and at_stop is None and (fired_at is not None or has_fired(job.result_path)):
+            if (watch is not None and not watching and at_stop is None
+                    and (fired_at is not None or has_fired(job.result_path))):
                 watch.start(now)
                 watching = True
             if watching and watch is not None and watch.check(now):
                 stuck = watch.silent_s(now)
                 sigkill_group(pid)
                 break
-            limit = deadline if fired_at is None else min(deadline, fired_at + term_grace)  # type: ignore[operator]
+            limit = deadline if fired_at is None else min(deadline, fired_at + term_grace)
             if now >= limit:
                 if fired_at is not None and watch is not None and watching and not watch.progressed:
                     stuck = watch.silent_s(now)  # silent for the whole grace: stuck, not a slow drain

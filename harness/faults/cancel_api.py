@@ -25,10 +25,9 @@ import signal
 from typing import TYPE_CHECKING
 
 from ..errors import HarnessError
-from ..oracle import run_check
+from ..oracle import Verdict, run_check
 from ._base import FaultKind, Stops, register, signal_self
 from ._cancelled import NAME, check_step_recorded
-from ..oracle import Verdict
 
 if TYPE_CHECKING:
     from ..adapter import Observation

@@ -120,6 +120,7 @@ def test_real_failures_are_listed_first_and_non_events_apart_with_their_reason()
     assert "NOT RUN 25 case(s)" in text and "NOT APPLICABLE 2 case(s)" in text
     assert max(fails) < next(i for i, line in enumerate(lines) if line.startswith("NOT RUN"))
     assert "kind db-restart: 25 case(s): the db-restart fault fired but could not take effect" in text
+    assert "most likely the worker did not use the harness's PostgreSQL after the point" in text
     assert "policy discovery: 2 case(s): discovery needs the runtime's own recovery" in text
     groups = non_event_groups(report.results)
     assert [(g["outcome"], g["by"], g["name"], g["count"]) for g in groups] == [

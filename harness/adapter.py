@@ -222,6 +222,12 @@ class Adapter(ABC):
     #: the terminal status the runtime ends a crash loop in (a fault at the same point
     #: in every worker: resume policy ``recurring``); None: it declares none
     crash_loop_status: str | None = None
+    #: how many recoveries of one run the runtime attempts before it gives up and ends
+    #: it in ``crash_loop_status`` (DBOS ``max_recovery_attempts``), as the runtime
+    #: itself says (read from its package, not assumed); None: it declares none. Resume
+    #: policy ``recurring`` is not applicable without ``crash_loop_status``, or with a
+    #: limit at or above the harness's bound (``Options.recurring_bound``)
+    recovery_attempts_limit: int | None = None
     #: seconds after which the runtime's own recovery takes an abandoned run over (its
     #: lease or timeout; the harness advances a recovering worker's clock by it, resume
     #: policy ``discovery``); None: no lease (recovery finds abandoned runs at once)

@@ -3,7 +3,8 @@
 Exit codes (distinct per failure class, as TigerBeetle's simulator does; ``selftest``
 maps "a mutant missed" to 1 as well):
 
-- 0: every case passed;
+- 0: every case passed (cases that tested nothing, not run or not applicable, never
+  fail a run: they are listed apart with their reason);
 - 1: at least one case failed an oracle check;
 - 2: bad input: unknown workload or subject, malformed case id or plan, unreachable DSN
   (one line on stderr);
@@ -34,6 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .errors import CrashmatrixError, HarnessError
 from .explorer import Options
+from .pool import STUCK_AFTER_S
 from .plan import DEFAULT_KIND_SAMPLE, DEFAULT_KINDS, DEFAULT_SOURCES, DEFAULT_WORKLOADS, FAULT_KINDS, RESUME_POLICIES, SAMPLED_KINDS, SAMPLED_POLICIES, Case, FaultPlan, Resume
 
 app = typer.Typer(
@@ -171,6 +173,7 @@ def run(
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN to use instead of an embedded server (also: $CRASHMATRIX_PG_DSN).")] = None,
     worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed and the case fails.")] = 60.0,
     term_grace: Annotated[float, typer.Option(help="Seconds a worker may drain after SIGTERM before it is SIGKILLed.")] = 10.0,
+    stuck_after: Annotated[float, typer.Option(min=0.1, help="Seconds a worker may stay silent after its fault (no crash point passed, no exit) before it is SIGKILLed and the case fails worker.stuck (a term fault's worker: silent for its whole --term-grace).")] = STUCK_AFTER_S,
     max_failures_shown: Annotated[int, typer.Option(help="Failing cases printed in detail.")] = 20,
     plan: Annotated[Optional[Path], typer.Option(help="Run exactly this fault plan (JSON, schema in crashmatrix.harness.plan) on the one --conversation given.")] = None,
     shard: Annotated[Optional[str], typer.Option(help="Run shard K/N of the matrix (disjoint, deterministic; the kill cases of one crash state stay in one shard), e.g. 2/4 for the second of four CI jobs.")] = None,
@@ -244,7 +247,9 @@ def run(
                 progress.update(state["task"], total=(task.total or 0) + n)
 
         def on_result(result: object) -> None:
-            if getattr(result, "outcome") != "pass":
+            from .matrix import FAILING  # not run / not applicable tested nothing: never counted "failed"
+
+            if getattr(result, "outcome") in FAILING:
                 state["failed"] = int(state["failed"]) + 1  # type: ignore[call-overload]
             progress.update(state["task"], advance=1, failed=state["failed"])  # type: ignore[arg-type]
             if not console.is_terminal:  # a log (CI, a file): no live bar, a line now and then
@@ -262,7 +267,7 @@ def run(
         try:
             result = _run_async(run_matrix(
                 names, cases=cases, jobs=jobs or None, dsn=dsn,
-                options=Options(worker_timeout=worker_timeout, term_grace=term_grace, proxy_seed=seed,
+                options=Options(worker_timeout=worker_timeout, term_grace=term_grace, stuck_after=stuck_after, proxy_seed=seed,
                                 keep_failed=_keep_dir(keep_failed, report), prune=options_of(prune, prune_sample, seed),
                                 long_lived=not fresh_workers),
                 on_start=on_start, on_result=on_result, depth=depth, sample=sample, seed=seed, shard_spec=shard,

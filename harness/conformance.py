@@ -225,6 +225,8 @@ def tabulate(runtime: Runtime, results: Iterable[Any], versions: dict[str, str] 
                 row.first_harness_error = r.replay
                 row.harness_error_reason = (r.error or "no error recorded").strip().splitlines()[0][:300]
             continue
+        if r.outcome in ("not-run", "not-applicable"):  # it tested nothing: judged on nothing, in no cell
+            continue
         kind = fault_kind(r)
         # the runner records resumability only when it fails (run.ends, resume.runs):
         # every faulted case that came to an end was judged on it

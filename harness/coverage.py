@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 NOT_RUN = "not-run"
 """The outcome of a case whose fault could not take effect."""
+NOT_APPLICABLE = "not-applicable"
+"""The outcome of a case whose resume policy needs what the adapter does not declare
+(:meth:`.policies.Policy.not_applicable`); never run, never counted failed."""
 UNJUDGED_KINDS = ("net",)
 """Kinds whose fault may leave the run unchanged and still have taken effect."""
 
@@ -63,15 +66,38 @@ def took_effect(kind: str, golden: GoldenRun, end: End | None, returncode: int |
     return len(end.trace) != len(golden.trace) or trace_difference(golden.trace, end.trace) is not None
 
 
+WHY_NOT_RUN: dict[str, str] = {
+    "db-restart": "the worker did not use the harness's PostgreSQL after the point (a store of its own, SQLite)",
+    "pause": "no other worker took the run over while this one was stopped (a runtime that never takes a run from "
+             "a live owner), and the woken worker finished it",
+    "cancel": "the cancellation landed where the subject never awaits again, or on a caller whose work ran on "
+              "(a thread, a shielded task)",
+    "cancel-edge": "the cancellation landed where the subject never awaits again, or on a caller whose work ran "
+                   "on (a thread, a shielded task)",
+    "cancel-api": "the run had already ended when the cancel went out",
+}
+"""Per fault kind, what most likely made its cases not run (a hint after the reason)."""
+
+
+def not_run_reason(kind: str) -> str:
+    """Why a case of fault kind ``kind`` is :data:`NOT_RUN` (one line, the same for every
+    case of the kind: the report groups them by it), with the kind's likely cause
+    (:data:`WHY_NOT_RUN`) when it has one."""
+    hint = WHY_NOT_RUN.get(kind)
+    return (f"the {kind} fault fired but could not take effect: the worker ended the run as the golden run did "
+            f"(exit 0, same status, same trace), so the fault changed nothing there"
+            + (f"; most likely {hint}" if hint else ""))
+
+
 def mark_not_run(result: CaseResult) -> None:
     """A passing case whose first faulted worker's fault did not take effect
-    (``took_effect`` False in its worker record) becomes :data:`NOT_RUN`."""
+    (``took_effect`` False in its worker record) becomes :data:`NOT_RUN`, its ``error``
+    saying where and why (:func:`not_run_reason`)."""
     first = result.workers[0] if result.workers else {}
     if result.outcome == "pass" and first.get("took_effect") is False:
         result.outcome = NOT_RUN
         fault = result.case.plan.faults[0]
-        result.error = (f"not run: the {fault.kind} fault fired at {fault.point.label()} but could not take "
-                        f"effect: the worker ended the run as the golden run did (exit 0, same trace)")
+        result.error = f"not run: at {fault.point.label()}, {not_run_reason(fault.kind)}"
 
 
 @dataclass

@@ -55,7 +55,7 @@ from .golden import GoldenRun, determinism_gate, golden_failure, trace_divergenc
 from .history import End, Trace, WorkerReport, labels_of
 from .iostate import GoldenIo
 from .plan import Case, Fault, FaultPlan
-from .pool import WorkerExit, WorkerPool
+from .pool import STUCK_AFTER_S, WorkerExit, WorkerPool
 from .worker import Job
 
 _CASE_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("crashmatrix_case_env", default=None)
@@ -96,6 +96,10 @@ class Options:
     #: run the jobs that may in long-lived workers (:mod:`.resident`); False: every job
     #: forks a worker of its own (``--fresh-workers``)
     long_lived: bool = True
+    #: seconds a faulted worker may stay silent after its fault (no crash point, no
+    #: exit) before it is judged stuck (``worker.stuck``; :data:`.pool.STUCK_AFTER_S`);
+    #: None: only the deadline (``worker_timeout``)
+    stuck_after: float | None = STUCK_AFTER_S
 
 
 @dataclass
@@ -158,6 +162,18 @@ def artifact_name(result: CaseResult) -> str:
     text = f"{result.case.conversation}--{result.case.plan.label()}"
     safe = re.sub(r"[^A-Za-z0-9.@+-]+", "_", text).strip("_")[:140]
     return f"{safe}--{result.run_id.removeprefix('cm-run-')[:8]}"
+
+
+def stuck_verdict(fault: Fault, exit_: WorkerExit, options: Options) -> oracle.Verdict:
+    """``worker.stuck`` (crash phase, invalid): the worker ``exit_`` SIGKILLed after it
+    stayed silent (no crash point passed, no exit) after ``fault`` for the time
+    ``options`` allows (``stuck_after``; a ``term`` fault's whole grace)."""
+    bound = (f"its whole grace (Options.term_grace={options.term_grace:g} s)" if fault.kind == "term"
+             else f"Options.stuck_after={options.stuck_after:g} s")
+    return oracle.Verdict("worker.stuck", "crash", False,
+                          f"after its {fault.kind} fault the worker neither passed a crash point nor exited for "
+                          f"{exit_.stuck_s:.1f} s ({bound}); the last point it passed: {exit_.last_point or '?'}; "
+                          f"SIGKILLed by the harness")
 
 
 def replay_command(case: Case, subject: str) -> str:
@@ -487,6 +503,10 @@ class Explorer:
             result.error = (f"not run: the golden run of {case.conversation} "
                             f"{golden_failure([v.check for v in golden.broken])} ({invariants.summary(golden.broken)})")
             return result
+        why = policies.policy_of(case.resume).not_applicable(self.adapter, self.options)
+        if why is not None:  # the policy needs what the adapter does not declare: nothing to run
+            result.outcome, result.error = coverage.NOT_APPLICABLE, f"not applicable: {why}"
+            return result
         directory = self.workdir / run_id
         try:
             await self._run_case(case, golden, run_id, result, directory)
@@ -620,8 +640,10 @@ class Explorer:
             w.exit = await self.pool.run(
                 job, log, timeout=self.options.worker_timeout,
                 term_grace=self.options.term_grace if isinstance(kind, Drains) else None,
-                at_stop=at_stop if isinstance(kind, Stops) else None)
+                at_stop=at_stop if isinstance(kind, Stops) else None, stuck_after=self.options.stuck_after)
         entry.update(w.exit.to_dict())
+        if w.exit.stuck_s is not None:  # the subject's failure, not the harness's deadline
+            cx.result.verdicts.append(stuck_verdict(fault, w.exit, self.options))
         w.report = WorkerReport.from_file(job.result_path)
         cx.acknowledged = cx.acknowledged or w.report.accepted
         await kind.after_worker(cx, w)

@@ -8,6 +8,7 @@ JSON object whose first key is ``"event"``::
     {"event": "fired", "fault": FAULT, "trace": [ENTRY, ...], "t": float}
     {"event": "end", "status": str, "trace": [ENTRY, ...], "error": str, "traceback": str,
      "marks": [MARK, ...], "io_note": str}
+    {"event": "passed", "at": ENTRY}
     {"event": "accepted", "t": float}
     {"event": "healed", "at": ENTRY | "worker-end", "t": float}
     {"event": "heal-error", "error": str}
@@ -21,7 +22,8 @@ did not fire is a harness error, never a pass), at most once, after at most an
 ``traceback`` only then; ``marks``, one :class:`.iostate.IoMark` a trace entry, only
 from a worker that measured its I/O, ``Job.record_io``; ``io_note`` when it could
 not); ``accepted`` when the subject acknowledged the run (``RunContext.accepted``: its
-request is stored); ``healed`` / ``heal-error`` when a lasting fault (a ``net`` toxic)
+request is stored); ``passed`` for each crash point the worker passes after its fault
+fired (its progress: :class:`Silence`); ``healed`` / ``heal-error`` when a lasting fault (a ``net`` toxic)
 was removed or could not be; ``fault-error`` when a fault fired but could not land (the
 harness's failure: the worker exits 70).
 
@@ -32,6 +34,7 @@ middle of a write) is dropped, and an unknown event is kept as :class:`Other`.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Union
@@ -145,6 +148,19 @@ class End:
 
 
 @dataclass(frozen=True)
+class Passed:
+    """A crash point the worker passed after its fault fired (``at``, an entry): its
+    progress, which the controller watches to tell a worker that carries on from one
+    stuck after its fault (:class:`Silence`)."""
+
+    at: TraceEntry
+    event = "passed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.event, "at": self.at}
+
+
+@dataclass(frozen=True)
 class Accepted:
     """The subject acknowledged the run (``RunContext.accepted``); ``t`` wall-clock s."""
 
@@ -208,7 +224,7 @@ class Other:
         return self.data
 
 
-WorkerEvent = Union[Fired, End, Accepted, Healed, HealError, FaultError, Other]
+WorkerEvent = Union[Fired, End, Passed, Accepted, Healed, HealError, FaultError, Other]
 
 
 def encode(event: WorkerEvent) -> bytes:
@@ -225,6 +241,8 @@ def decode(data: dict[str, Any]) -> WorkerEvent:
         if kind == "end":
             return End(data["status"], as_trace(data["trace"]), data.get("error"), data.get("traceback"),
                        data.get("marks"), data.get("io_note"))
+        if kind == "passed":
+            return Passed(TraceEntry(*data["at"]))
         if kind == "accepted":
             return Accepted(data.get("t"))
         if kind == "healed":
@@ -315,3 +333,49 @@ def has_fired(path: str) -> bool:
         return False
     at = (b"\n" + data).find(b"\n" + FIRED_PREFIX)
     return at >= 0 and data.find(b"\n", at) >= 0
+
+
+class Silence:
+    """How long a worker has been silent since its fault fired: neither a new line in
+    its event file (a :class:`Passed` point, its end) nor an exit. The controller polls
+    :meth:`check` once the fault fired; a worker silent for ``after`` seconds is stuck
+    (the oracle's ``worker.stuck``). Only the file's size is read while polling."""
+
+    def __init__(self, path: str, after: float) -> None:
+        self.path = path
+        self.after = after
+        self.size = -1
+        self.since: float | None = None  # when the file last grew (or watching began)
+        self.progressed = False  # it grew after watching began: the worker passed a point or ended
+
+    def start(self, now: float) -> None:
+        """Begin (or begin again, after a stopped worker was woken) counting from ``now``."""
+        self.size = self._size()
+        self.since = now
+
+    def check(self, now: float) -> bool:
+        """Whether the worker has been silent for ``after`` seconds (call after :meth:`start`)."""
+        size = self._size()
+        if size != self.size:
+            self.size, self.since, self.progressed = size, now, True
+            return False
+        return self.since is not None and now - self.since >= self.after
+
+    def silent_s(self, now: float) -> float:
+        return now - self.since if self.since is not None else 0.0
+
+    def last_point(self) -> str | None:
+        """The last crash point the worker passed (``NAME[TASK]#N``): its last ``passed``
+        line, else the point its fault fired at; None when neither is in the file."""
+        report = WorkerReport.from_file(self.path)
+        passed = [e for e in report.events if isinstance(e, Passed)]
+        if passed:
+            return passed[-1].at.label()
+        fired = report.fired
+        return fired.trace[-1].label() if fired is not None and fired.trace else None
+
+    def _size(self) -> int:
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0

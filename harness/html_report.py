@@ -3,7 +3,10 @@
 For each matrix (a CLI run, or each marked test of a pytest run) the page shows a
 heatmap: one row per crash point (grouped by conversation, in golden-trace order), one
 column per fault kind, each cell one single-fault case coloured by its outcome (pass,
-fail, flaky, harness error; grey where the matrix has no such case). Plans of several
+fail, flaky, harness error; not run and not applicable, which tested nothing, in pale
+hatched grey apart from the failures; grey where the matrix has no such case). Under
+the heatmap, the cases that tested nothing are listed apart, a line per fault kind (not
+run) or resume policy (not applicable) with the reason. Plans of several
 faults (``--depth 2``, Hypothesis examples) are listed under the heatmap. Clicking a
 cell or a row opens the case's details: outcome (for a replayed failure, each run's
 outcome), every failed check with its details and diff, the crash point's source
@@ -32,9 +35,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-OUTCOMES = ("pass", "fail", "flaky", "harness-error")
+OUTCOMES = ("pass", "fail", "flaky", "harness-error", "not-run", "not-applicable")
 FAILING = ("fail", "flaky", "harness-error")
-"""Outcomes the "failing cases only" filter keeps."""
+"""Outcomes the "failing cases only" filter keeps (not run and not applicable tested
+nothing: never counted as failing)."""
 
 
 def _matrices(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -121,7 +125,8 @@ def _heatmap(mi: int, m: dict[str, Any], anchors: list[str]) -> str:
                 out.append('<td class="cell none" title="no such case"></td>')
                 continue
             c = m["cases"][ci]
-            mark = {"pass": "", "fail": "&#x2717;", "flaky": "~", "harness-error": "!"}.get(c["outcome"], "?")
+            mark = {"pass": "", "fail": "&#x2717;", "flaky": "~", "harness-error": "!", "not-run": "&#x2013;",
+                    "not-applicable": "n/a"}.get(c["outcome"], "?")
             out.append(f'<td class="cell {_e(c["outcome"])}" id="{_e(anchors[ci])}" data-matrix="{mi}" data-case="{ci}" '
                        f'title="{_e(c["id"])}: {_e(c["outcome"])}" tabindex="0">{mark}</td>')
         out.append("</tr>")
@@ -152,6 +157,7 @@ tr.conv th{font-weight:bold;padding-top:.6em;font-family:inherit}
 td.cell{width:2.2em;height:1.2em;border:1px solid #fff;text-align:center;cursor:pointer;color:#fff;font-weight:bold}
 td.cell.pass{background:#2e8b57}td.cell.fail{background:#d32f2f}td.cell.harness-error{background:#f0a500}
 td.cell.flaky{background:#8e24aa}
+td.cell.not-run,td.cell.not-applicable{background:repeating-linear-gradient(45deg,#ddd,#ddd 3px,#f4f4f4 3px,#f4f4f4 6px);color:#555;font-weight:normal;font-size:10px}
 body.failing-only tr.point-row:not(.has-failure),body.failing-only tr.conv:not(.has-failure),
 body.failing-only tr.case-row:not(.has-failure){display:none}
 p.incomplete{background:#fff3cd;border:1px solid #f0a500;padding:.4em .6em}
@@ -264,6 +270,35 @@ def _incomplete(d: dict[str, Any]) -> str:
     return f'<p class="incomplete">incomplete: {_e(d.get("reason") or "the run stopped early")}{_e(planned)}</p>'
 
 
+def _non_events(m: dict[str, Any]) -> str:
+    """The matrix's cases that tested nothing, apart from the failures: a list per
+    outcome, a line per fault kind (not run) or resume policy (not applicable) with the
+    count and the reason (the JSON report's ``non_events``; a plugin report's matrix,
+    which has none, is grouped here from its cases' errors)."""
+    groups = m.get("non_events")
+    if groups is None:
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        for c in m.get("cases", []):
+            if c.get("outcome") not in ("not-run", "not-applicable"):
+                continue
+            run = c["outcome"] == "not-run"
+            faults = c.get("plan", {}).get("faults", [])
+            name = faults[0]["kind"] if run and faults else c["id"].rsplit("/", 1)[-1]
+            g = found.setdefault((c["outcome"], name), {"outcome": c["outcome"], "by": "kind" if run else "policy",
+                                                       "name": name, "count": 0, "reason": c.get("error") or ""})
+            g["count"] += 1
+        groups = list(found.values())
+    out = []
+    for outcome, words in (("not-run", "not run"), ("not-applicable", "not applicable")):
+        mine = [g for g in groups if g["outcome"] == outcome]
+        if mine:
+            out.append(f'<h3 class="{outcome}">{words} ({sum(g["count"] for g in mine)}; tested nothing, not counted '
+                       f'as failed)</h3><ul class="{outcome}">')
+            out += [f"<li>{_e(g['by'])} {_e(g['name'])}: {_e(g['count'])} case(s): {_e(g['reason'])}</li>" for g in mine]
+            out.append("</ul>")
+    return "".join(out)
+
+
 def render_html(data: dict[str, Any], title: str = "crashmatrix report") -> str:
     """The report page for ``data`` (a JSON report, see the module docstring)."""
     matrices = _matrices(data)
@@ -273,7 +308,8 @@ def render_html(data: dict[str, Any], title: str = "crashmatrix report") -> str:
     body = [f"<h1>{_e(title)}</h1>",
             '<p class="legend"><span style="background:#2e8b57">pass</span><span style="background:#d32f2f">fail</span>'
             '<span style="background:#8e24aa">flaky</span>'
-            '<span style="background:#f0a500">harness error</span><span style="background:#bbb">no case</span>'
+            '<span style="background:#f0a500">harness error</span>'
+            '<span style="background:#ddd;color:#555">not run / not applicable</span><span style="background:#bbb">no case</span>'
             + (f" seed {_e(data['seed'])}" if "seed" in data else "") + "</p>",
             '<p class="filter"><label><input type="checkbox" id="failing-only"> failing cases only</label></p>']
     if "matrices" in data:
@@ -285,10 +321,13 @@ def render_html(data: dict[str, Any], title: str = "crashmatrix report") -> str:
         body.append(_incomplete(m))
         body.append(f'<p class="summary">{_e(s.get("cases", len(m.get("cases", []))))} cases: '
                     f'{_e(s.get("pass", 0))} passed, {_e(s.get("fail", 0))} failed, {_e(s.get("flaky", 0))} flaky, '
-                    f'{_e(s.get("harness-error", 0))} harness errors; kinds {_e(", ".join(m.get("kinds", [])))}; '
+                    f'{_e(s.get("harness-error", 0))} harness errors'
+                    + "".join(f", {_e(s[o])} {o.replace('-', ' ')}" for o in ("not-run", "not-applicable") if s.get(o))
+                    + f'; kinds {_e(", ".join(m.get("kinds", [])))}; '
                     f'sources {_e(", ".join(m.get("sources", [])))}'
                     + (f"; shard {_e(m['shard'])}" if m.get("shard") else "") + "</p>")
         body.append(_heatmap(mi, m, anchors[mi]))
+        body.append(_non_events(m))
         body.append("</section>")
     payload = json.dumps(data, sort_keys=True).replace("</", "<\\/")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

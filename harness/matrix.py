@@ -27,9 +27,16 @@ from .policies import policy_of
 from .session import open_session
 
 
-OUTCOMES = ("pass", "fail", "flaky", "harness-error", "not-run")
+OUTCOMES = ("pass", "fail", "flaky", "harness-error", "not-run", "not-applicable")
 """Every outcome a case can have; ``flaky``: it failed, and a replay did not;
-``not-run``: its fault could not take effect (:mod:`.coverage`)."""
+``not-run``: its fault could not take effect (:mod:`.coverage`); ``not-applicable``:
+its resume policy needs something the adapter does not declare
+(:meth:`.policies.Policy.not_applicable`)."""
+FAILING = ("fail", "flaky", "harness-error")
+"""Outcomes listed as failures (first, in the failing list and the progress bar)."""
+NON_EVENTS = ("not-run", "not-applicable")
+"""Outcomes that tested nothing: never counted as failed nor passed, listed apart with
+their reason (:func:`.report.non_event_groups`)."""
 
 
 @dataclass
@@ -91,7 +98,8 @@ class MatrixReport:
 
     @property
     def exit_code(self) -> int:
-        """0 every case passed (or was not run: its fault could not take effect); 1 some
+        """0 every case passed (or was not run: its fault could not take effect; or was
+        not applicable: :data:`NON_EVENTS`); 1 some
         case failed an oracle check, always or on some runs only (flaky: a race is a bug
         of the subject), or coverage is required and incomplete; 3 harness errors only."""
         c = self.counts
@@ -123,6 +131,10 @@ class MatrixReport:
             out["pruning"] = self.pruning.to_dict()
         if self.coverage is not None:
             out["coverage"] = self.coverage.to_dict()
+        from .report import non_event_groups
+
+        # the cases that tested nothing, apart from the failures, with the reason per kind/policy
+        out["non_events"] = non_event_groups(self.results)
         out["summary"].update(seconds=round(self.seconds, 3), setup_seconds=round(self.setup_seconds, 3),
                               cases_per_second=round(self.cases_per_second, 2))
         return out

@@ -69,7 +69,10 @@ in :func:`.report.plugin_report`) and ``--crashmatrix-html PATH`` (the heatmap,
 stopped early (Ctrl-C, ``-x``, ``--maxfail``) writes what ran, marked ``"complete":
 false`` with the reason. JUnit (``--junitxml``) gets the case id as the test id, the
 failure's first line as its message, and the case id, outcome (``flaky`` included),
-every run's outcome, failed check and replay command as test properties.
+every run's outcome, failed check and replay command as test properties. An item whose
+case tested nothing (``not-run``: its fault changed nothing; ``not-applicable``: its
+resume policy needs what the adapter does not declare) is a skip with the reason,
+never a failure or a pass.
 """
 
 from __future__ import annotations
@@ -267,11 +270,17 @@ class MatrixCase:
         first line names the case, the failed check (``FLAKY`` and every run's outcome
         when a replay disagreed) and the replay command; then every failed check with
         details and a small diff, the crash point's location, and how each worker ended
-        (:func:`.report.failure_text`)."""
+        (:func:`.report.failure_text`). A case that tested nothing (not run: its fault
+        could not take effect; not applicable: its policy needs what the adapter does
+        not declare) is skipped with the reason."""
+        from .matrix import NON_EVENTS
         from .report import failure_text
 
         result = self.run()
         self.checked = True
+        if result.outcome in NON_EVENTS:  # it tested nothing: a skip with the reason, never a failure or a pass
+            # its error says which, then why ("not run: at POINT, ...", "not applicable: ...")
+            pytest.skip(f"crashmatrix: {result.error or result.outcome.replace('-', ' ') + ': no reason recorded'}")
         if result.outcome != "pass":
             pytest.fail(failure_text(self._record), pytrace=False)
         return result

@@ -43,6 +43,14 @@ Checks (phase ``resume``, beside the crash and end checks of docs/design.md):
 - ``discovery.found``: the runtime's own recovery, given no run id and its clock advanced
   past its declared lease (``Adapter.lease_seconds``), found the abandoned run and
   finished it.
+
+A policy that needs what the adapter does not declare makes its cases
+``not-applicable`` with the reason, before any worker runs
+(:meth:`Policy.not_applicable`): ``discovery`` without ``recover()``, ``recurring``
+without ``crash_loop_status`` or with a ``recovery_attempts_limit`` at or above
+``Options.recurring_bound``, ``input-once`` where the adapter ``expects_redelivery``,
+``warm-worker`` and ``same-worker`` without ``long_lived_workers`` (or with
+``--fresh-workers``).
 - ``warm.worker``: the first resume ran in the process that had just run the workload's
   next conversation, then the same one, each to a terminal status ("not
   applicable", with the reason, when the adapter does not declare ``long_lived_workers``,
@@ -133,6 +141,12 @@ class Policy:
         policy but that one) lets the pool run it."""
         return None
 
+    def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
+        """Why this policy cannot test ``adapter``'s runtime, from what the adapter
+        declares (its cases are then ``not-applicable`` with this reason, never run, never
+        counted failed); None: applicable."""
+        return None
+
     def fault_for(self, plan: tuple[Fault, ...], index: int) -> Fault | None:
         """The fault armed in worker ``index`` (None: it runs fault-free)."""
         return plan[index] if index < len(plan) else None
@@ -164,6 +178,13 @@ class InputOnce(Policy):
     """The input goes to the first worker only (until the subject acknowledged the run)."""
 
     name = "input-once"
+
+    def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
+        if adapter.expects_redelivery:
+            return (f"input-once needs a runtime that keeps the run's input: {_name(adapter)} declares "
+                    "expects_redelivery (its resumers are handed the input by their caller), so a resume without it "
+                    "tests nothing the runtime promises")
+        return None
 
 
 class Redelivery(Policy):
@@ -285,6 +306,23 @@ class Recurring(Policy):
 
     name = "recurring"
 
+    def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
+        """Not applicable when the adapter declares no ``crash_loop_status`` (nothing
+        tells the runtime's giving up from another end), or when its runtime's own
+        limit (``recovery_attempts_limit``) is at or above the harness's bound (the case
+        could only end by the harness stopping it)."""
+        status, limit = adapter.crash_loop_status, recovery_limit(adapter)
+        bound = options.recurring_bound
+        if status is None:
+            gives_up = f"; its runtime gives up after {limit} recovery attempt(s)" if limit is not None else ""
+            return (f"recurring needs the status the runtime ends a crash loop in: {_name(adapter)} declares no "
+                    f"crash_loop_status{gives_up}")
+        if limit is not None and limit >= bound:
+            return (f"{_name(adapter)}'s runtime gives up after {limit} recovery attempt(s) (recovery_attempts_limit), "
+                    f"not fewer than the harness's bound of {bound} resume(s) (Options.recurring_bound): the case could "
+                    f"only end by the harness stopping it")
+        return None
+
     def fault_for(self, plan: tuple[Fault, ...], index: int) -> Fault | None:
         return plan[min(index, len(plan) - 1)] if plan else None
 
@@ -330,16 +368,17 @@ class Discovery(Policy):
 
     name = "discovery"
 
+    def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
+        if type(adapter).recover is Adapter.recover:
+            return (f"discovery needs the runtime's own recovery: {_name(adapter)} declares no recover() (its runtime "
+                    "resumes a run only when a caller gives its id)")
+        return None
+
     async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
         if cx.kind_state.get("discovery-done"):
             return await ex._plain_resume(cx)
         cx.kind_state["discovery-done"] = True
         before = await cx.observe()
-        if type(ex.adapter).recover is Adapter.recover:
-            cx.result.verdicts.append(_verdict(
-                "discovery.found", False, f"recovery by id only: {ex.adapter.name or type(ex.adapter).__name__} declares no "
-                f"recover(); nothing finds the abandoned run (status {before.status!r}) unless a caller knows its id"))
-            return await ex._plain_resume(cx)
         lease = ex.adapter.lease_seconds
         offset = (lease + CLOCK_MARGIN_S) if lease is not None else 0.0
         job, log = ex._job("recover", cx.case.conversation, "", FaultPlan(), cx.workdir, input_given=False,
@@ -377,6 +416,9 @@ class WarmWorker(Policy):
     (:mod:`.resident`). Then resumes by id as usual."""
 
     name = "warm-worker"
+
+    def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
+        return _needs_long_lived(self.name, adapter, options)
 
     async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
         if cx.kind_state.get("warm-done"):
@@ -440,6 +482,9 @@ class SameWorker(Policy):
     name = "same-worker"
     sampled_kind = "cancel"
 
+    def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
+        return _needs_long_lived(self.name, adapter, options)
+
     async def holds_worker(self, ex: Explorer, cx: CaseRun, index: int,
                            job: Job) -> Callable[[Job, str, float], Awaitable[WorkerExit]] | None:
         from . import faults
@@ -496,6 +541,35 @@ class SameWorker(Policy):
         cx.result.verdicts.append(_verdict("same.worker", True, f"the resume ran in worker {exit_.pid}, the process "
                                            f"the {kind} fault struck, after its job had ended"))
         return await ex._without_fault(cx, job, log, exit_, report)
+
+
+def _name(adapter: Adapter) -> str:
+    return adapter.name or type(adapter).__name__
+
+
+def recovery_limit(adapter: Adapter) -> int | None:
+    """The adapter's ``recovery_attempts_limit`` (how many recoveries of a run its
+    runtime attempts before it gives up, as the runtime itself says), None when it
+    declares none. Raises :class:`.errors.InvalidArgument` naming the adapter when it is
+    not a positive int."""
+    limit = getattr(adapter, "recovery_attempts_limit", None)
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        from .errors import InvalidArgument
+
+        raise InvalidArgument(f"{_name(adapter)}.recovery_attempts_limit must be a positive int or None (got {limit!r})")
+    return limit
+
+
+def _needs_long_lived(policy: str, adapter: Adapter, options: Options) -> str | None:
+    """Why ``policy`` (warm-worker, same-worker: a resume in a process that ran other
+    jobs) cannot run here: the adapter does not declare ``long_lived_workers``, or
+    ``--fresh-workers`` forks every job; None when it can."""
+    if not getattr(adapter, "long_lived_workers", False):
+        return (f"{policy} needs a worker process that serves many jobs: {_name(adapter)} does not declare "
+                "long_lived_workers (every job forks a worker of its own)")
+    if not options.long_lived:
+        return f"{policy} needs a worker process that serves many jobs: --fresh-workers forks every job"
+    return None
 
 
 def _residents(ex: Explorer) -> Any:

@@ -20,13 +20,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import HarnessError
-from .history import has_fired
+from .history import Silence, has_fired
 from .resident import Residents, eligible
 from .services.process import proc_stat, sigkill_group
 from .worker import Job
 
 STOP_POLL_S = 0.005
 """How often a worker armed with a stopping fault is checked for having stopped (s)."""
+STUCK_AFTER_S = 40.0
+"""Seconds a worker may stay silent after its fault fired (no crash point passed, no
+exit) before it is stuck: SIGKILLed and judged ``worker.stuck``, a failure of the
+subject (``Options.stuck_after``). Above the longest wait a correct runtime's worker
+makes here without a crash point (the DBOS adapter's 30 s for a cancelled workflow to
+end by itself, a probe's 10 s bound, a reconnect's 5 s deadline), below the worker's
+deadline (``Options.worker_timeout``, 60 s), which stays the harness's own bound. A
+``term`` fault's worker is judged sooner: silent for its whole grace
+(``Options.term_grace``, 10 s)."""
+WATCH_POLL_S = 0.1
+"""How often a faulted worker's progress is looked at (s)."""
 
 
 @dataclass
@@ -46,6 +57,10 @@ class WorkerExit:
     #: :func:`.resident.serve`), and how many jobs that process had run before it
     left: list[str] = field(default_factory=list)
     jobs_before: int = 0
+    #: seconds the worker was silent after its fault before it was SIGKILLed as stuck
+    #: (:class:`.history.Silence`), and the last crash point it passed; None: not stuck
+    stuck_s: float | None = None
+    last_point: str | None = None
 
     @property
     def live(self) -> bool:
@@ -54,6 +69,8 @@ class WorkerExit:
         return self.resident and self.signal is None and not self.timed_out
 
     def describe(self) -> str:
+        if self.stuck_s is not None:
+            return f"pid {self.pid}: stuck, silent {self.stuck_s:.1f} s after {self.last_point or 'its fault'}"
         if self.timed_out:
             return f"pid {self.pid}: killed after its deadline ({self.seconds:.1f} s)"
         if self.signal is not None:
@@ -68,6 +85,9 @@ class WorkerExit:
             out["jobs_before"] = self.jobs_before
         if self.left:
             out["left"] = self.left
+        if self.stuck_s is not None:
+            out["stuck_s"] = round(self.stuck_s, 2)
+            out["last_point"] = self.last_point
         return out
 
 
@@ -188,7 +208,8 @@ class WorkerPool:
         return pid, exited
 
     async def run(self, job: Job, log_path: str, *, timeout: float, term_grace: float | None = None,
-                  at_stop: Callable[[int], Awaitable[None]] | None = None) -> WorkerExit:
+                  at_stop: Callable[[int], Awaitable[None]] | None = None,
+                  stuck_after: float | None = None) -> WorkerExit:
         """Run ``job`` to its end. ``timeout``: seconds before the worker is SIGKILLed.
         ``term_grace``: after the worker reported firing a ``term`` fault, seconds it may
         take to drain before it is SIGKILLed (docs/design.md: ``term``). ``at_stop(pid)``:
@@ -197,10 +218,16 @@ class WorkerPool:
         afresh. If ``at_stop`` raises, the worker is SIGKILLed and reaped and the error
         propagates. ``seconds`` counts from the fork, the stop included. A job that may
         run in a long-lived worker (:func:`.resident.eligible`, with neither ``term_grace``
-        nor ``at_stop``) runs in one when the pool has them and one is free."""
+        nor ``at_stop``) runs in one when the pool has them and one is free.
+
+        ``stuck_after``: once the fault fired (and a stopped worker was woken), a worker
+        silent that long (:class:`.history.Silence`: no crash point passed, no exit) is
+        SIGKILLed and reported stuck (``stuck_s``, ``last_point``); so is a ``term_grace``
+        worker silent for its whole grace. None: not watched (the deadline only)."""
         if self.residents is not None and term_grace is None and at_stop is None and eligible(job):
             assert self.residents_dir is not None
-            done = await self.residents.run(job, log_path, timeout=timeout, log_dir=self.residents_dir)
+            done = await self.residents.run(job, log_path, timeout=timeout, log_dir=self.residents_dir,
+                                            stuck_after=stuck_after)
             if done is not None:
                 return done
         t0 = time.monotonic()
@@ -208,6 +235,9 @@ class WorkerPool:
         deadline = t0 + timeout
         timed_out = False
         fired_at: float | None = None
+        watch = Silence(job.result_path, stuck_after) if stuck_after is not None else None
+        watching = False
+        stuck: float | None = None
         while not exited.done():
             now = time.monotonic()
             if at_stop is not None and has_fired(job.result_path) and _stopped(pid):
@@ -220,18 +250,36 @@ class WorkerPool:
                 at_stop = None
                 _signal(pid, signal.SIGCONT)
                 deadline = time.monotonic() + timeout
+                if watch is not None:  # its silence counts from the wake, not from the stop
+                    watch.start(time.monotonic())
+                    watching = True
                 continue
             if term_grace is not None and fired_at is None and has_fired(job.result_path):
                 fired_at = now
-            limit = deadline if fired_at is None else min(deadline, fired_at + term_grace)
-            if now >= limit:
-                timed_out = True
+            if (watch is not None and not watching and at_stop is None
+                    and (fired_at is not None or has_fired(job.result_path))):
+                watch.start(now)
+                watching = True
+            if watching and watch is not None and watch.check(now):
+                stuck = watch.silent_s(now)
                 sigkill_group(pid)
                 break
-            poll = STOP_POLL_S if at_stop is not None else 0.05 if term_grace is not None else limit - now
+            limit = deadline if fired_at is None else min(deadline, fired_at + term_grace)
+            if now >= limit:
+                if fired_at is not None and watch is not None and watching and not watch.progressed:
+                    stuck = watch.silent_s(now)  # silent for the whole grace: stuck, not a slow drain
+                else:
+                    timed_out = True
+                sigkill_group(pid)
+                break
+            poll = (STOP_POLL_S if at_stop is not None else 0.05 if term_grace is not None
+                    else WATCH_POLL_S if watch is not None else limit - now)
             await wait_done(exited, min(limit - now, poll))
         event = await exited
-        return WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out, event.get("cpu_ms"))
+        out = WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out, event.get("cpu_ms"))
+        if stuck is not None and watch is not None:
+            out.stuck_s, out.last_point = stuck, watch.last_point()
+        return out
 
 
 async def wait_done(fut: asyncio.Future[object], timeout: float) -> None:

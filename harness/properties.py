@@ -27,6 +27,8 @@ PROPERTIES: dict[str, str] = {
     "migration": "a run that crashed under one build is finished by the next, or parked by it with a reason",
     "human answers": "each answer a person gave is consumed once, by the interrupt it was given for, and the "
                      "work done beside the interrupt is not done again",
+    "cancellation": "a run whose cancel the runtime's own API acknowledged does not run on to the end it would "
+                    "have had",
 }
 """Property name -> what it promises."""
 
@@ -67,6 +69,8 @@ _CHECKS: dict[str, tuple[str, str]] = {
     "warm.worker": ("resumability", "state one run left in the process"),
     "same.worker": ("resumability", "a run resumed from what the process kept of it"),
     "worker.warm_path": ("resumability", "state one run left in the process"),
+    "worker.stuck": ("resumability", "worker hung after its fault"),
+    "cancel.honoured": ("cancellation", "cancel acknowledged and ignored"),
 }
 
 

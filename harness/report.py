@@ -24,26 +24,32 @@ from rich.table import Table
 from .explorer import CaseResult, replay_command
 from .golden import golden_failure
 from .plan import Resume
-from .matrix import OUTCOMES, MatrixReport
+from .matrix import FAILING, NON_EVENTS, OUTCOMES, MatrixReport
 
 _COLUMN = {"pass": 0, "fail": 1, "flaky": 2, "harness-error": 3}
 
 
 def summary_table(report: MatrixReport) -> Table:
     """Cases by crash point (rows) and fault kind (columns): ``passed/total``, with
-    failed, flaky (only when some case is) and harness-error counts. Crash-point names
+    failed, flaky (only when some case is) and harness-error counts; cases that tested
+    nothing (not run, not applicable) are out of ``total`` and counted in a column of
+    their own, shown when some case is one (``-`` in a cell whose every case is). Crash-point names
     are shown whole (folded over lines when the terminal is narrow): await points of one
     function differ only in their last characters (``module:Class.method@2``)."""
     cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])  # pass, fail, flaky, herr, total
     names: list[str] = []
+    nothing: dict[str, int] = {}  # crash point -> cases that tested nothing
     for r in report.results:
         fault = r.case.plan.faults[0]
         name = fault.point.name if len(r.case.plan.faults) == 1 else f"{fault.point.name} (+ a 2nd fault)"
         if name not in names:
             names.append(name)
         cell = cells[(name, fault.kind)]
+        if r.outcome in NON_EVENTS:  # tested nothing: neither passed nor failed, out of the total
+            nothing[name] = nothing.get(name, 0) + 1
+            continue
         cell[4] += 1
-        if r.outcome in _COLUMN:  # not-run: in the total only
+        if r.outcome in _COLUMN:
             cell[_COLUMN[r.outcome]] += 1
     flaky_column = any(r.outcome == "flaky" for r in report.results)
     title = f"{report.workload} on {report.subject}: cases by crash point and fault kind (passed/total)"
@@ -57,6 +63,8 @@ def summary_table(report: MatrixReport) -> Table:
     if flaky_column:
         table.add_column("flaky", justify="right", no_wrap=True)
     table.add_column("harness errors", justify="right", no_wrap=True)
+    if nothing:
+        table.add_column("not run / n.a.", justify="right", no_wrap=True)
     totals = [0, 0, 0, 0, 0]
     for name in names:
         row = [escape(name)]
@@ -71,6 +79,8 @@ def summary_table(report: MatrixReport) -> Table:
         if flaky_column:
             row.append(f"[magenta]{flaky}[/magenta]" if flaky else "0")
         row.append(f"[yellow]{herr}[/yellow]" if herr else "0")
+        if nothing:
+            row.append(str(nothing.get(name, 0)))
         table.add_row(*row)
     table.add_section()
     per_kind = []
@@ -78,7 +88,8 @@ def summary_table(report: MatrixReport) -> Table:
         passed = sum(c[0] for (_, k), c in cells.items() if k == kind)
         total = sum(c[4] for (_, k), c in cells.items() if k == kind)
         per_kind.append(f"{passed}/{total}" if total else "-")
-    table.add_row("total", *per_kind, str(totals[1]), *([str(totals[2])] if flaky_column else []), str(totals[3]))
+    table.add_row("total", *per_kind, str(totals[1]), *([str(totals[2])] if flaky_column else []), str(totals[3]),
+                  *([str(sum(nothing.values()))] if nothing else []))
     return table
 
 
@@ -125,8 +136,11 @@ def warm_process_note(result: CaseResult) -> str | None:
 
 
 def print_failures(console: Console, results: list[CaseResult], limit: int = 20) -> None:
-    """Each failing case: the check that failed, details, a small diff, the replay line."""
-    bad = [r for r in results if r.outcome != "pass"]
+    """Each failing case (:data:`.matrix.FAILING`, golden runs that broke an invariant
+    included): the check that failed, details, a small diff, the replay line; at most
+    ``limit`` of them. Then, apart, the cases that tested nothing (not run, not
+    applicable: :func:`print_non_events`), so they never push a failure out of the list."""
+    bad = [r for r in results if r.outcome in FAILING]
     for r in bad[:limit]:
         color = "magenta" if r.outcome == "flaky" else "red"
         console.print(f"[bold {color}]{r.outcome.upper()}[/bold {color}] {escape(r.case.id)}  [dim](subject {escape(r.subject)}, run {r.run_id})[/dim]", soft_wrap=True)
@@ -146,6 +160,57 @@ def print_failures(console: Console, results: list[CaseResult], limit: int = 20)
             console.print(f"  {warm}", markup=False, soft_wrap=True)
     if len(bad) > limit:
         console.print(f"... and {len(bad) - limit} more failing case(s); see the JSON report")
+    print_non_events(console, results)
+
+
+def non_event_groups(results: list[CaseResult]) -> list[dict[str, Any]]:
+    """The cases that tested nothing (:data:`.matrix.NON_EVENTS`), grouped by outcome and
+    by what made them so: a not-run case by its first fault's kind, a not-applicable one
+    by its resume policy. Each group: ``{"outcome", "by"`` (``"kind"`` or ``"policy"``),
+    ``"name"`` (the kind or policy), ``"count"``, ``"reason"`` (the first case's
+    ``error``, its case-specific crash point left out for not-run: the group's reason),
+    ``"cases"`` (their ids, in order)}; not-run groups first, each outcome's groups in
+    the order their first case comes."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in results:
+        if r.outcome not in NON_EVENTS:
+            continue
+        run = r.outcome == "not-run"
+        name = r.case.plan.faults[0].kind if run and r.case.plan.faults else r.case.resume.policy
+        g = groups.setdefault((r.outcome, name), {"outcome": r.outcome, "by": "kind" if run else "policy",
+                                                  "name": name, "count": 0, "reason": _non_event_reason(r),
+                                                  "cases": []})
+        g["count"] += 1
+        g["cases"].append(r.case.id)
+    return sorted(groups.values(), key=lambda g: NON_EVENTS.index(g["outcome"]))
+
+
+def _non_event_reason(r: CaseResult) -> str:
+    """Why ``r`` tested nothing, without the case's own crash point (the group's reason)."""
+    from .coverage import not_run_reason
+
+    if r.outcome == "not-run" and r.case.plan.faults:
+        return not_run_reason(r.case.plan.faults[0].kind)
+    return (r.error or "no reason recorded").removeprefix("not applicable: ")
+
+
+def print_non_events(console: Console, results: list[CaseResult], show: int = 3) -> None:
+    """The cases that tested nothing, after the failures: a section per outcome ("not
+    run", "not applicable"), a line per fault kind or resume policy with the count, the
+    reason and the first ``show`` case ids."""
+    groups = non_event_groups(results)
+    for outcome in NON_EVENTS:
+        mine = [g for g in groups if g["outcome"] == outcome]
+        if not mine:
+            continue
+        total = sum(g["count"] for g in mine)
+        words = "not run" if outcome == "not-run" else "not applicable"
+        console.print(f"[bold yellow]{words.upper()}[/bold yellow] {total} case(s) (not counted as failed or passed):",
+                      soft_wrap=True)
+        for g in mine:
+            ids = ", ".join(g["cases"][:show]) + (f", ... {g['count'] - show} more" if g["count"] > show else "")
+            console.print(f"  {g['by']} {g['name']}: {g['count']} case(s): {g['reason']} ({ids})", markup=False,
+                          soft_wrap=True)
 
 
 def print_summary(console: Console, report: MatrixReport) -> None:
@@ -161,8 +226,9 @@ def print_summary(console: Console, report: MatrixReport) -> None:
     console.print(
         f"{len(report.results)} cases: [green]{c['pass']} passed[/green], "
         f"[red]{c['fail']} failed[/red], [magenta]{c['flaky']} flaky[/magenta], "
-        f"[yellow]{c['harness-error']} harness errors[/yellow] "
-        + (f"{c['not-run']} not run " if c.get("not-run") else "") +
+        f"[yellow]{c['harness-error']} harness errors[/yellow]"
+        + (f", {c['not-run']} not run" if c.get("not-run") else "")
+        + (f", {c['not-applicable']} not applicable" if c.get("not-applicable") else "") + " " +
         f"in {report.seconds:.1f} s ({report.cases_per_second:.1f} cases/s, {report.jobs} jobs; "
         f"setup and golden runs {report.setup_seconds:.1f} s)",
         soft_wrap=True,
@@ -317,9 +383,11 @@ def plugin_report(records: list[dict[str, Any]], seed: int, *, complete: bool = 
 
 
 def counts_line(records: list[dict[str, Any]]) -> str:
-    """``N cases: a passed, b failed, c flaky, d harness errors`` of case records."""
+    """``N cases: a passed, b failed, c flaky, d harness errors`` of case records, then
+    ``, e not run`` and ``, f not applicable`` when there are any (never counted failed)."""
     counts = dict.fromkeys(OUTCOMES, 0)
     for r in records:
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
     return (f"{len(records)} cases: {counts['pass']} passed, {counts['fail']} failed, {counts['flaky']} flaky, "
-            f"{counts['harness-error']} harness errors")
+            f"{counts['harness-error']} harness errors"
+            + "".join(f", {counts[o]} {o.replace('-', ' ')}" for o in NON_EVENTS if counts[o]))

@@ -233,11 +233,13 @@ class Residents:
         self.started += 1
         return _Resident(pid, subject, exited, reader, writer)
 
-    async def run(self, job: Job, log: str, *, timeout: float, log_dir: str) -> WorkerExit | None:
+    async def run(self, job: Job, log: str, *, timeout: float, log_dir: str,
+                  stuck_after: float | None = None) -> WorkerExit | None:
         """Run ``job`` in a resident for its subject (a free one, or one started now);
         None when :data:`RESIDENTS_MAX` are busy (the caller forks). ``timeout``: seconds
         before the resident is SIGKILLed and the job reported timed out. ``log_dir``:
-        where a new resident's own log goes."""
+        where a new resident's own log goes. ``stuck_after``: as :meth:`.pool.WorkerPool.run`'s
+        (a job silent that long after its fault fired is SIGKILLed and reported stuck)."""
         # a resume is another machine (docs/adapters.md): never the process that ran the run
         # before (a cancelled worker's), where what the runtime kept in memory would stand
         # in for what its store holds
@@ -252,7 +254,7 @@ class Residents:
                 self._count -= 1
             resident = await self._new(job.subject, log_dir)
         try:
-            exit_, ended = await self._run_on(resident, job, log, timeout)
+            exit_, ended = await self._run_on(resident, job, log, timeout, stuck_after)
         except BaseException:
             self._end(resident)
             raise
@@ -301,22 +303,37 @@ class Residents:
         self._count -= 1
         resident.writer.close()
 
-    async def _run_on(self, resident: _Resident, job: Job, log: str, timeout: float) -> tuple[WorkerExit, str | None]:
+    async def _run_on(self, resident: _Resident, job: Job, log: str, timeout: float,
+                      stuck_after: float | None = None) -> tuple[WorkerExit, str | None]:
         """Run ``job`` on ``resident``: its exit as a worker's, and why the resident may
-        not run another job (it died or was killed for its deadline; it ran
+        not run another job (it died or was killed for its deadline or as stuck; it ran
         :data:`JOBS_PER_RESIDENT`), None when it may. Raising (the caller's
         cancellation) SIGKILLs it."""
-        from .pool import WorkerExit
+        from .history import Silence, has_fired
+        from .pool import WATCH_POLL_S, WorkerExit
         from .services.process import sigkill_group
 
         t0 = time.monotonic()
+        watch = Silence(job.result_path, stuck_after) if stuck_after is not None else None
+        stuck: float | None = None
         try:
             resident.writer.write(json.dumps({"job": job.to_dict(), "log_path": log}).encode() + b"\n")
             await resident.writer.drain()
             answer = asyncio.ensure_future(resident.reader.readline())
             try:
-                done, _ = await asyncio.wait((answer, resident.exited), timeout=timeout,
-                                             return_when=asyncio.FIRST_COMPLETED)
+                deadline = t0 + timeout
+                while True:
+                    now = time.monotonic()
+                    left = deadline - now
+                    if watch is not None and watch.since is None and has_fired(job.result_path):
+                        watch.start(now)
+                    if watch is not None and watch.since is not None and watch.check(now):
+                        stuck, done = watch.silent_s(now), set()
+                        break
+                    done, _ = await asyncio.wait((answer, resident.exited), timeout=max(0.0, min(
+                        left, WATCH_POLL_S if watch is not None else left)), return_when=asyncio.FIRST_COMPLETED)
+                    if done or time.monotonic() >= deadline:
+                        break
             finally:
                 if not answer.done():
                     answer.cancel()
@@ -329,12 +346,14 @@ class Residents:
                 return WorkerExit(resident.pid, int(reply["returncode"]), None, time.monotonic() - t0,
                                   cpu_ms=reply.get("cpu_ms"), resident=True, left=list(reply.get("left") or ()),
                                   jobs_before=resident.jobs - 1), retire
-            timed_out = not done
-            if timed_out:
+            timed_out = not done and stuck is None
+            if not done:
                 sigkill_group(resident.pid)
-            event = await resident.exited  # it died in the job, or was killed for its deadline
+            event = await resident.exited  # it died in the job, or was killed for its deadline or as stuck
             exit_ = WorkerExit(resident.pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out,
                                event.get("cpu_ms"), resident=True, jobs_before=resident.jobs - 1)
+            if stuck is not None and watch is not None:
+                exit_.stuck_s, exit_.last_point = stuck, watch.last_point()
             return exit_, exit_.describe()
         except BaseException:
             sigkill_group(resident.pid)

@@ -47,7 +47,7 @@ from .errors import CrashmatrixError, HarnessError, InvalidArgument, PlanError, 
 from .enumeration import enumerate_cases, validate_case
 from .explorer import CaseResult, Explorer, Options
 from .golden import GoldenRun, first_departures, per_task
-from .matrix import run_cases
+from .matrix import NON_EVENTS, run_cases
 from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, FAULT_KINDS, POINT_SOURCES, RESUME_POLICIES, Case, Resume
 from .session import open_session
 
@@ -266,12 +266,13 @@ class SubjectOutcome:
 
     @property
     def ok(self) -> bool:
-        """A mutant: caught. A baseline: ran and passed every case."""
+        """A mutant: caught. A baseline: ran and passed every case (a case that tested
+        nothing, not run or not applicable, is no failure)."""
         if self.error is not None:
             return False
         if self.spec is not None:
             return self.first_catch is not None
-        return all(r.outcome == "pass" for r in self.results)
+        return all(r.outcome == "pass" or r.outcome in NON_EVENTS for r in self.results)
 
     def failed_checks(self) -> dict[str, int]:
         """Failed check -> number of cases it failed in."""
@@ -295,7 +296,8 @@ class SubjectOutcome:
         else:
             out["skipped"] = self.skipped
             out["failures"] = [{"case": r.case.id, "outcome": r.outcome, "checks": [v.check for v in r.failed],
-                                "error": r.error, "replay": r.replay} for r in self.results if r.outcome != "pass"]
+                                "error": r.error, "replay": r.replay} for r in self.results
+                               if r.outcome != "pass" and r.outcome not in NON_EVENTS]
         return out
 
 

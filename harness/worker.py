@@ -42,7 +42,7 @@ from . import crashpoint as crashpoint_module
 from . import faults, registry
 from .adapter import Environment, RunContext
 from .faults import FaultKind, UnderLock
-from .history import Accepted, End, Fired, TraceEntry, WorkerEvent, encode
+from .history import Accepted, End, Fired, Passed, TraceEntry, WorkerEvent, encode
 from .plan import Fault, FaultPlan
 
 
@@ -150,6 +150,9 @@ class Recorder:
         self.edge_cancelled = False
         #: the lead of a staggered round says how far it got (``Job.lead``, :class:`Lead`)
         self.lead: Lead | None = None
+        #: a fault fired: every later point is reported (``passed``), the worker's
+        #: progress, by which the controller tells a stuck worker (:class:`.history.Silence`)
+        self.progress = False
 
     def _mark(self) -> None:
         from .iostate import Unavailable
@@ -166,6 +169,8 @@ class Recorder:
             self.counts[key] = n
             entry = TraceEntry(source, name, task, n)
             self.trace.append(entry)
+            if self.progress:  # after a fault fired: each point is progress the controller sees
+                self.emit(Passed(entry))
             if self.meter is not None:
                 self._mark()
             if self.lasting is not None and self.lasting.due(name, task, n):
@@ -196,6 +201,7 @@ class Recorder:
     def fire(self, fault: Fault, kind: FaultKind) -> None:
         """Report ``fired`` (with the trace so far), then let the fault's kind act."""
         self.emit(Fired(fault.to_dict(), self.trace, time.time()))
+        self.progress = True
         kind.act(self, fault)
 
 

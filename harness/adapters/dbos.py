@@ -163,10 +163,26 @@ class DBOSAdapter(Adapter):
     requires: tuple[str, ...] = ("dbos", "dbos._debug_trigger")
     extra = "dbos"
 
+    #: DBOS dead-letters a workflow whose recoveries exceeded its limit:
+    #: ``MAX_RECOVERY_ATTEMPTS_EXCEEDED``, mapped to ``needs_human`` (STATUS_MAP)
+    crash_loop_status = STATUS_MAP["MAX_RECOVERY_ATTEMPTS_EXCEEDED"]
+
     def __init__(self) -> None:
         super().__init__()
         self._client: Any = None
         self._client_url: str | None = None
+
+    @property
+    def recovery_attempts_limit(self) -> int | None:  # type: ignore[override]
+        """DBOS's own limit on a workflow's recoveries: the default of ``DBOS.workflow``'s
+        ``max_recovery_attempts`` in the installed dbos package (the workloads' workflows
+        take the default), read from its signature rather than assumed."""
+        import inspect
+
+        from dbos import DBOS
+
+        limit = inspect.signature(DBOS.workflow).parameters["max_recovery_attempts"].default
+        return limit if isinstance(limit, int) else None
 
     # -- storage ------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import aiohttp
 import asyncpg
 
 from crashmatrix.reference_runtime import Runtime, connect, migrate
+from crashmatrix.reference_runtime.attempts import MAX_ATTEMPTS_WITHOUT_PROGRESS
 from crashmatrix.reference_runtime.blobs import LocalBlobStore
 from crashmatrix.reference_runtime.db import Db
 from crashmatrix.reference_runtime.drain import WorkerDrain
@@ -45,6 +46,8 @@ class ReferenceAdapter(Adapter):
     expects_redelivery = False
     #: the attempt limit ends a crash loop ``failed`` (reference_runtime/attempts.py)
     crash_loop_status = "failed"
+    #: the runtime's own attempt limit, read from it (reference_runtime/attempts.py)
+    recovery_attempts_limit = MAX_ATTEMPTS_WITHOUT_PROGRESS
     #: the sweep takes a run over once its lease expired (reference_runtime/sweep.py)
     lease_seconds = float(LEASE_SECONDS)
     #: a record this build cannot read parks the run (executor.CANNOT_MIGRATE)

@@ -7,9 +7,12 @@ operator cancel), then wakes the worker, which must notice and stop as its runti
 promises. Once the crash state was read and checked, the controller undoes the cancel
 through the same API (:meth:`.adapter.Adapter.resume_cancelled`: DBOS
 ``resume_workflow``) and the run is resumed as usual. A subject whose adapter declares
-no cancel API cannot run these cases (a harness error saying so). Crash check:
+no cancel API cannot run these cases (a harness error saying so). Crash checks:
 ``cancel.step_recorded`` (what the step in flight left recorded; ``cancel.left_unknown``
-does not apply: a runtime's own cancel need not mark the call in flight ``unknown``).
+does not apply: a runtime's own cancel need not mark the call in flight ``unknown``) and
+``cancel.honoured`` (:func:`check_cancel_honoured`: a runtime whose API acknowledged the
+cancel of a run that had not ended, and whose worker then finished the run as the golden
+run did, ignored it: a failure, never "not run").
 A cancel that does not return within :data:`CANCEL_WAIT_S` while the worker is stopped
 most likely waits for what the stopped worker holds (with SQLite, the write lock): the
 case is a harness error saying so, never a hang.
@@ -22,14 +25,14 @@ import signal
 from typing import TYPE_CHECKING
 
 from ..errors import HarnessError
-from ..oracle import run_check
+from ..oracle import Verdict, run_check
 from ._base import FaultKind, Stops, register, signal_self
 from ._cancelled import NAME, check_step_recorded
 
 if TYPE_CHECKING:
     from ..adapter import Observation
     from ..explorer import CaseRun, WorkerRun
-    from ..oracle import CrashEvidence, Verdict
+    from ..oracle import CrashEvidence
     from ..plan import Fault
     from ..worker import Recorder
 
@@ -67,12 +70,27 @@ class CancelApi(Stops, FaultKind):
             raise HarnessError(f"cancel-api: {ex.subject} declares no cancel API of its runtime "
                                f"(Adapter.cancel_run and resume_cancelled: docs/adapters.md)")
         bound = min(CANCEL_WAIT_S, ex.options.worker_timeout)
+        before = (await cx.observe()).status
         try:
             await asyncio.wait_for(ex.adapter.cancel_run(ex.case_env, cx.run_id), bound)
         except asyncio.TimeoutError:
             raise HarnessError(f"cancel-api: {ex.subject}'s cancel did not return within {bound:g} s while the worker "
                                "was stopped at the point: it most likely waits for something the stopped worker "
                                "holds (with SQLite, the database's write lock), so the fault cannot take effect here") from None
+        # the runtime's API accepted the cancel of a run in this status (cancel.honoured)
+        w.entry["cancel_acknowledged"] = before
+
+    async def after_worker(self, cx: CaseRun, w: WorkerRun) -> None:
+        """``cancel.honoured``: once the runtime's cancel API returned for a run that had
+        not ended, the woken worker must not end the run as the golden run did (exit 0,
+        the golden run's terminal status): that is the cancel acknowledged and ignored, a
+        failure of the subject, not a fault that could not take effect."""
+        before = w.entry.get("cancel_acknowledged")
+        if before is None or w.report.fired is None or w.exit is None:
+            return  # the cancel never went out (a harness error says why)
+        cx.result.verdicts.append(check_cancel_honoured(
+            before, cx.explorer.terminal_statuses(), cx.golden.evidence.observation.status,
+            w.exit.returncode, w.report.end.status if w.report.end is not None else None, w.fault.point.label()))
 
     def crash_checks(self, ev: CrashEvidence) -> list[Verdict]:
         return [run_check(NAME, "crash", lambda: check_step_recorded(ev))]
@@ -81,3 +99,27 @@ class CancelApi(Stops, FaultKind):
         ex = cx.explorer
         await ex.adapter.resume_cancelled(ex.case_env, cx.run_id)
         return (await cx.observe()).status
+
+
+HONOURED = "cancel.honoured"
+
+
+def check_cancel_honoured(before: str, terminal: tuple[str, ...], golden_status: str, returncode: int | None,
+                          end_status: str | None, at: str) -> Verdict:
+    """``cancel.honoured``: the runtime's cancel API returned while the run was
+    ``before`` (its status when the cancel went out); the woken worker then exited
+    ``returncode`` reporting ``end_status`` (None: no end report). Invalid when the run
+    had not ended (``before`` not in ``terminal``) and the worker ended it exit 0 in the
+    golden run's status ``golden_status``, as if never cancelled; not applicable (valid,
+    saying so) when the run had ended before the cancel."""
+    if before in terminal:
+        return Verdict(HONOURED, "crash", True, f"not applicable: the run was already {before!r} when the cancel "
+                                                f"went out at {at}")
+    if returncode == 0 and end_status == golden_status:
+        return Verdict(HONOURED, "crash", False,
+                       f"the runtime's cancel API returned at {at} (the run was {before!r}), then the woken worker "
+                       f"ended the run {end_status!r}, exit 0, as the golden run did: the cancel was acknowledged "
+                       f"and ignored")
+    how = f"exit {returncode}" if returncode is not None else "killed"
+    return Verdict(HONOURED, "crash", True, f"cancelled at {at} (the run was {before!r}); the worker stopped: "
+                                            f"{how}, reported {end_status!r}")

@@ -41,7 +41,8 @@ def test_reference_runtime_survives_kill_and_cancel_at_every_await_point() -> No
 
 def test_pause_matrix_passes_and_unfenced_zombie_is_caught() -> None:
     good = asyncio.run(run_matrix("checkout", "reference", kinds=("pause",), conversations=("conv1",)))
-    assert good.counts == {"pass": len(good.results), "fail": 0, "flaky": 0, "harness-error": 0, "not-run": 0}, [
+    assert good.counts == {"pass": len(good.results), "fail": 0, "flaky": 0, "harness-error": 0, "not-run": 0,
+                           "not-applicable": 0}, [
         (r.case.id, r.error, [(v.check, v.details) for v in r.failed]) for r in good.results if r.outcome != "pass"][:3]
     assert all(any(v.check == "pause.zombie_fenced" and v.valid for v in r.verdicts) for r in good.results)
     bad = asyncio.run(run_matrix("checkout", "defect:unfenced-lease", kinds=("pause",), conversations=("conv1",),

@@ -57,18 +57,26 @@ def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
     assert sorted(p.name for p in (matrix_project.parent / "tmp").iterdir() if p.name.startswith("crashmatrix")) == []
 
 
+def _marked_project(tmp_path: Path, name: str, marker: str) -> Path:
+    """A user's project ``tmp_path/name`` with one test, ``test_NAME``, marked
+    ``crashmatrix('checkout', MARKER, conversations=['conv1'], kinds=['kill'],
+    sources=['label'])``, that checks its case."""
+    project = tmp_path / name
+    project.mkdir()
+    (project / "pytest.ini").write_text("[pytest]\n")
+    (project / f"test_{name}.py").write_text(
+        "import pytest\n\n\n"
+        f"@pytest.mark.crashmatrix('checkout', {marker},\n"
+        "                         conversations=['conv1'], kinds=['kill'], sources=['label'])\n"
+        f"def test_{name}(crashmatrix_case):\n"
+        "    crashmatrix_case.check()\n")
+    return project
+
+
 def test_a_marked_matrix_of_a_build_pair_crashes_under_one_and_resumes_under_the_other(tmp_path: Path) -> None:
     """``resume_with=`` (docs/plugin.md, "Upgrade check"): the items' ids name both builds,
     every case passes ``upgrade.migrated``, and the replay line gives both builds."""
-    project = tmp_path / "pair"
-    project.mkdir()
-    (project / "pytest.ini").write_text("[pytest]\n")
-    (project / "test_pair.py").write_text(
-        "import pytest\n\n\n"
-        "@pytest.mark.crashmatrix('checkout', subject='reference', resume_with='reference-next',\n"
-        "                         conversations=['conv1'], kinds=['kill'], sources=['label'], shard='1/40')\n"
-        "def test_pair(crashmatrix_case):\n"
-        "    crashmatrix_case.check()\n")
+    project = _marked_project(tmp_path, "pair", "subject='reference', resume_with='reference-next', shard='1/40'")
     run = run_pytest(project, "-q", "--crashmatrix-report=pair.json")
     assert run.returncode == 0, run.output[-3000:]
     [matrix] = json.loads((project / "pair.json").read_text())["matrices"]
@@ -77,3 +85,24 @@ def test_a_marked_matrix_of_a_build_pair_crashes_under_one_and_resumes_under_the
         assert case["id"].endswith("/upgrade:reference>reference-next") and case["outcome"] == "pass", case
         assert {v["check"]: v["verdict"] for v in case["verdicts"]}["upgrade.migrated"] == "valid"
         assert case["replay"].endswith("--subject reference --resume-with reference-next")
+
+
+def test_a_case_that_tested_nothing_is_a_skip_with_its_reason(tmp_path: Path) -> None:
+    """A policy the adapter cannot serve (``discovery`` on an adapter with no
+    ``recover()``, tests/subjects/misbehaving): every item is skipped with the reason,
+    in the terminal, the JUnit file and the JSON report, never failed nor passed; the
+    run exits 0."""
+    from _plugin_support import SUBJECTS
+
+    project = _marked_project(tmp_path, "na", "subject='misbehaving.adapter:NoRecovery', resume='discovery', shard='1/20'")
+    run = run_pytest(project, "-rs", "--crashmatrix-report=na.json", "--junitxml=na.xml",
+                     env={"PYTHONPATH": str(SUBJECTS)})
+    assert run.returncode == 0, run.output[-3000:]
+    [matrix] = json.loads((project / "na.json").read_text())["matrices"]
+    n = len(matrix["cases"])
+    assert n >= 2 and matrix["summary"]["not-applicable"] == n and matrix["summary"]["fail"] == 0
+    assert f"{n} skipped" in run.stdout and "failed" not in run.stdout.splitlines()[-1]
+    assert "crashmatrix: not applicable: not applicable: " not in run.stdout  # the reason said once
+    assert "crashmatrix: not applicable: discovery needs the runtime's own recovery" in run.stdout
+    suite = ET.parse(project / "na.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("skipped") == str(n) and suite.get("failures") == "0"

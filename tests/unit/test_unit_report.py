@@ -59,7 +59,8 @@ def test_flaky_cases_get_their_own_column_and_exit_1() -> None:
     flaky.replays = [_result("checkout/conv1/kill@tool.request.after[turn-4.tool-0]#1", "pass")]
     results = [flaky, _result("checkout/conv1/kill@log.append.after[turn-1]#1", "pass")]
     report = MatrixReport("checkout", "reference", ("kill",), ("label",), {}, results)
-    assert report.counts == {"pass": 1, "fail": 0, "flaky": 1, "harness-error": 0, "not-run": 0} and report.exit_code == 1
+    assert report.counts == {"pass": 1, "fail": 0, "flaky": 1, "harness-error": 0, "not-run": 0,
+                             "not-applicable": 0} and report.exit_code == 1
     console = Console(width=160, record=True)
     console.print(summary_table(report))
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
@@ -67,3 +68,88 @@ def test_flaky_cases_get_their_own_column_and_exit_1() -> None:
     assert rows["tool.request.after"] == ["0/1", "0", "1", "0"] and rows["total"] == ["1/2", "0", "1", "0"]
     record = case_dict(flaky)
     assert record["outcome"] == "flaky" and record["outcomes"] == ["fail", "pass"] and len(record["replays"]) == 1
+
+
+def _not_run(case_id: str) -> CaseResult:
+    r = _result(case_id, "pass")
+    r.workers = [{"role": "start", "took_effect": False}]
+    from crashmatrix.harness.coverage import mark_not_run
+
+    mark_not_run(r)
+    return r
+
+
+def _not_applicable(case_id: str, why: str) -> CaseResult:
+    r = _result(case_id, "not-applicable")
+    r.error = f"not applicable: {why}"
+    return r
+
+
+def _matrix_with_non_events(failures: int, not_run: int) -> MatrixReport:
+    """``not_run`` db-restart cases that changed nothing, finished first, then
+    ``failures`` real failures, then two discovery cases that are not applicable."""
+    results = [_not_run(f"checkout/conv1/db-restart@log.append.after[turn-{i}]#1") for i in range(1, not_run + 1)]
+    results += [_result(f"checkout/conv1/kill@log.append.after[turn-{i}]#1", "fail") for i in range(1, failures + 1)]
+    results += [_not_applicable(f"checkout/conv1/kill@log.append.after[turn-{i}]#1/discovery",
+                                "discovery needs the runtime's own recovery") for i in (1, 2)]
+    return MatrixReport("checkout", "reference", ("kill", "db-restart"), ("label",), {}, results)
+
+
+def test_not_run_and_not_applicable_are_counted_apart_and_never_fail_the_run() -> None:
+    from crashmatrix.harness.matrix import FAILING
+
+    report = _matrix_with_non_events(failures=0, not_run=25)
+    assert report.counts["not-run"] == 25 and report.counts["not-applicable"] == 2 and report.counts["fail"] == 0
+    assert report.exit_code == 0  # nothing failed: tested nothing is not a failure
+    assert not [r for r in report.results if r.outcome in FAILING]
+    summary = report.to_dict()["summary"]
+    assert (summary["not-run"], summary["not-applicable"], summary["fail"]) == (25, 2, 0)
+    assert _matrix_with_non_events(failures=1, not_run=25).exit_code == 1
+
+
+def test_real_failures_are_listed_first_and_non_events_apart_with_their_reason() -> None:
+    from crashmatrix.harness.report import non_event_groups, print_failures
+
+    report = _matrix_with_non_events(failures=2, not_run=25)
+    console = Console(width=400, record=True)
+    print_failures(console, report.results, limit=2)
+    text = console.export_text()
+    lines = text.splitlines()
+    fails = [i for i, line in enumerate(lines) if line.startswith("FAIL ")]
+    assert len(fails) == 2 and "more failing" not in text  # 25 not-run cases push no failure out
+    assert "NOT RUN 25 case(s)" in text and "NOT APPLICABLE 2 case(s)" in text
+    assert max(fails) < next(i for i, line in enumerate(lines) if line.startswith("NOT RUN"))
+    assert "kind db-restart: 25 case(s): the db-restart fault fired but could not take effect" in text
+    assert "most likely the worker did not use the harness's PostgreSQL after the point" in text
+    assert "policy discovery: 2 case(s): discovery needs the runtime's own recovery" in text
+    groups = non_event_groups(report.results)
+    assert [(g["outcome"], g["by"], g["name"], g["count"]) for g in groups] == [
+        ("not-run", "kind", "db-restart", 25), ("not-applicable", "policy", "discovery", 2)]
+    assert report.to_dict()["non_events"] == groups
+
+
+def test_the_counts_line_and_the_html_name_non_events_apart() -> None:
+    from crashmatrix.harness.html_report import render_html
+    from crashmatrix.harness.report import counts_line
+
+    report = _matrix_with_non_events(failures=1, not_run=3)
+    records = [case_dict(r) for r in report.results]
+    assert counts_line(records) == "6 cases: 0 passed, 1 failed, 0 flaky, 0 harness errors, 3 not run, 2 not applicable"
+    page = render_html(report.to_dict())
+    assert "1 failed, 0 flaky, 0 harness errors, 3 not run, 2 not applicable" in page
+    assert "not run (3; tested nothing, not counted as failed)" in page
+    assert "policy discovery: 2 case(s): discovery needs the runtime&#x27;s own recovery" in page
+
+
+def test_the_table_keeps_cases_that_tested_nothing_out_of_passed_total() -> None:
+    report = _matrix_with_non_events(failures=1, not_run=2)
+    report.results.append(_result("checkout/conv1/db-restart@log.append.after[turn-9]#1", "pass"))
+    console = Console(width=200, record=True)
+    console.print(summary_table(report))
+    text = console.export_text()
+    assert "not run / n.a." in text
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in text.splitlines() if line.startswith("│")}
+    # kill: 1 failed of 1 (the 2 not applicable out of it); db-restart: 1 passed of 1 (2 not run out of it)
+    assert rows["log.append.after"] == ["0/1", "1/1", "1", "0", "4"], rows
+    assert rows["total"] == ["0/1", "1/1", "1", "0", "4"], rows

@@ -67,6 +67,9 @@ WORKER_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar(
 _CASE_DB: contextvars.ContextVar[asyncpg.Pool | None] = contextvars.ContextVar("crashmatrix_case_db", default=None)
 #: the recovery scope the case's workers file its run under (a discovery case's)
 _CASE_SCOPE: contextvars.ContextVar[str | None] = contextvars.ContextVar("crashmatrix_case_scope", default=None)
+#: the controller's adapter instance for the case's PostgreSQL when it is not the
+#: session's (a db-restart case's server: an instance of its own, prepared on it)
+_CASE_ADAPTER: contextvars.ContextVar[Any] = contextvars.ContextVar("crashmatrix_case_adapter", default=None)
 TERMINAL = ("completed", "failed", "needs_human", "limit_exceeded")
 
 
@@ -264,7 +267,7 @@ class Explorer:
         self.workload = registry.workload(workload)
         #: the controller's adapter; a build pair's is a :class:`.builds.BuildAdapter`
         #: (``subject`` then names the pair: :mod:`.builds`)
-        self.adapter = adapter if adapter is not None else registry.subject(subject)
+        self._adapter = adapter if adapter is not None else registry.subject(subject)
         #: the build pair of a two-build session (:mod:`.builds`): resumes run build B
         self.upgrade: Any = None
         self.workdir = workdir
@@ -283,6 +286,17 @@ class Explorer:
         #: the pruning hook while :func:`.pruning.run_pruned` runs cases on this explorer
         #: (:class:`.pruning.CrashStates`): crash states read whole, resumes shared
         self.crash_states: Any = None
+
+    @property
+    def adapter(self) -> Any:
+        """The controller's adapter for the case running in this task: one instance per
+        PostgreSQL server (docs/adapters.md, "One instance, one PostgreSQL"): the
+        session's, or a db-restart case's own (:meth:`scoped`)."""
+        return _CASE_ADAPTER.get() or self._adapter
+
+    @adapter.setter
+    def adapter(self, value: Any) -> None:
+        self._adapter = value
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -305,13 +319,14 @@ class Explorer:
 
     @contextlib.contextmanager
     def scoped(self, *, env: Environment | None = None, worker_env: Environment | None = None,
-               db: asyncpg.Pool | None = None) -> Iterator[None]:
+               db: asyncpg.Pool | None = None, adapter: Any = None) -> Iterator[None]:
         """Within the block, in this task: the case's environment (what the controller
-        reads: :attr:`case_env`), its workers' environment (links through a proxy), and
-        the controller's pool on the case's PostgreSQL (:meth:`quiesce`). A fault kind's
-        setting uses it (:class:`.faults.CaseSetting`)."""
+        reads: :attr:`case_env`), its workers' environment (links through a proxy), the
+        controller's pool on the case's PostgreSQL (:meth:`quiesce`) and the adapter
+        instance prepared on that server (:attr:`adapter`). A fault kind's setting uses
+        it (:class:`.faults.CaseSetting`)."""
         pairs: tuple[tuple[contextvars.ContextVar[Any], Any], ...] = (
-            (_CASE_ENV, env), (WORKER_ENV, worker_env), (_CASE_DB, db))
+            (_CASE_ENV, env), (WORKER_ENV, worker_env), (_CASE_DB, db), (_CASE_ADAPTER, adapter))
         tokens = [(var, var.set(value)) for var, value in pairs if value is not None]
         try:
             yield

@@ -6,6 +6,10 @@ wakes on a dead connection and must reconnect or die; the run is resumed as usua
 A case with a ``db-restart`` fault anywhere in its plan runs, from its first worker on,
 on a PostgreSQL of its own (started on first use, prepared by the adapter, kept for the
 session), one such case at a time: the restart would cut every other case's sessions.
+The controller's calls for those cases go to an adapter instance of their own, prepared
+on that server and closed when the session ends (:func:`adapter_for_server`): an adapter
+may keep a pool made from the first DSN it saw (docs/adapters.md, "One instance, one
+PostgreSQL").
 It needs an embedded PostgreSQL (``Explorer.start_restartable_pg``); a user's DSN
 cannot be restarted. No crash check of its own.
 """
@@ -32,12 +36,13 @@ if TYPE_CHECKING:
 @dataclass
 class RestartablePostgres:
     """The session's PostgreSQL for db-restart cases: the server (``pg``: ``dsn``,
-    ``stop_immediate()``, ``start()``, ``close()``), the controller's pool on it, and
-    the lock that runs its cases one at a time."""
+    ``stop_immediate()``, ``start()``, ``close()``), the controller's pool on it, the
+    adapter instance prepared on it, and the lock that runs its cases one at a time."""
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     pg: Any = None
     db: Any = None
+    adapter: Any = None
 
 
 @register
@@ -74,11 +79,12 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
         async with state.lock:
             if state.pg is None:
                 state.pg = await asyncio.to_thread(ex.start_restartable_pg)
-                await ex.adapter.prepare(dataclasses.replace(ex.env, dsn=state.pg.dsn))
+                state.adapter = adapter_for_server(ex.adapter)
+                await state.adapter.prepare(dataclasses.replace(ex.env, dsn=state.pg.dsn))
                 state.db = await asyncpg.create_pool(
                     state.pg.dsn, min_size=0, max_size=2, server_settings={"application_name": "crashmatrix-controller"})
                 await carry_sequences(ex.db, state.db)
-            with ex.scoped(env=dataclasses.replace(ex.case_env, dsn=state.pg.dsn), db=state.db):
+            with ex.scoped(env=dataclasses.replace(ex.case_env, dsn=state.pg.dsn), db=state.db, adapter=state.adapter):
                 yield
 
     async def at_stop(self, cx: CaseRun, w: WorkerRun) -> None:
@@ -87,15 +93,34 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
         await asyncio.to_thread(pg.start)
 
     async def close_session(self, ex: Explorer) -> None:
-        """Close the controller's pool and the adapter's (they hold connections to it),
-        then stop the server."""
+        """Close the controller's pool and the server's adapter instance (they hold
+        connections to it), then stop the server."""
         state = ex.fault_state.pop(self.name, None)
         if state is None or state.pg is None:
             return
         if state.db is not None:
             await state.db.close()
-        await ex.adapter.aclose()
+        if state.adapter is not None and state.adapter is not ex.adapter:
+            await state.adapter.aclose()
         await asyncio.to_thread(state.pg.close)
+
+
+def adapter_for_server(adapter: Any) -> Any:
+    """An instance of ``adapter``'s class of its own for another PostgreSQL server (made
+    as the registry makes one: no arguments). A build pair's adapter
+    (:class:`.builds.BuildAdapter`) keeps nothing between calls, each made in a worker
+    of its own: it serves every server as it is. Raises :class:`HarnessError` naming the
+    class when it cannot be made without arguments."""
+    from ..builds import BuildAdapter
+
+    if isinstance(adapter, BuildAdapter):
+        return adapter
+    try:
+        return type(adapter)()
+    except TypeError as exc:
+        raise HarnessError(f"db-restart needs an instance of {type(adapter).__name__} of its own for its PostgreSQL "
+                           f"(docs/adapters.md, \"One instance, one PostgreSQL\"), and it cannot be made without "
+                           f"arguments: {exc}") from None
 
 
 SEQUENCE_HEADROOM = 1_000_000

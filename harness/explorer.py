@@ -676,7 +676,8 @@ class Explorer:
             obs = await cx.observe()
         evidence = oracle.CrashEvidence(fault, at_fault, full, w.exit.returncode, w.exit.signal, w.exit.timed_out, obs,
                                         before, end=w.report.end, woke=w.woke, taken_over=w.taken_over, ledgers=ledgers,
-                                        acknowledged=cx.acknowledged)
+                                        acknowledged=cx.acknowledged,
+                                        signalled_at=w.report.signalled.at if w.report.signalled else None)
         cx.result.verdicts += oracle.crash_checks(evidence)
         # a cancel lands after it fires (at the next await): what was in flight is what
         # the faulted worker's whole trace shows unfinished (the kind decides: a drain

@@ -429,6 +429,9 @@ class Explorer:
         runs = await asyncio.gather(self._golden_once(conversation), self._golden_once(conversation))
         first, second = [GoldenRun(conversation, run_id, end.trace, await self.evidence(run_id), seconds)
                          for run_id, end, seconds, _ in runs]
+        first.applied, first.refusals = await self.provider_answers(first.run_id, first.evidence)
+        first.refusals += [r for r in (await self.provider_answers(second.run_id, second.evidence))[1]
+                           if r["http_status"] >= 500]  # a provider's failure in either run of the pair
         where = f"{self.workload_name}/{conversation} on {self.subject}"
         incomplete = next((why for *_, why in runs if why is not None), None)
         person = self.unanswered_person()
@@ -448,6 +451,22 @@ class Explorer:
         first.verdicts = invariants.end_invariants(first.evidence) + self._human_checks(first.evidence, None, 0)
         first.seconds = time.monotonic() - t0
         return first
+
+    async def provider_answers(self, run_id: str, evidence: oracle.Evidence) -> tuple[dict[str, int], list[dict[str, Any]]]:
+        """Per effect provider, the effects run ``run_id`` applied (its rows of
+        ``evidence``'s ledgers answered below 400), and every request of it a provider
+        of the workload answered 4xx or 5xx (``{"provider", "method", "path",
+        "http_status", "error"}``, provider by provider)."""
+        from .golden import effect_providers
+        from .services.providers import clients
+
+        applied = {p: sum(1 for row in evidence.ledgers.get(p, []) if int(row.get("http_status") or 0) < 400)
+                   for p in effect_providers(self.workload)}
+        refusals = []
+        for kind in self.workload.providers:
+            for row in await clients.read_refusals(self.http, self.case_env.providers[kind], run_id):
+                refusals.append({"provider": kind, **{k: row[k] for k in ("method", "path", "http_status", "error")}})
+        return applied, refusals
 
     def unanswered_person(self) -> str | None:
         """The workload's person in the loop (``operator``: a coroutine on the reference

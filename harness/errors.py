@@ -55,3 +55,9 @@ class GoldenRunRefused(CrashmatrixError):
     none: :func:`.golden.golden_effects`), so every case would pass vacuously. Raised
     before the first case (exit code 2); the message is one line naming the provider
     and what it answered."""
+
+
+class AdapterContractError(CrashmatrixError):
+    """The adapter breaks its contract in a way the harness checks before any case
+    (docs/adapters.md): e.g. its ``observe`` does not see what a worker wrote on the
+    server of the environment it was given. Exit code 2; the message names the method."""

@@ -230,6 +230,14 @@ async def run_matrix(
         if refused is not None:  # every case would pass vacuously: nothing to judge against
             raise GoldenRunRefused(refused)
         notes += effect_lines
+        restarts = (any(f.kind == "db-restart" for c in cases for f in c.plan.faults) if cases is not None
+                    else "db-restart" in kinds or "db-restart" in (sampled_kinds or {}))
+        if restarts and healthy and explorer.start_restartable_pg is not None:  # observe reads that server too
+            from .faults.db_restart import DbRestart
+
+            restart = faults.kind("db-restart")
+            assert isinstance(restart, DbRestart)
+            await restart.check_observe(explorer, next(iter(healthy)))
         if cases is None:
             notes.append(f"kinds at every crash point: {', '.join(kinds) or 'none'}; sources: {', '.join(sources)}")
             cases = label_cases(enumerate_cases(workload, healthy, kinds, sources, resume), explorer.upgrade)

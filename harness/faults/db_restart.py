@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import signal
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -70,22 +71,58 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
     async def setting(self, cx: CaseRun) -> AsyncIterator[None]:
         """The case on the second server (started, prepared and its sequences carried
         past the main server's on first use: :func:`carry_sequences`)."""
-        import asyncpg
-
         ex = cx.explorer
-        if ex.start_restartable_pg is None:
-            raise HarnessError("db-restart is unavailable: PostgreSQL comes from a DSN the harness cannot restart")
         state = self._state(ex)
         async with state.lock:
-            if state.pg is None:
-                state.pg = await asyncio.to_thread(ex.start_restartable_pg)
-                state.adapter = adapter_for_server(ex.adapter)
-                await state.adapter.prepare(dataclasses.replace(ex.env, dsn=state.pg.dsn))
-                state.db = await asyncpg.create_pool(
-                    state.pg.dsn, min_size=0, max_size=2, server_settings={"application_name": "crashmatrix-controller"})
-                await carry_sequences(ex.db, state.db)
+            await self._ensure(ex, state)
             with ex.scoped(env=dataclasses.replace(ex.case_env, dsn=state.pg.dsn), db=state.db, adapter=state.adapter):
                 yield
+
+    async def _ensure(self, ex: Explorer, state: RestartablePostgres) -> None:
+        """Start the second server on first use: its adapter instance prepared on it,
+        the controller's pool, the sequences carried. Raises :class:`HarnessError` when
+        the session's PostgreSQL came from a DSN."""
+        import asyncpg
+
+        if ex.start_restartable_pg is None:
+            raise HarnessError("db-restart is unavailable: PostgreSQL comes from a DSN the harness cannot restart")
+        if state.pg is None:
+            state.pg = await asyncio.to_thread(ex.start_restartable_pg)
+            state.adapter = adapter_for_server(ex.adapter)
+            await state.adapter.prepare(dataclasses.replace(ex.env, dsn=state.pg.dsn))
+            state.db = await asyncpg.create_pool(
+                state.pg.dsn, min_size=0, max_size=2, server_settings={"application_name": "crashmatrix-controller"})
+            await carry_sequences(ex.db, state.db)
+
+    async def check_observe(self, ex: Explorer, conversation: str) -> None:
+        """Before any case: run ``conversation`` once, with no fault, on the second
+        server and read it back with that server's adapter instance: ``observe`` must
+        see what the worker wrote there. Raises :class:`AdapterContractError` (one line
+        naming the method, exit 2) when it reads another status (an ``observe`` that
+        reads a server other than ``env.dsn``'s: a DSN of its own, a pool shared by
+        every instance), :class:`HarnessError` when the worker left no report."""
+        from ..errors import AdapterContractError
+        from ..plan import FaultPlan
+
+        state = self._state(ex)
+        async with state.lock:
+            await self._ensure(ex, state)
+            env = dataclasses.replace(ex.env, dsn=state.pg.dsn)
+            with ex.scoped(env=env, db=state.db, adapter=state.adapter):
+                run_id = f"cm-run-{uuid.uuid4().hex[:16]}"
+                job, log = ex._job("start", conversation, run_id, FaultPlan(), ex.workdir)
+                exit_, report = await ex._worker(job, log)
+                if report.end is None:
+                    raise HarnessError(f"db-restart's check run of {conversation} on its PostgreSQL left no report: "
+                                       f"{exit_.describe()}")
+                seen = (await state.adapter.observe(env, run_id)).status
+        wrote = report.end.status
+        if seen != wrote and not (wrote == "error" and seen != "absent"):
+            name = type(state.adapter).__name__
+            raise AdapterContractError(
+                f"{name}.observe read run {run_id} as {seen!r} on the db-restart PostgreSQL, where a worker just left it "
+                f"{wrote!r}: observe must read the server of the env it is given (env.dsn; docs/adapters.md, "
+                f"\"One instance, one PostgreSQL\")")
 
     async def at_stop(self, cx: CaseRun, w: WorkerRun) -> None:
         pg = self._state(cx.explorer).pg

@@ -29,3 +29,25 @@ class FirstDsnPoolAdapter(ReferenceAdapter):
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+
+_SHARED: dict[str, asyncpg.Pool] = {}
+
+
+class ProcessPoolAdapter(ReferenceAdapter):
+    """One pool per *process*, on the first DSN any instance saw: its ``observe`` reads
+    that server whatever ``env.dsn`` says (broken: an instance of its own per server
+    cannot help it; the harness's check before any case names it)."""
+
+    name = "process-pool"
+
+    async def _oracle_pool(self, dsn: str) -> asyncpg.Pool:
+        if "pool" not in _SHARED:
+            _SHARED["pool"] = await asyncpg.create_pool(
+                dsn, min_size=0, max_size=4, server_settings={"application_name": "crashmatrix-oracle"})
+        return _SHARED["pool"]
+
+    async def aclose(self) -> None:
+        pool = _SHARED.pop("pool", None)
+        if pool is not None:
+            await pool.close()

@@ -418,7 +418,8 @@ class Explorer:
         """Run ``conversation`` twice without faults, at once, in fresh workers with
         different run ids (the determinism gate, docs/design.md "Determinism"): learn its
         identifiers from the pair and check the invariants on the first. Returns the
-        first run; one that did not complete (the subject returned another status or
+        first run, with the effects it applied per effect provider and the calls a
+        provider refused it (and any 5xx of its twin: :meth:`provider_answers`); one that did not complete (the subject returned another status or
         raised) is returned broken (``run.ends``: no baseline, reported). Raises
         :class:`HarnessError` if a worker vanished and
         :class:`NondeterministicWorkload` if the two differ in their crash-point traces

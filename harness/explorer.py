@@ -49,9 +49,9 @@ import asyncpg
 
 from . import coverage, faults, invariants, oracle, policies, registry
 from .adapter import Environment, Observation
-from .errors import HarnessError
+from .errors import GoldenRunRefused, HarnessError
 from .faults import CaseSetting, Drains, ObservesBefore, SessionResource, Stops
-from .golden import GoldenRun, determinism_gate, golden_failure, trace_divergence
+from .golden import GoldenRun, determinism_gate, golden_failure, provider_failure, trace_divergence
 from .history import End, Trace, WorkerReport, labels_of
 from .iostate import GoldenIo
 from .plan import Case, Fault, FaultPlan
@@ -421,6 +421,7 @@ class Explorer:
         first run, with the effects it applied per effect provider and the calls a
         provider refused it (and any 5xx of its twin: :meth:`provider_answers`); one that did not complete (the subject returned another status or
         raised) is returned broken (``run.ends``: no baseline, reported). Raises
+        :class:`GoldenRunRefused` when a provider answered either run 5xx,
         :class:`HarnessError` if a worker vanished and
         :class:`NondeterministicWorkload` if the two differ in their crash-point traces
         or in anything the oracle compares once identifiers are renamed."""
@@ -434,6 +435,8 @@ class Explorer:
         first.refusals += [r for r in (await self.provider_answers(second.run_id, second.evidence))[1]
                            if r["http_status"] >= 500]  # a provider's failure in either run of the pair
         where = f"{self.workload_name}/{conversation} on {self.subject}"
+        if (failure := provider_failure(f"the golden run of {where}", first.refusals)) is not None:
+            raise GoldenRunRefused(failure)  # before its completion or determinism is judged: the provider's fault
         incomplete = next((why for *_, why in runs if why is not None), None)
         person = self.unanswered_person()
         if incomplete is not None and person and any(end.status == "needs_human" for _, end, *_ in runs):

@@ -182,6 +182,14 @@ def _refusal(r: dict[str, Any]) -> str:
     return f"{r['provider']} answered {r['http_status']} to {r['method']} {r['path']}: {r['error']}"
 
 
+def provider_failure(where: str, refusals: list[dict[str, Any]]) -> str | None:
+    """One line naming the first request of ``refusals`` a provider answered 5xx (a
+    provider or its script failed: no baseline, whatever the run did next), or None.
+    ``where`` names the golden run."""
+    server = next((r for r in refusals if int(r["http_status"]) >= 500), None)
+    return None if server is None else f"{where}: {_refusal(server)}; a provider's failure is no baseline"
+
+
 def golden_effects(workload_name: str, workload: object, goldens: list[GoldenRun]) -> tuple[list[str], str | None]:
     """Whether the golden runs exercised what the workload declares, before any case.
     Returns the summary's lines (per provider, the effects the golden runs applied, with
@@ -215,10 +223,9 @@ def golden_effects(workload_name: str, workload: object, goldens: list[GoldenRun
         lines.append(f"declared provider(s) no golden run reached: {', '.join(never)}")
     for g in goldens:
         where = f"the golden run of {workload_name}/{g.conversation}"
-        server = next((r for r in g.refusals if int(r["http_status"]) >= 500), None)
         applied = sum(g.applied.get(p, 0) for p in providers)
-        if server is not None:
-            why = f"{where}: {_refusal(server)}; a provider's failure is no baseline"
+        if (failure := provider_failure(where, g.refusals)) is not None:
+            why = failure
         elif declares_no_effects(workload, g.conversation) and applied:
             at = ", ".join(f"{p} {n}" for p, n in g.applied.items() if n)
             why = (f"{where} applied {applied} effect(s) ({at}), yet the workload declares it makes none "

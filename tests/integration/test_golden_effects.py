@@ -40,6 +40,16 @@ def test_a_workload_that_declares_no_effects_but_makes_some_is_refused() -> None
         asyncio.run(run_matrix("eurshop.workload:NO_EFFECTS", cases=[Case.parse("eurshop.workload:NO_EFFECTS/conv1/golden")]))
 
 
+def test_a_provider_answering_5xx_in_the_golden_run_is_refused_naming_its_message() -> None:
+    with pytest.raises(GoldenRunRefused) as caught:
+        asyncio.run(run_matrix("eurshop.workload:BROKEN_MODEL",
+                               cases=[Case.parse("eurshop.workload:BROKEN_MODEL/conv1/golden")]))
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("the golden run of eurshop.workload:BROKEN_MODEL/conv1 on reference: "
+                                                      "model answered 500 to POST /v1/complete: script_error: "), message
+    assert "pricing table missing" in message
+
+
 def test_the_report_says_how_many_effects_each_provider_applied() -> None:
     report = asyncio.run(run_matrix("checkout", cases=[Case.parse("checkout/conv2/kill@model.call.before[turn-2]#1")]))
     assert "golden runs applied effects: payment 1 (conv2 1); mail 1 (conv2 1)" in report.notes, report.notes

@@ -2,7 +2,8 @@
 provider wants lower-case ISO 4217 and answers 400) and its ``charge`` tool turns a
 refused charge into a failed outcome, so the run completes and applies no effect: a
 golden run every case would pass against. ``NO_EFFECTS`` declares that it makes none
-(``makes_no_effects``), which the harness then holds it to.
+(``makes_no_effects``), which the harness then holds it to. ``BROKEN_MODEL``'s model
+script raises at the payment turn: the model provider answers 500.
 
 Lives with the tests (``tests/subjects`` on ``PYTHONPATH``: the model provider imports
 :func:`respond` by name).
@@ -40,6 +41,14 @@ async def charge(ctx: Any, args: dict[str, Any]) -> ToolOutcome:
         return ToolOutcome("failed", {"error": str(exc)})
 
 
+def broken_respond(conversation: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """checkout's model until it would pay; then it raises (the provider answers 500)."""
+    reply = checkout_script.respond(conversation, messages)
+    if any(call["name"] == "charge" for call in reply.get("tool_calls") or []):
+        raise RuntimeError("pricing table missing")
+    return reply
+
+
 class EurShopWorkload(CheckoutWorkload):
     name = "eurshop"
 
@@ -56,5 +65,14 @@ class NoEffectsWorkload(CheckoutWorkload):
     makes_no_effects = True
 
 
+class BrokenModelWorkload(CheckoutWorkload):
+    name = "brokenmodel"
+
+    def build_agent(self, conversation: str, resources: Any) -> Agent:
+        return Agent(name=self.name, model=ScriptedModel(resources, "eurshop.workload:broken_respond"),
+                     tools=dict(TOOLS), resources=resources)
+
+
 WORKLOAD = EurShopWorkload()
+BROKEN_MODEL = BrokenModelWorkload()
 NO_EFFECTS = NoEffectsWorkload()

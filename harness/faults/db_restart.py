@@ -98,10 +98,12 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
         """Before any case: run ``conversation`` once, with no fault, on the second
         server and read it back with that server's adapter instance: ``observe`` must
         see what the worker wrote there. Raises :class:`AdapterContractError` (one line
-        naming the method, exit 2) when it reads another status (an ``observe`` that
+        naming the method, exit 2) when it reads the run as ``absent``, or another status
+        than the terminal one the worker returned (an ``observe`` that
         reads a server other than ``env.dsn``'s: a DSN of its own, a pool shared by
         every instance), :class:`HarnessError` when the worker left no report."""
         from ..errors import AdapterContractError
+        from ..explorer import TERMINAL
         from ..plan import FaultPlan
 
         state = self._state(ex)
@@ -117,7 +119,7 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
                                        f"{exit_.describe()}")
                 seen = (await state.adapter.observe(env, run_id)).status
         wrote = report.end.status
-        if seen != wrote and not (wrote == "error" and seen != "absent"):
+        if (seen == "absent" and wrote != "error") or (wrote in TERMINAL and seen != wrote):
             name = type(state.adapter).__name__
             raise AdapterContractError(
                 f"{name}.observe read run {run_id} as {seen!r} on the db-restart PostgreSQL, where a worker just left it "

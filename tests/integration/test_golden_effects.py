@@ -59,3 +59,12 @@ def test_the_report_says_how_many_effects_each_provider_applied() -> None:
     assert golden["applied"] == {"payment": 1, "mail": 1}
     assert [r["http_status"] for r in golden["refusals"]] == [402]
     assert report.exit_code == 0
+
+
+def test_the_command_lines_summary_says_how_many_effects_each_provider_applied(cli_env, test_tag, tmp_path) -> None:
+    proc = subprocess.run([*CLI, "run", "checkout", "--conversation", "conv3", "--kinds", "term", "--kind-sample", "0",
+                           "--shard", "1/40", "--report", str(tmp_path / "r.json")],
+                          env=cli_env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "golden runs applied effects: payment 2 (conv3 2); mail 1 (conv3 1)" in proc.stdout, proc.stdout
+    assert _leftovers(test_tag, tmp_path) == ([], [])

@@ -47,3 +47,17 @@ class NondeterministicWorkload(CrashmatrixError):
     def __init__(self, message: str, differences: list[str] | None = None) -> None:
         super().__init__(message)
         self.differences = differences or []
+
+
+class GoldenRunRefused(CrashmatrixError):
+    """The golden runs did not exercise what the workload declares (no effect applied
+    at its effect providers, a provider's 5xx, effects from a workload that declares
+    none: :func:`.golden.golden_effects`), so every case would pass vacuously. Raised
+    before the first case (exit code 2); the message is one line naming the provider
+    and what it answered."""
+
+
+class AdapterContractError(CrashmatrixError):
+    """The adapter breaks its contract in a way the harness checks before any case
+    (docs/adapters.md): e.g. its ``observe`` does not see what a worker wrote on the
+    server of the environment it was given. Exit code 2; the message names the method."""

@@ -49,9 +49,9 @@ import asyncpg
 
 from . import coverage, faults, invariants, oracle, policies, registry
 from .adapter import Environment, Observation
-from .errors import HarnessError
+from .errors import GoldenRunRefused, HarnessError
 from .faults import CaseSetting, Drains, ObservesBefore, SessionResource, Stops
-from .golden import GoldenRun, determinism_gate, golden_failure, trace_divergence
+from .golden import GoldenRun, determinism_gate, golden_failure, provider_failure, trace_divergence
 from .history import End, Trace, WorkerReport, labels_of
 from .iostate import GoldenIo
 from .plan import Case, Fault, FaultPlan
@@ -67,6 +67,9 @@ WORKER_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar(
 _CASE_DB: contextvars.ContextVar[asyncpg.Pool | None] = contextvars.ContextVar("crashmatrix_case_db", default=None)
 #: the recovery scope the case's workers file its run under (a discovery case's)
 _CASE_SCOPE: contextvars.ContextVar[str | None] = contextvars.ContextVar("crashmatrix_case_scope", default=None)
+#: the controller's adapter instance for the case's PostgreSQL when it is not the
+#: session's (a db-restart case's server: an instance of its own, prepared on it)
+_CASE_ADAPTER: contextvars.ContextVar[Any] = contextvars.ContextVar("crashmatrix_case_adapter", default=None)
 TERMINAL = ("completed", "failed", "needs_human", "limit_exceeded")
 
 
@@ -280,7 +283,7 @@ class Explorer:
         self.workload = registry.workload(workload)
         #: the controller's adapter; a build pair's is a :class:`.builds.BuildAdapter`
         #: (``subject`` then names the pair: :mod:`.builds`)
-        self.adapter = adapter if adapter is not None else registry.subject(subject)
+        self._adapter = adapter if adapter is not None else registry.subject(subject)
         #: the build pair of a two-build session (:mod:`.builds`): resumes run build B
         self.upgrade: Any = None
         self.workdir = workdir
@@ -299,6 +302,17 @@ class Explorer:
         #: the pruning hook while :func:`.pruning.run_pruned` runs cases on this explorer
         #: (:class:`.pruning.CrashStates`): crash states read whole, resumes shared
         self.crash_states: Any = None
+
+    @property
+    def adapter(self) -> Any:
+        """The controller's adapter for the case running in this task: one instance per
+        PostgreSQL server (docs/adapters.md, "One instance, one PostgreSQL"): the
+        session's, or a db-restart case's own (:meth:`scoped`)."""
+        return _CASE_ADAPTER.get() or self._adapter
+
+    @adapter.setter
+    def adapter(self, value: Any) -> None:
+        self._adapter = value
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -321,13 +335,14 @@ class Explorer:
 
     @contextlib.contextmanager
     def scoped(self, *, env: Environment | None = None, worker_env: Environment | None = None,
-               db: asyncpg.Pool | None = None) -> Iterator[None]:
+               db: asyncpg.Pool | None = None, adapter: Any = None) -> Iterator[None]:
         """Within the block, in this task: the case's environment (what the controller
-        reads: :attr:`case_env`), its workers' environment (links through a proxy), and
-        the controller's pool on the case's PostgreSQL (:meth:`quiesce`). A fault kind's
-        setting uses it (:class:`.faults.CaseSetting`)."""
+        reads: :attr:`case_env`), its workers' environment (links through a proxy), the
+        controller's pool on the case's PostgreSQL (:meth:`quiesce`) and the adapter
+        instance prepared on that server (:attr:`adapter`). A fault kind's setting uses
+        it (:class:`.faults.CaseSetting`)."""
         pairs: tuple[tuple[contextvars.ContextVar[Any], Any], ...] = (
-            (_CASE_ENV, env), (WORKER_ENV, worker_env), (_CASE_DB, db))
+            (_CASE_ENV, env), (WORKER_ENV, worker_env), (_CASE_DB, db), (_CASE_ADAPTER, adapter))
         tokens = [(var, var.set(value)) for var, value in pairs if value is not None]
         try:
             yield
@@ -419,8 +434,10 @@ class Explorer:
         """Run ``conversation`` twice without faults, at once, in fresh workers with
         different run ids (the determinism gate, docs/design.md "Determinism"): learn its
         identifiers from the pair and check the invariants on the first. Returns the
-        first run; one that did not complete (the subject returned another status or
+        first run, with the effects it applied per effect provider and the calls a
+        provider refused it (and any 5xx of its twin: :meth:`provider_answers`); one that did not complete (the subject returned another status or
         raised) is returned broken (``run.ends``: no baseline, reported). Raises
+        :class:`GoldenRunRefused` when a provider answered either run 5xx,
         :class:`HarnessError` if a worker vanished and
         :class:`NondeterministicWorkload` if the two differ in their crash-point traces
         or in anything the oracle compares once identifiers are renamed."""
@@ -430,7 +447,12 @@ class Explorer:
         runs = await asyncio.gather(self._golden_once(conversation), self._golden_once(conversation))
         first, second = [GoldenRun(conversation, run_id, end.trace, await self.evidence(run_id), seconds)
                          for run_id, end, seconds, _ in runs]
+        first.applied, first.refusals = await self.provider_answers(first.run_id, first.evidence)
+        first.refusals += [r for r in (await self.provider_answers(second.run_id, second.evidence))[1]
+                           if r["http_status"] >= 500]  # a provider's failure in either run of the pair
         where = f"{self.workload_name}/{conversation} on {self.subject}"
+        if (failure := provider_failure(f"the golden run of {where}", first.refusals)) is not None:
+            raise GoldenRunRefused(failure)  # before its completion or determinism is judged: the provider's fault
         incomplete = next((why for *_, why in runs if why is not None), None)
         person = self.unanswered_person()
         if incomplete is not None and person and any(end.status == "needs_human" for _, end, *_ in runs):
@@ -449,6 +471,22 @@ class Explorer:
         first.verdicts = invariants.end_invariants(first.evidence) + self._human_checks(first.evidence, None, 0)
         first.seconds = time.monotonic() - t0
         return first
+
+    async def provider_answers(self, run_id: str, evidence: oracle.Evidence) -> tuple[dict[str, int], list[dict[str, Any]]]:
+        """Per effect provider, the effects run ``run_id`` applied (its rows of
+        ``evidence``'s ledgers answered below 400), and every request of it a provider
+        of the workload answered 4xx or 5xx (``{"provider", "method", "path",
+        "http_status", "error"}``, provider by provider)."""
+        from .golden import effect_providers
+        from .services.providers import clients
+
+        applied = {p: sum(1 for row in evidence.ledgers.get(p, []) if int(row.get("http_status") or 0) < 400)
+                   for p in effect_providers(self.workload)}
+        refusals = []
+        for kind in self.workload.providers:
+            for row in await clients.read_refusals(self.http, self.case_env.providers[kind], run_id):
+                refusals.append({"provider": kind, **{k: row[k] for k in ("method", "path", "http_status", "error")}})
+        return applied, refusals
 
     def unanswered_person(self) -> str | None:
         """The workload's person in the loop (``operator``: a coroutine on the reference
@@ -683,7 +721,8 @@ class Explorer:
             obs = await cx.observe()
         evidence = oracle.CrashEvidence(fault, at_fault, full, w.exit.returncode, w.exit.signal, w.exit.timed_out, obs,
                                         before, end=w.report.end, woke=w.woke, taken_over=w.taken_over, ledgers=ledgers,
-                                        acknowledged=cx.acknowledged)
+                                        acknowledged=cx.acknowledged,
+                                        signalled_at=w.report.signalled.at if w.report.signalled else None)
         cx.result.verdicts += oracle.crash_checks(evidence)
         # a cancel lands after it fires (at the next await): what was in flight is what
         # the faulted worker's whole trace shows unfinished (the kind decides: a drain

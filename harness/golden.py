@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import oracle
 from .errors import NondeterministicWorkload
@@ -43,6 +44,12 @@ class GoldenRun:
     #: with it (the run waits for a person of the workload the adapter does not answer:
     #: ``Adapter.answers_operator``); None: a baseline or a broken run
     skipped: str | None = None
+    #: per effect provider the workload declares (every provider but ``model``): the
+    #: effects this run applied (its ledger rows answered below 400)
+    applied: dict[str, int] = field(default_factory=dict)
+    #: the requests of this run a provider answered 4xx or 5xx, in arrival order:
+    #: ``{"provider", "method", "path", "http_status", "error"}``
+    refusals: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def broken(self) -> list[oracle.Verdict]:
@@ -154,3 +161,83 @@ def golden_failure(broken_checks: list[str]) -> str:
     ``run.ends`` (the subject returned another status, or raised), else ``"breaks an
     invariant"``."""
     return "did not complete" if broken_checks == ["run.ends"] else "breaks an invariant"
+
+
+def effect_providers(workload: object) -> tuple[str, ...]:
+    """The providers of ``workload`` that apply effects: every one it declares but the
+    model (which bills completions)."""
+    return tuple(p for p in getattr(workload, "providers", ()) or () if p != "model")
+
+
+def declares_no_effects(workload: object, conversation: str) -> bool:
+    """Whether ``workload`` says ``conversation`` applies no effect: its
+    ``makes_no_effects`` is True (every conversation) or names it (a tuple of
+    conversation names). Default: every conversation of a workload with an effect
+    provider applies at least one."""
+    flag = getattr(workload, "makes_no_effects", False)
+    return flag is True or (isinstance(flag, (tuple, list, frozenset, set)) and conversation in flag)
+
+
+def _refusal(r: dict[str, Any]) -> str:
+    return f"{r['provider']} answered {r['http_status']} to {r['method']} {r['path']}: {r['error']}"
+
+
+def provider_failure(where: str, refusals: list[dict[str, Any]]) -> str | None:
+    """One line naming the first request of ``refusals`` a provider answered 5xx (a
+    provider or its script failed: no baseline, whatever the run did next), or None.
+    ``where`` names the golden run."""
+    server = next((r for r in refusals if int(r["http_status"]) >= 500), None)
+    return None if server is None else f"{where}: {_refusal(server)}; a provider's failure is no baseline"
+
+
+def golden_effects(workload_name: str, workload: object, goldens: list[GoldenRun]) -> tuple[list[str], str | None]:
+    """Whether the golden runs exercised what the workload declares, before any case.
+    Returns the summary's lines (per provider, the effects the golden runs applied, with
+    each conversation's; the calls a provider refused; a declared provider no golden
+    run reached) and, when no case can be judged against them, why, in one line (the
+    caller refuses the matrix, exit 2): a provider answered a golden run 5xx; a golden
+    run applied no effect though the workload declares effect providers (naming the
+    provider that refused it and its message, or that none was reached), unless the
+    workload declares it makes none (``makes_no_effects``); or a workload that declares
+    none applied some. ``goldens``: the baselines (neither broken nor skipped)."""
+    providers = effect_providers(workload)
+    lines, why = [], None
+    if providers and goldens:
+        parts = []
+        for p in providers:
+            total = sum(g.applied.get(p, 0) for g in goldens)
+            each = ", ".join(f"{g.conversation} {g.applied.get(p, 0)}" for g in goldens)
+            parts.append(f"{p} {total} ({each})")
+        lines.append("golden runs applied effects: " + "; ".join(parts))
+    refused = [(g, r) for g in goldens for r in g.refusals]
+    if refused:
+        shown = "; ".join(f"{g.conversation}: {_refusal(r)}" for g, r in refused[:4])
+        more = f" (and {len(refused) - 4} more)" if len(refused) > 4 else ""
+        lines.append(f"golden runs' calls refused: {shown}{more}")
+    declared = tuple(getattr(workload, "providers", ()) or ())
+    reached = {p for g in goldens for p, n in g.applied.items() if n} | {str(r["provider"]) for _, r in refused}
+    reached |= {"model"} if any(g.evidence.model_calls for g in goldens) else set()
+    none_meant = all(declares_no_effects(workload, g.conversation) for g in goldens)
+    never = [p for p in declared if p not in reached and (p == "model" or not none_meant)]
+    if goldens and never:
+        lines.append(f"declared provider(s) no golden run reached: {', '.join(never)}")
+    for g in goldens:
+        where = f"the golden run of {workload_name}/{g.conversation}"
+        applied = sum(g.applied.get(p, 0) for p in providers)
+        if (failure := provider_failure(where, g.refusals)) is not None:
+            why = failure
+        elif declares_no_effects(workload, g.conversation) and applied:
+            at = ", ".join(f"{p} {n}" for p, n in g.applied.items() if n)
+            why = (f"{where} applied {applied} effect(s) ({at}), yet the workload declares it makes none "
+                   f"(makes_no_effects)")
+        elif providers and not applied and not declares_no_effects(workload, g.conversation):
+            at_effects = [r for r in g.refusals if r["provider"] in providers] or g.refusals
+            if at_effects:
+                what = _refusal(at_effects[0]) + (f" (and {len(at_effects) - 1} more refused)" if len(at_effects) > 1 else "")
+            else:
+                what = f"no request reached {', '.join(providers)}"
+            why = (f"{where} applied no effect at {', '.join(providers)}: {what}; no case could fail "
+                   f"(declare makes_no_effects on the workload if that is meant)")
+        if why is not None:
+            break
+    return lines, why

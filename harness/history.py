@@ -10,6 +10,7 @@ JSON object whose first key is ``"event"``::
      "marks": [MARK, ...], "io_note": str}
     {"event": "passed", "at": ENTRY}
     {"event": "accepted", "t": float}
+    {"event": "signalled", "signal": str, "at": int, "t": float}
     {"event": "healed", "at": ENTRY | "worker-end", "t": float}
     {"event": "heal-error", "error": str}
     {"event": "fault-error", "error": str}
@@ -23,7 +24,10 @@ did not fire is a harness error, never a pass), at most once, after at most an
 from a worker that measured its I/O, ``Job.record_io``; ``io_note`` when it could
 not); ``accepted`` when the subject acknowledged the run (``RunContext.accepted``: its
 request is stored); ``passed`` for each crash point the worker passes after its fault
-fired (its progress: :class:`Silence`); ``healed`` / ``heal-error`` when a lasting fault (a ``net`` toxic)
+fired (its progress: :class:`Silence`); ``signalled`` when the worker's own fault signal had been delivered
+(a ``term`` fault's SIGTERM: ``at`` is the length of the trace once ``kill`` returned,
+so every entry from index ``at`` on came after the delivery, whatever the subject's
+handler recorded); ``healed`` / ``heal-error`` when a lasting fault (a ``net`` toxic)
 was removed or could not be; ``fault-error`` when a fault fired but could not land (the
 harness's failure: the worker exits 70).
 
@@ -172,6 +176,21 @@ class Accepted:
 
 
 @dataclass(frozen=True)
+class Signalled:
+    """The worker's fault signal (``signal``, e.g. ``"SIGTERM"``) was delivered to it:
+    ``at`` trace entries had been recorded by then (the entries from index ``at`` on
+    came after it); ``t`` wall-clock seconds."""
+
+    signal: str
+    at: int
+    t: float | None = None
+    event = "signalled"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.event, "signal": self.signal, "at": self.at, "t": self.t}
+
+
+@dataclass(frozen=True)
 class Healed:
     """A lasting fault was removed: ``at`` the heal point reached (an entry) or
     ``"worker-end"``; ``t`` wall-clock seconds."""
@@ -224,7 +243,7 @@ class Other:
         return self.data
 
 
-WorkerEvent = Union[Fired, End, Passed, Accepted, Healed, HealError, FaultError, Other]
+WorkerEvent = Union[Fired, End, Passed, Accepted, Signalled, Healed, HealError, FaultError, Other]
 
 
 def encode(event: WorkerEvent) -> bytes:
@@ -245,6 +264,8 @@ def decode(data: dict[str, Any]) -> WorkerEvent:
             return Passed(TraceEntry(*data["at"]))
         if kind == "accepted":
             return Accepted(data.get("t"))
+        if kind == "signalled":
+            return Signalled(str(data["signal"]), int(data["at"]), data.get("t"))
         if kind == "healed":
             at = data["at"]
             return Healed(at if isinstance(at, str) else TraceEntry(*at), data.get("t"))
@@ -252,7 +273,7 @@ def decode(data: dict[str, Any]) -> WorkerEvent:
             return HealError(data["error"])
         if kind == "fault-error":
             return FaultError(data["error"])
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         pass
     return Other(data)
 
@@ -261,7 +282,7 @@ def decode(data: dict[str, Any]) -> WorkerEvent:
 class WorkerReport:
     """Everything one worker reported, in order (``events``), with the parts the
     controller reads: the first ``fired`` (a worker arms at most one fault), the last
-    ``end``, every ``healed``, ``heal-error`` and ``fault-error``."""
+    ``end``, the first ``signalled``, every ``healed``, ``heal-error`` and ``fault-error``."""
 
     events: list[WorkerEvent] = field(default_factory=list)
 
@@ -297,6 +318,11 @@ class WorkerReport:
     def accepted(self) -> bool:
         """Whether the subject acknowledged the run in this worker."""
         return any(isinstance(e, Accepted) for e in self.events)
+
+    @property
+    def signalled(self) -> Signalled | None:
+        """The first delivery of the worker's own fault signal (``term``), or None."""
+        return next((e for e in self.events if isinstance(e, Signalled)), None)
 
     @property
     def healed(self) -> list[Healed]:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import faults
-from .errors import InvalidArgument, PlanError
+from .errors import GoldenRunRefused, InvalidArgument, PlanError
 from .defaults import DefaultMatrix, default_matrix
 from .enumeration import double_fault_cases, double_fault_note, enumerate_cases, shard, validate_case
 from .explorer import CaseResult, Explorer, Options
-from .golden import GoldenRun, golden_failure
+from .golden import GoldenRun, golden_effects, golden_failure
 from .names import Names, resolve
 from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, Case, FaultPlan, Resume
 from .policies import policy_of
@@ -114,12 +114,14 @@ class MatrixReport:
     def to_dict(self) -> dict[str, Any]:
         """The JSON report: :func:`.report.matrix_dict`'s shape, with the run's wall
         clock (``summary.seconds``, ``setup_seconds``, ``cases_per_second``), the jobs,
-        ``replay_failures``, each golden run's id, points and seconds, and whether the
+        ``replay_failures``, each golden run's id, points, seconds, effects applied per
+        effect provider (``applied``) and refused calls (``refusals``), and whether the
         run is ``complete`` (else ``reason`` and ``planned``, the cases it meant to
         run)."""
         from .report import case_dict, matrix_dict
 
-        golden = {c: {"run_id": g.run_id, "points": len(g.trace), "seconds": round(g.seconds, 4)}
+        golden = {c: {"run_id": g.run_id, "points": len(g.trace), "seconds": round(g.seconds, 4),
+                      "applied": dict(g.applied), "refusals": list(g.refusals)}
                   for c, g in sorted(self.goldens.items())}
         out = matrix_dict(self.workload, self.subject, self.kinds, self.sources, [case_dict(r) for r in self.results],
                           golden, complete=self.complete, reason=self.reason, planned=self.planned)
@@ -183,8 +185,10 @@ async def run_matrix(
     default policy (:func:`sample_by_policy`); a note says how many of how many.
 
     Raises ``ServiceError``/``RegistryError``/``InvalidArgument`` before any case runs
-    when services or names are wrong, and ``PlanError`` when a given case does not fit
-    the golden trace.
+    when services or names are wrong, ``PlanError`` when a given case does not fit
+    the golden trace, and ``GoldenRunRefused`` when the golden runs did not exercise
+    what the workload declares (:func:`.golden.golden_effects`; its lines, each
+    provider's effects applied, are the report's first notes).
     ``on_start(n)`` is called with the number of cases once they are enumerated (and
     again for the second level when ``depth`` is 2).
 
@@ -248,6 +252,18 @@ async def run_matrix(
         reported = [golden_result(workload, subject, g) for g in goldens.values() if g.broken or g.conversation in asked]
         healthy = {c: g for c, g in goldens.items() if not g.broken and not g.skipped}
         notes: list[str] = [f"not applicable, no case run: {g.skipped}" for g in goldens.values() if g.skipped]
+        effect_lines, refused = golden_effects(workload, wl, list(healthy.values()))
+        if refused is not None:  # every case would pass vacuously: nothing to judge against
+            raise GoldenRunRefused(refused)
+        notes += effect_lines
+        restarts = (any(f.kind == "db-restart" for c in cases for f in c.plan.faults) if cases is not None
+                    else "db-restart" in matrix.all_kinds)
+        if restarts and healthy and explorer.start_restartable_pg is not None:  # observe reads that server too
+            from .faults.db_restart import DbRestart
+
+            restart = faults.kind("db-restart")
+            assert isinstance(restart, DbRestart)
+            await restart.check_observe(explorer, next(iter(healthy)))
         if cases is None:
             notes.append(f"kinds at every crash point: {', '.join(kinds) or 'none'}; sources: {', '.join(sources)}")
             found, lines = matrix.cases(workload, healthy, sources, resume, seed)

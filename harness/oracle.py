@@ -141,6 +141,9 @@ class CrashEvidence:
     ledgers: dict[str, list[dict[str, Any]]] | None = None
     #: whether some worker of the case had acknowledged the run by the crash state
     acknowledged: bool = False
+    #: where in ``trace_full`` the worker's own SIGTERM was delivered (a ``term``
+    #: fault: its ``signalled`` report, :class:`.history.Signalled`); None: not reported
+    signalled_at: int | None = None
 
 
 def run_check(check: str, phase: str, fn: Callable[[], Verdict]) -> Verdict:

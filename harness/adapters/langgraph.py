@@ -648,23 +648,37 @@ class LangGraphAdapter(Adapter):
 
     @contextlib.contextmanager
     def _drain_on_sigterm(self, loop: asyncio.AbstractEventLoop) -> Iterator[Any]:
-        """A ``RunControl`` that SIGTERM drains (``drain`` variants), else None."""
+        """A ``RunControl`` that SIGTERM drains (``drain`` variants), else None.
+
+        The drain is requested by a Python-level handler (``signal.signal``), which runs
+        at the main thread's next bytecode: ``request_drain`` is one attribute write,
+        safe there, so LangGraph's next superstep sees it. A handler of asyncio's
+        (``loop.add_signal_handler``) would run a loop iteration later, after LangGraph
+        had launched the next node (``term.drained`` counts launches from the signal's
+        delivery). ``drain.begin`` is labelled in the loop (the label takes
+        :func:`point`'s lock, which the interrupted code may hold), in a context of its
+        own (no node's logical task)."""
         if not self.drain:
             yield None
             return
+        import contextvars
+
         from langgraph.runtime import RunControl
 
         control = RunControl()
 
-        def on_sigterm() -> None:
-            point(DRAIN_BEGIN)
+        def on_sigterm(signum: int, frame: Any) -> None:
+            if control.drain_requested:
+                return
             control.request_drain("SIGTERM")
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(point, DRAIN_BEGIN, context=contextvars.Context())
 
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
         try:
             yield control
         finally:
-            loop.remove_signal_handler(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
     async def _run(self, ctx: RunContext, role: str) -> str:
         loop = asyncio.get_running_loop()

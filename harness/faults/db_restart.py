@@ -6,6 +6,10 @@ wakes on a dead connection and must reconnect or die; the run is resumed as usua
 A case with a ``db-restart`` fault anywhere in its plan runs, from its first worker on,
 on a PostgreSQL of its own (started on first use, prepared by the adapter, kept for the
 session), one such case at a time: the restart would cut every other case's sessions.
+The controller's calls for those cases go to an adapter instance of their own, prepared
+on that server and closed when the session ends (:func:`adapter_for_server`): an adapter
+may keep a pool made from the first DSN it saw (docs/adapters.md, "One instance, one
+PostgreSQL").
 It needs an embedded PostgreSQL (``Explorer.start_restartable_pg``); a user's DSN
 cannot be restarted. No crash check of its own.
 """
@@ -16,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import signal
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,12 +37,13 @@ if TYPE_CHECKING:
 @dataclass
 class RestartablePostgres:
     """The session's PostgreSQL for db-restart cases: the server (``pg``: ``dsn``,
-    ``stop_immediate()``, ``start()``, ``close()``), the controller's pool on it, and
-    the lock that runs its cases one at a time."""
+    ``stop_immediate()``, ``start()``, ``close()``), the controller's pool on it, the
+    adapter instance prepared on it, and the lock that runs its cases one at a time."""
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     pg: Any = None
     db: Any = None
+    adapter: Any = None
 
 
 @register
@@ -65,21 +71,60 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
     async def setting(self, cx: CaseRun) -> AsyncIterator[None]:
         """The case on the second server (started, prepared and its sequences carried
         past the main server's on first use: :func:`carry_sequences`)."""
-        import asyncpg
-
         ex = cx.explorer
-        if ex.start_restartable_pg is None:
-            raise HarnessError("db-restart is unavailable: PostgreSQL comes from a DSN the harness cannot restart")
         state = self._state(ex)
         async with state.lock:
-            if state.pg is None:
-                state.pg = await asyncio.to_thread(ex.start_restartable_pg)
-                await ex.adapter.prepare(dataclasses.replace(ex.env, dsn=state.pg.dsn))
-                state.db = await asyncpg.create_pool(
-                    state.pg.dsn, min_size=0, max_size=2, server_settings={"application_name": "crashmatrix-controller"})
-                await carry_sequences(ex.db, state.db)
-            with ex.scoped(env=dataclasses.replace(ex.case_env, dsn=state.pg.dsn), db=state.db):
+            await self._ensure(ex, state)
+            with ex.scoped(env=dataclasses.replace(ex.case_env, dsn=state.pg.dsn), db=state.db, adapter=state.adapter):
                 yield
+
+    async def _ensure(self, ex: Explorer, state: RestartablePostgres) -> None:
+        """Start the second server on first use: its adapter instance prepared on it,
+        the controller's pool, the sequences carried. Raises :class:`HarnessError` when
+        the session's PostgreSQL came from a DSN."""
+        import asyncpg
+
+        if ex.start_restartable_pg is None:
+            raise HarnessError("db-restart is unavailable: PostgreSQL comes from a DSN the harness cannot restart")
+        if state.pg is None:
+            state.pg = await asyncio.to_thread(ex.start_restartable_pg)
+            state.adapter = adapter_for_server(ex.adapter)
+            await state.adapter.prepare(dataclasses.replace(ex.env, dsn=state.pg.dsn))
+            state.db = await asyncpg.create_pool(
+                state.pg.dsn, min_size=0, max_size=2, server_settings={"application_name": "crashmatrix-controller"})
+            await carry_sequences(ex.db, state.db)
+
+    async def check_observe(self, ex: Explorer, conversation: str) -> None:
+        """Before any case: run ``conversation`` once, with no fault, on the second
+        server and read it back with that server's adapter instance: ``observe`` must
+        see what the worker wrote there. Raises :class:`AdapterContractError` (one line
+        naming the method, exit 2) when it reads the run as ``absent``, or another status
+        than the terminal one the worker returned (an ``observe`` that
+        reads a server other than ``env.dsn``'s: a DSN of its own, a pool shared by
+        every instance), :class:`HarnessError` when the worker left no report."""
+        from ..errors import AdapterContractError
+        from ..explorer import TERMINAL
+        from ..plan import FaultPlan
+
+        state = self._state(ex)
+        async with state.lock:
+            await self._ensure(ex, state)
+            env = dataclasses.replace(ex.env, dsn=state.pg.dsn)
+            with ex.scoped(env=env, db=state.db, adapter=state.adapter):
+                run_id = f"cm-run-{uuid.uuid4().hex[:16]}"
+                job, log = ex._job("start", conversation, run_id, FaultPlan(), ex.workdir)
+                exit_, report = await ex._worker(job, log)
+                if report.end is None:
+                    raise HarnessError(f"db-restart's check run of {conversation} on its PostgreSQL left no report: "
+                                       f"{exit_.describe()}")
+                seen = (await state.adapter.observe(env, run_id)).status
+        wrote = report.end.status
+        if (seen == "absent" and wrote != "error") or (wrote in TERMINAL and seen != wrote):
+            name = type(state.adapter).__name__
+            raise AdapterContractError(
+                f"{name}.observe read run {run_id} as {seen!r} on the db-restart PostgreSQL, where a worker just left it "
+                f"{wrote!r}: observe must read the server of the env it is given (env.dsn; docs/adapters.md, "
+                f"\"One instance, one PostgreSQL\")")
 
     async def at_stop(self, cx: CaseRun, w: WorkerRun) -> None:
         pg = self._state(cx.explorer).pg
@@ -87,15 +132,34 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
         await asyncio.to_thread(pg.start)
 
     async def close_session(self, ex: Explorer) -> None:
-        """Close the controller's pool and the adapter's (they hold connections to it),
-        then stop the server."""
+        """Close the controller's pool and the server's adapter instance (they hold
+        connections to it), then stop the server."""
         state = ex.fault_state.pop(self.name, None)
         if state is None or state.pg is None:
             return
         if state.db is not None:
             await state.db.close()
-        await ex.adapter.aclose()
+        if state.adapter is not None and state.adapter is not ex.adapter:
+            await state.adapter.aclose()
         await asyncio.to_thread(state.pg.close)
+
+
+def adapter_for_server(adapter: Any) -> Any:
+    """An instance of ``adapter``'s class of its own for another PostgreSQL server (made
+    as the registry makes one: no arguments). A build pair's adapter
+    (:class:`.builds.BuildAdapter`) keeps nothing between calls, each made in a worker
+    of its own: it serves every server as it is. Raises :class:`HarnessError` naming the
+    class when it cannot be made without arguments."""
+    from ..builds import BuildAdapter
+
+    if isinstance(adapter, BuildAdapter):
+        return adapter
+    try:
+        return type(adapter)()
+    except TypeError as exc:
+        raise HarnessError(f"db-restart needs an instance of {type(adapter).__name__} of its own for its PostgreSQL "
+                           f"(docs/adapters.md, \"One instance, one PostgreSQL\"), and it cannot be made without "
+                           f"arguments: {exc}") from None
 
 
 SEQUENCE_HEADROOM = 1_000_000

@@ -1,8 +1,11 @@
 """``term``: SIGTERM at the point; the subject must drain (docs/design.md, "Fault
 kinds, precisely").
 
-The worker sends SIGTERM to itself and carries on: a runtime that drains has installed
-its own handler, labels ``drain.begin``, launches no node after it (``node.launch``),
+The worker sends SIGTERM to itself and carries on, and reports when the signal was
+delivered (``signalled``: how long its trace was once ``kill`` returned, whatever the
+subject's handler records and whenever it runs it). A runtime that drains has installed
+its own handler, labels ``drain.begin``, launches no node after the delivery nor after
+``drain.begin`` (``node.launch``; a node in flight may finish),
 lets the running nodes finish and record their output, and exits 0 with the run
 ``paused``. The controller gives the worker ``Options.term_grace`` seconds after the
 ``fired`` report before it SIGKILLs it (a failed drain). Crash checks:
@@ -13,6 +16,7 @@ lets the running nodes finish and record their output, and exits 0 with the run
 from __future__ import annotations
 
 import signal
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..oracle import Verdict, run_check
@@ -34,7 +38,17 @@ class Term(Drains, ObservesBefore, FaultKind):
     rank = 1
 
     def act(self, recorder: Recorder, fault: Fault) -> None:
+        """SIGTERM this worker, then report the delivery (:class:`.history.Signalled`):
+        a signal a process sends itself is delivered before ``kill`` returns, so every
+        point recorded from then on came after it. The lock is taken only after the
+        kill: the subject's Python-level handler may record a label (take the lock)
+        before this line runs."""
+        from ..history import Signalled
+
         signal_self(signal.SIGTERM)
+        with recorder.lock:
+            at = len(recorder.trace)
+        recorder.emit(Signalled("SIGTERM", at, time.time()))
 
     def crash_checks(self, ev: CrashEvidence) -> list[Verdict]:
         return [run_check("term.drained", "crash", lambda: check_term_drained(ev)),
@@ -48,18 +62,17 @@ class Term(Drains, ObservesBefore, FaultKind):
 
 
 def check_term_drained(ev: CrashEvidence) -> Verdict:
-    """``term.drained``: nothing launched after the signal, exit 0, run ``paused`` (or
+    """``term.drained``: no node launched after the signal was delivered
+    (:func:`launched_after_signal`) nor after ``drain.begin``, exit 0, run ``paused`` (or
     completed, or handed to a person; or untouched, :func:`untouched_by_worker`, if the
     drain came before the worker took it)."""
     name = "term.drained"
     problems = []
+    launched = launched_after_signal(ev)
+    if launched:
+        problems.append(f"{len(launched)} node(s) launched after SIGTERM was delivered: {', '.join(launched)}")
     names = [entry[1] for entry in ev.trace_full]
-    if DRAIN_BEGIN in names:
-        after = ev.trace_full[names.index(DRAIN_BEGIN) + 1:]
-        launched = [f"{e[2]}" for e in after if e[1] == NODE_LAUNCH]
-        if launched:
-            problems.append(f"{len(launched)} node(s) launched after SIGTERM was recorded: {', '.join(launched)}")
-    else:
+    if DRAIN_BEGIN not in names:
         problems.append("the subject never recorded the SIGTERM (no drain.begin in its trace)")
     if ev.timed_out:
         problems.append("the worker outlived the grace period and was SIGKILLed (failed drain)")
@@ -80,6 +93,27 @@ def check_term_drained(ev: CrashEvidence) -> Verdict:
     if problems:
         return Verdict(name, "crash", False, "; ".join(problems))
     return Verdict(name, "crash", True, f"drained, status {status}")
+
+
+def signal_index(ev: CrashEvidence) -> int:
+    """Where in ``ev.trace_full`` the SIGTERM was delivered: the worker's own report
+    (``signalled``, :attr:`.oracle.CrashEvidence.signalled_at`), else the fault's point
+    (the worker signals itself right after reaching it)."""
+    return ev.signalled_at if ev.signalled_at is not None else len(ev.trace_at_fault)
+
+
+def launched_after_signal(ev: CrashEvidence) -> list[str]:
+    """The logical tasks labelled ``node.launch`` after the SIGTERM's delivery
+    (:func:`signal_index`) or after the subject's ``drain.begin``, whichever comes
+    first, in trace order. A node launched before either and still running may finish
+    (``term.in_flight_recorded``); a launch after the delivery is one whatever the
+    subject's labels say (a handler that asyncio runs a loop iteration later,
+    ``loop.add_signal_handler``, lets a scheduler launch in between)."""
+    start = signal_index(ev)
+    names = [e[1] for e in ev.trace_full]
+    if DRAIN_BEGIN in names:
+        start = min(start, names.index(DRAIN_BEGIN) + 1)
+    return [e[2] for e in ev.trace_full[start:] if e[1] == NODE_LAUNCH]
 
 
 def in_flight_at(trace: list[Any]) -> list[str]:

@@ -521,3 +521,24 @@ def test_health(providers: Providers) -> None:
         return [await clients.health(s, providers.urls[k]) for k in ("payment", "mail", "model")]
 
     assert run(go) == ["payment", "mail", "model"]
+
+
+def test_refused_requests_are_kept_with_their_run_id(providers: Providers) -> None:
+    """A request answered 4xx leaves no ledger row but is kept at ``/refusals`` (what
+    the golden-run sanity check names); a body with no readable run id is kept too."""
+    run_id, url = new_run(), providers.urls["payment"]
+
+    async def go(s: aiohttp.ClientSession) -> Any:
+        body = {"idempotency_key": new_key(), "amount": 100, "currency": "EUR", "card": "4242-4242-4242-4242",
+                "metadata": {"run_id": run_id}}
+        async with s.post(url + "/charges", json=body) as resp:
+            status = resp.status
+        async with s.post(url + "/charges", data=b"{not json", headers={"Content-Type": "application/json"}):
+            pass
+        return status, await clients.read_refusals(s, url, run_id), await clients.read_refusals(s, url, None)
+
+    status, mine, every = run(go)
+    assert status == 400
+    assert [(r["method"], r["path"], r["http_status"]) for r in mine] == [("POST", "/charges", 400)]
+    assert mine[0]["error"].startswith("currency: must be a lowercase ISO 4217 code, got 'EUR'")
+    assert every[-1]["run_id"] is None and every[-1]["http_status"] == 400

@@ -214,7 +214,7 @@ def test_term_launch_after_drain() -> None:
     trace = DRAIN_TRACE + [("label", "node.launch", "turn-2", 1), ("label", "node.launch", "turn-3", 1)]
     v = check_term_drained(crash_ev("term", "node.launch", "turn-1", trace=trace, rc=0))
     assert v.valid is False
-    assert "2 node(s) launched after SIGTERM was recorded: turn-2, turn-3" in v.details
+    assert "2 node(s) launched after SIGTERM was delivered: turn-2, turn-3" in v.details
 
 
 def test_term_never_recorded() -> None:

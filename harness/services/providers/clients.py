@@ -582,10 +582,28 @@ async def read_ledger(
 ) -> list[dict[str, Any]]:
     """The provider ledger's rows for ``run_id`` (all rows when None), in insertion
     order. Row shape: :mod:`crashmatrix.harness.services.providers.ledger`."""
-    url = _base(base_url) + "/ledger"
+    return await _rows(session, base_url, "/ledger", run_id, timeout)
+
+
+async def _rows(session: aiohttp.ClientSession, base_url: str, path: str, run_id: str | None,
+                timeout: float | None) -> list[dict[str, Any]]:
+    """``GET path[?run_id=]``'s ``rows``."""
+    url = _base(base_url) + path
     if run_id is not None:
         url += "?run_id=" + quote(run_id, safe="")
     return list((await _read(session, url, timeout))["rows"])
+
+
+async def read_refusals(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    run_id: str | None,
+    *,
+    timeout: float | None = None,
+) -> list[dict[str, Any]]:
+    """The requests the provider answered 4xx or 5xx for ``run_id`` (all when None), in
+    arrival order: ``{"seq", "run_id", "method", "path", "http_status", "error"}``."""
+    return await _rows(session, base_url, "/refusals", run_id, timeout)
 
 
 async def inflight(

@@ -74,6 +74,15 @@ CREATE INDEX IF NOT EXISTS ledger_run ON ledger(run_id, seq);
 CREATE INDEX IF NOT EXISTS ledger_ref ON ledger(op, ref);
 CREATE INDEX IF NOT EXISTS ledger_parent ON ledger(op, parent) WHERE parent IS NOT NULL;
 CREATE INDEX IF NOT EXISTS ledger_node ON ledger(run_id, node_id) WHERE node_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS refusals (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id      TEXT,
+    method      TEXT    NOT NULL,
+    path        TEXT    NOT NULL,
+    http_status INTEGER NOT NULL,
+    error       TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS refusals_run ON refusals(run_id, seq);
 """
 
 ROW_FIELDS = (
@@ -267,6 +276,23 @@ class Ledger:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+
+    def refuse(self, run_id: str | None, method: str, path: str, http_status: int, error: str) -> None:
+        """Record a request answered ``http_status`` >= 400 (``error``: the answer's
+        message): refused input leaves no ledger row, so this is where a run's refused
+        calls are kept (what the golden-run sanity check names)."""
+        self._db.execute(
+            "INSERT INTO refusals (run_id, method, path, http_status, error) VALUES (?, ?, ?, ?, ?)",
+            (run_id, method, path, http_status, error[:500]),
+        )
+
+    def refusals(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Refused requests in arrival order (only ``run_id``'s when given):
+        ``{"seq", "run_id", "method", "path", "http_status", "error"}``."""
+        sql = "SELECT seq, run_id, method, path, http_status, error FROM refusals"
+        cur = (self._db.execute(sql + " ORDER BY seq") if run_id is None
+               else self._db.execute(sql + " WHERE run_id = ? ORDER BY seq", (run_id,)))
+        return [dict(zip(("seq", "run_id", "method", "path", "http_status", "error"), r)) for r in cur.fetchall()]
 
     # -- reads ----------------------------------------------------------------------
 

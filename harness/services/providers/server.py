@@ -25,6 +25,10 @@ Endpoints common to every kind:
   few event-loop turns so that requests already in the socket buffers are counted.
 - ``GET /ledger[?run_id=R]`` -> ``{"rows": [...]}`` in insertion order (row shape in
   :mod:`.ledger`).
+- ``GET /refusals[?run_id=R]`` -> ``{"rows": [{"seq", "run_id", "method", "path",
+  "http_status", "error"}, ...]}``: every POST or PUT answered 4xx or 5xx (bad input,
+  a declined card, a key reused, a script that raised), ``run_id`` from the body's
+  metadata (None when it had none), in arrival order.
 
 Payment: ``POST /charges``, ``POST /refunds``, ``GET /charges/by-key/{key}``,
 ``GET /refunds/by-key/{key}``. Mail: ``POST /messages``, ``GET /messages/by-key/{key}``.
@@ -224,6 +228,25 @@ class _Provider:
             self.inflight[worker] -= 1
             if self.inflight[worker] <= 0:
                 del self.inflight[worker]
+
+    @web.middleware
+    async def record_refusals(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        """Keep every POST or PUT answered >= 400 in the ledger's refusals (after
+        :meth:`json_errors` made the answer), with the run id of its metadata."""
+        response = await handler(request)
+        if response.status >= 400 and request.method in ("POST", "PUT") and not request.path.startswith("/admin/"):
+            run_id, error = None, ""
+            with contextlib.suppress(Exception):  # the body may be what was refused
+                meta = json.loads(await request.read()).get("metadata") or {}
+                run_id = meta.get("run_id") if isinstance(meta.get("run_id"), str) else None
+            with contextlib.suppress(Exception):
+                body = json.loads(response.body)  # type: ignore[attr-defined,arg-type]
+                error = str(body.get("error") or body)
+            self.ledger.refuse(run_id, request.method, request.path, response.status, error or f"HTTP {response.status}")
+        return response
+
+    async def get_refusals(self, request: web.Request) -> web.Response:
+        return _json({"rows": self.ledger.refusals(request.query.get("run_id"))})
 
     @web.middleware
     async def json_errors(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
@@ -583,13 +606,14 @@ def build_app(kind: str, ledger: Ledger, *, delay_ms: int = 0, service: ServiceS
         raise ValueError(f"kind={kind!r} must be one of {KINDS}")
     p = _Provider(kind, ledger, delay_ms)
     app = web.Application(
-        middlewares=[p.count_inflight, p.json_errors], client_max_size=CLIENT_MAX_SIZE
+        middlewares=[p.count_inflight, p.record_refusals, p.json_errors], client_max_size=CLIENT_MAX_SIZE
     )
     app["provider"] = p
     r = app.router
     r.add_get("/health", p.health)
     r.add_get("/inflight", p.get_inflight)
     r.add_get("/ledger", p.get_ledger)
+    r.add_get("/refusals", p.get_refusals)
     r.add_post("/admin/delay", p.post_admin_delay)
     if kind == "payment":
         r.add_post("/charges", p.post_charge)

@@ -1,0 +1,1 @@
+"""A new user's checkout workload whose model sends an upper-case currency."""

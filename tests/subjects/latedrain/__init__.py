@@ -1,0 +1,1 @@
+"""Reference-runtime variants whose SIGTERM handler runs, or records, late."""

@@ -207,7 +207,12 @@ async def run_matrix(
     if wants_awaits and not (options and options.await_points):
         options = dataclasses.replace(options or Options(), await_points=True)
     t0 = time.monotonic()
-    wants_net = "net" in kinds if cases is None else any(f.kind == "net" for c in cases for f in c.plan.faults)
+    from .faults.db_outage import check_windows
+
+    check_windows(cases, kinds, (options or Options()).worker_timeout)  # before anything starts
+    proxied = ("net", "db-outage")
+    wants_net = (any(k in kinds for k in proxied) if cases is None
+                 else any(f.kind in proxied for c in cases for f in c.plan.faults))
     async with open_session(subject, workload, dsn=dsn, options=options) as explorer:
         if wants_net:  # an unreachable fault proxy is a ServiceError now (exit 2), not one per case
             await explorer.fault_proxy.client()

@@ -57,7 +57,7 @@ point after ``~`` (none: the end of the worker)::
 A ``db-outage`` fault's kind carries its window (PostgreSQL unreachable that long from
 the point on, while the worker runs: :mod:`.faults.db_outage`)::
 
-    checkout/conv1/kill@log.append.before[turn-4]#1+db-outage(2000ms)@lease.taken_over[run]#1
+    checkout/conv1/kill@log.append.after[turn-3]#1+db-outage(1500ms)@log.append.before[turn-5]#1
 
 A case may carry a **resume policy** (:class:`Resume`; how the workers after the first
 fault resume, as production does it: :mod:`.policies`), as a last component of its id;

@@ -13,11 +13,13 @@ here as a SQL extension of the same name and version over those built-ins
 one, wins).
 
 Honest by construction: a function that cannot be computed from the built-ins is absent,
-never approximated. Absent: ``uuid_generate_v1``, ``uuid_generate_v1mc`` (a MAC address
-and a clock sequence), ``uuid_generate_v5`` (SHA-1); from pgcrypto everything beyond
-``gen_random_uuid``, ``gen_random_bytes``, ``digest`` and ``hmac`` (``crypt``,
-``gen_salt``, ``encrypt``, ``pgp_*``...), and ``digest``/``hmac`` with any algorithm but
-``md5`` and the SHA-2 family, which raise naming the algorithm. A schema that uses what
+never approximated. SHA-1 (``uuid_generate_v5``, ``digest``/``hmac`` with ``sha1``) is
+FIPS 180-4 written in PL/pgSQL; ``uuid_generate_v1mc`` is version 1 with a random
+multicast node, as uuid-ossp's is. Absent: ``uuid_generate_v1`` (it needs the host's MAC
+address); from pgcrypto everything beyond ``gen_random_uuid``, ``gen_random_bytes``,
+``digest`` and ``hmac`` (``crypt``, ``gen_salt``, ``encrypt``, ``pgp_*``...), and
+``digest``/``hmac`` with an algorithm other than ``md5``, ``sha1`` and the SHA-2 family,
+which raise naming the algorithm. A schema that uses what
 is absent fails at ``prepare`` with one line (:func:`explain_prepare_error`) naming the
 extension or function and the way out: a server that has it, given with ``--dsn``.
 """
@@ -29,6 +31,54 @@ import re
 from pathlib import Path
 
 __all__ = ["ABSENT", "EXTENSIONS", "explain_prepare_error", "install"]
+
+
+def _sha1(name: str) -> str:
+    """The SQL of a function ``name(bytea) -> bytea``: FIPS 180-4 SHA-1 on 32-bit words
+    held in bigint (PostgreSQL 18 builds in md5 and SHA-2 only); each extension gets its
+    own copy under its own name, so either can be created without the other."""
+    return _SHA1_SQL.replace("{name}", name)
+
+
+_SHA1_SQL = r"""CREATE FUNCTION {name}(data bytea) RETURNS bytea LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+DECLARE
+  m constant bigint := 4294967295;
+  h bigint[] := ARRAY[1732584193, 4023233417, 2562383102, 271733878, 3285377520]::bigint[];
+  msg bytea := data || '\x80'::bytea;
+  w bigint[];
+  a bigint; b bigint; c bigint; d bigint; e bigint; f bigint; k bigint; t bigint;
+  o int;
+BEGIN
+  msg := msg || decode(repeat('00', ((55 - length(data)) % 64 + 64) % 64), 'hex') || int8send(length(data)::bigint * 8);
+  FOR chunk IN 0 .. length(msg) / 64 - 1 LOOP
+    w := array_fill(0::bigint, ARRAY[80]);
+    FOR i IN 0 .. 15 LOOP
+      o := chunk * 64 + i * 4;
+      w[i + 1] := (get_byte(msg, o)::bigint << 24) | (get_byte(msg, o + 1)::bigint << 16)
+                  | (get_byte(msg, o + 2)::bigint << 8) | get_byte(msg, o + 3)::bigint;
+    END LOOP;
+    FOR i IN 16 .. 79 LOOP
+      t := w[i - 2] # w[i - 7] # w[i - 13] # w[i - 15];
+      w[i + 1] := ((t << 1) | (t >> 31)) & m;
+    END LOOP;
+    a := h[1]; b := h[2]; c := h[3]; d := h[4]; e := h[5];
+    FOR i IN 0 .. 79 LOOP
+      IF i < 20 THEN f := (b & c) | (~b & m & d); k := 1518500249;
+      ELSIF i < 40 THEN f := b # c # d; k := 1859775393;
+      ELSIF i < 60 THEN f := (b & c) | (b & d) | (c & d); k := 2400959708;
+      ELSE f := b # c # d; k := 3395469782;
+      END IF;
+      t := ((((a << 5) | (a >> 27)) & m) + f + e + k + w[i + 1]) & m;
+      e := d; d := c; c := ((b << 30) | (b >> 2)) & m; b := a; a := t;
+    END LOOP;
+    h := ARRAY[(h[1] + a) & m, (h[2] + b) & m, (h[3] + c) & m, (h[4] + d) & m, (h[5] + e) & m];
+  END LOOP;
+  RETURN decode(lpad(to_hex(h[1]), 8, '0') || lpad(to_hex(h[2]), 8, '0') || lpad(to_hex(h[3]), 8, '0')
+                || lpad(to_hex(h[4]), 8, '0') || lpad(to_hex(h[5]), 8, '0'), 'hex');
+END
+$$;
+"""
 
 _UUID_OSSP_SQL = r"""
 \echo Use CREATE EXTENSION to load this file. \quit
@@ -50,6 +100,26 @@ CREATE FUNCTION uuid_generate_v3(namespace uuid, name text) RETURNS uuid LANGUAG
 AS $$
   SELECT encode(set_byte(set_byte(h, 6, (get_byte(h, 6) & 15) | 48), 8, (get_byte(h, 8) & 63) | 128), 'hex')::uuid
     FROM (SELECT decode(md5(uuid_send(namespace) || convert_to(name, getdatabaseencoding())), 'hex') AS h) AS s
+$$;
+""" + _sha1("_cm_uuid_sha1") + r"""-- RFC 4122 version 5: as version 3 with SHA-1, its first 16 bytes
+CREATE FUNCTION uuid_generate_v5(namespace uuid, name text) RETURNS uuid LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+  SELECT encode(set_byte(set_byte(h, 6, (get_byte(h, 6) & 15) | 80), 8, (get_byte(h, 8) & 63) | 128), 'hex')::uuid
+    FROM (SELECT substring(@extschema@._cm_uuid_sha1(uuid_send(namespace) || convert_to(name, getdatabaseencoding()))
+                           FROM 1 FOR 16) AS h) AS s
+$$;
+-- RFC 4122 version 1 with a random multicast node (what uuid-ossp's v1mc is): the time in
+-- 100 ns since 1582-10-15 (the server clock, microsecond resolution), a random clock
+-- sequence and node from the strong random source
+CREATE FUNCTION uuid_generate_v1mc() RETURNS uuid LANGUAGE sql VOLATILE STRICT PARALLEL SAFE
+AS $$
+  SELECT (lpad(to_hex(t & 4294967295), 8, '0') || '-' || lpad(to_hex((t >> 32) & 65535), 4, '0') || '-'
+          || lpad(to_hex(((t >> 48) & 4095) | 4096), 4, '0') || '-'
+          || lpad(to_hex((((get_byte(r, 0) << 8) | get_byte(r, 1)) & 16383) | 32768), 4, '0') || '-'
+          || encode(set_byte(substring(r FROM 3 FOR 6), 0, get_byte(r, 2) | 1), 'hex'))::uuid
+    FROM (SELECT (extract(epoch FROM clock_timestamp()) * 10000000)::bigint + 122192928000000000 AS t,
+                 substring(uuid_send(pg_catalog.gen_random_uuid()) FROM 1 FOR 6)
+                 || substring(uuid_send(pg_catalog.gen_random_uuid()) FROM 1 FOR 6) AS r) AS s
 $$;
 """
 
@@ -75,16 +145,17 @@ BEGIN
   RETURN substring(acc FROM 1 FOR $1);
 END
 $$;
-CREATE FUNCTION _cm_hash(data bytea, type text) RETURNS bytea LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+""" + _sha1("_cm_crypto_sha1") + r"""CREATE FUNCTION _cm_hash(data bytea, type text) RETURNS bytea LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
 BEGIN
   CASE lower(type)
     WHEN 'md5' THEN RETURN decode(md5(data), 'hex');
+    WHEN 'sha1' THEN RETURN @extschema@._cm_crypto_sha1(data);
     WHEN 'sha224' THEN RETURN sha224(data);
     WHEN 'sha256' THEN RETURN sha256(data);
     WHEN 'sha384' THEN RETURN sha384(data);
     WHEN 'sha512' THEN RETURN sha512(data);
-    ELSE RAISE EXCEPTION 'Cannot use "%": no such hash algorithm in crashmatrix''s embedded pgcrypto (md5, sha224, sha256, sha384, sha512 only)', type
+    ELSE RAISE EXCEPTION 'Cannot use "%": no such hash algorithm in crashmatrix''s embedded pgcrypto (md5, sha1, sha224, sha256, sha384, sha512 only)', type
       USING ERRCODE = 'feature_not_supported',
             HINT = 'Run on a PostgreSQL server with the real pgcrypto: crashmatrix run --dsn postgresql://...';
   END CASE;
@@ -128,7 +199,7 @@ EXTENSIONS: dict[str, tuple[str, str, str]] = {
 """name -> (version, comment, install script): what :func:`install` writes."""
 
 ABSENT: dict[str, str] = {
-    "uuid_generate_v1": "uuid-ossp", "uuid_generate_v1mc": "uuid-ossp", "uuid_generate_v5": "uuid-ossp",
+    "uuid_generate_v1": "uuid-ossp",
     "crypt": "pgcrypto", "gen_salt": "pgcrypto", "encrypt": "pgcrypto", "decrypt": "pgcrypto",
     "encrypt_iv": "pgcrypto", "decrypt_iv": "pgcrypto", "pgp_sym_encrypt": "pgcrypto", "pgp_sym_decrypt": "pgcrypto",
     "pgp_pub_encrypt": "pgcrypto", "pgp_pub_decrypt": "pgcrypto", "armor": "pgcrypto", "dearmor": "pgcrypto",

@@ -171,6 +171,7 @@ def run(
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN to use instead of an embedded server (also: $CRASHMATRIX_PG_DSN).")] = None,
     worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed and the case fails.")] = 60.0,
     term_grace: Annotated[float, typer.Option(help="Seconds a worker may drain after SIGTERM before it is SIGKILLed.")] = 10.0,
+    outage_window: Annotated[Optional[int], typer.Option(help="Milliseconds PostgreSQL stays unreachable in each db-outage case the matrix enumerates (default 1000; a --plan keeps its own); shorter than --worker-timeout.")] = None,
     max_failures_shown: Annotated[int, typer.Option(help="Failing cases printed in detail.")] = 20,
     plan: Annotated[Optional[Path], typer.Option(help="Run exactly this fault plan (JSON, schema in crashmatrix.harness.plan) on the one --conversation given.")] = None,
     shard: Annotated[Optional[str], typer.Option(help="Run shard K/N of the matrix (disjoint, deterministic; the kill cases of one crash state stay in one shard), e.g. 2/4 for the second of four CI jobs.")] = None,
@@ -265,6 +266,7 @@ def run(
             result = _run_async(run_matrix(
                 names, cases=cases, jobs=jobs or None, dsn=dsn,
                 options=Options(worker_timeout=worker_timeout, term_grace=term_grace, proxy_seed=seed,
+                                outage_window_ms=outage_window,
                                 keep_failed=_keep_dir(keep_failed, report), prune=options_of(prune, prune_sample, seed),
                                 long_lived=not fresh_workers),
                 on_start=on_start, on_result=on_result, depth=depth, sample=sample, seed=seed, shard_spec=shard,

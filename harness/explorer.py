@@ -96,6 +96,9 @@ class Options:
     #: run the jobs that may in long-lived workers (:mod:`.resident`); False: every job
     #: forks a worker of its own (``--fresh-workers``)
     long_lived: bool = True
+    #: milliseconds of the ``db-outage`` faults a matrix enumerates (None:
+    #: ``plan.OUTAGE_WINDOW_MS``); a case given whole keeps its own (``--outage-window``)
+    outage_window_ms: int | None = None
 
 
 @dataclass

@@ -207,9 +207,10 @@ async def run_matrix(
     if wants_awaits and not (options and options.await_points):
         options = dataclasses.replace(options or Options(), await_points=True)
     t0 = time.monotonic()
-    from .faults.db_outage import check_windows
+    from .faults.db_outage import check_windows, with_window
 
-    check_windows(cases, kinds, (options or Options()).worker_timeout)  # before anything starts
+    window = (options or Options()).outage_window_ms
+    check_windows(cases, kinds, (options or Options()).worker_timeout, window)  # before anything starts
     proxied = ("net", "db-outage")
     wants_net = (any(k in kinds for k in proxied) if cases is None
                  else any(f.kind in proxied for c in cases for f in c.plan.faults))
@@ -239,6 +240,7 @@ async def run_matrix(
                 picked, line = sample_by_policy(workload, healthy, sampled_policies, sources, seed)
                 cases += label_cases(picked, explorer.upgrade)
                 notes.append(line)
+            cases = with_window(cases, window)
         else:
             from .netfaults import check_links
 
@@ -283,7 +285,7 @@ async def run_matrix(
         at = {r.case.id: i for i, r in enumerate(results)}
         report.notes += report.pruning.lines()
         if depth == 2:
-            doubles = double_fault_cases(report.results, kinds, sample=sample, seed=seed)
+            doubles = with_window(double_fault_cases(report.results, kinds, sample=sample, seed=seed), window)
             report.notes.append(double_fault_note(report.results, kinds, len(doubles)))
             report.planned += len(doubles)
             if on_start:

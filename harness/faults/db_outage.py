@@ -22,8 +22,11 @@ Crash check ``db-outage.resumable``: after the worker, the run is finished or le
 a resume, never failed or handed to a human because the database was briefly away. The
 end checks then say whether the run still ends as the golden run did.
 
-Bad input: a window not shorter than the case deadline (``--worker-timeout``) is refused
-before anything starts (:func:`check_windows`: one line, exit 2).
+The window comes with the fault (``db-outage(3000ms)@...``, ``window_ms`` in a plan);
+the cases a matrix enumerates get ``--outage-window`` (``Options.outage_window_ms``,
+:func:`with_window`), else 1 s. Bad input: a window not shorter than the case deadline
+(``--worker-timeout``) is refused before anything starts (:func:`check_windows`: one
+line, exit 2).
 """
 
 from __future__ import annotations
@@ -37,16 +40,16 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HarnessError, InvalidArgument
+from ..errors import HarnessError, InvalidArgument, PlanError
 from ..oracle import Verdict, run_check
-from ..plan import OUTAGE_WINDOW_MS
+from ..plan import OUTAGE_WINDOW_MS, CrashPoint, Fault, FaultPlan
 from ._base import CaseSetting, FaultKind, Stops, register, signal_self
 
 if TYPE_CHECKING:
     from ..adapter import Observation
     from ..explorer import CaseRun, WorkerRun
     from ..oracle import CrashEvidence
-    from ..plan import Case, Fault
+    from ..plan import Case
     from ..worker import Recorder
 
 
@@ -145,13 +148,21 @@ def check_resumable(obs: Observation) -> Verdict:
                    f"it should have been left resumable")
 
 
-def check_windows(cases: Iterable[Case] | None, kinds: Iterable[str], worker_timeout: float) -> None:
+def check_windows(cases: Iterable[Case] | None, kinds: Iterable[str], worker_timeout: float,
+                  window_ms: int | None = None) -> None:
     """Refuse, before anything starts, an outage window the case deadline cannot hold:
     the ``db-outage`` faults of ``cases`` (None: the matrix is enumerated, and its
-    ``kinds`` say whether it has db-outage cases, at the default window) against
-    ``worker_timeout`` (seconds). Raises :class:`InvalidArgument` (one line, exit 2)."""
+    ``kinds`` say whether it has db-outage cases, at ``window_ms`` or the default) against
+    ``worker_timeout`` (seconds). Raises :class:`InvalidArgument` (one line, exit 2),
+    also for a ``window_ms`` that is not a valid window."""
+    if window_ms is not None:
+        try:
+            Fault("db-outage", CrashPoint("label", "x", "x"), window_ms=window_ms)
+        except PlanError as exc:
+            raise InvalidArgument(f"--outage-window: {exc}") from None
     if cases is None:
-        windows = [("the matrix's db-outage cases", OUTAGE_WINDOW_MS)] if "db-outage" in tuple(kinds) else []
+        windows = ([("the matrix's db-outage cases", window_ms or OUTAGE_WINDOW_MS)]
+                   if "db-outage" in tuple(kinds) else [])
     else:
         windows = [(c.id, f.window_ms or OUTAGE_WINDOW_MS) for c in cases for f in c.plan.faults
                    if f.kind == "db-outage"]
@@ -160,3 +171,17 @@ def check_windows(cases: Iterable[Case] | None, kinds: Iterable[str], worker_tim
             raise InvalidArgument(
                 f"db-outage window {ms} ms of {where} is not shorter than the case deadline "
                 f"(--worker-timeout {worker_timeout:g} s): the worker would be killed before the database is back")
+
+
+def with_window(cases: list[Case], window_ms: int | None) -> list[Case]:
+    """``cases`` with every ``db-outage`` fault's window set to ``window_ms`` (None: as
+    they are): the matrix's enumerated cases under ``--outage-window``."""
+    if window_ms is None:
+        return cases
+
+    def plan_of(plan: FaultPlan) -> FaultPlan:
+        return FaultPlan(tuple(dataclasses.replace(f, window_ms=window_ms) if f.kind == "db-outage" else f
+                               for f in plan.faults))
+
+    return [dataclasses.replace(c, plan=plan_of(c.plan)) if any(f.kind == "db-outage" for f in c.plan.faults) else c
+            for c in cases]

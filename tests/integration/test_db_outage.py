@@ -58,6 +58,19 @@ def test_window_longer_than_the_case_deadline_is_refused_before_anything_starts(
     assert proc.returncode == 2, proc.stdout[-800:] + proc.stderr[-800:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "90000 ms" in lines[0] and "--worker-timeout 60 s" in lines[0], proc.stderr
-    proc = subprocess.run([*CLI, "run", "checkout", "--conversation", "conv1", "--kinds", "db-outage",
-                           "--worker-timeout", "0.5"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "not shorter than the case deadline" in proc.stderr, proc.stderr[-800:]
+    for extra, says in ((["--worker-timeout", "0.5"], "not shorter than the case deadline"),
+                        (["--outage-window", "70000"], "70000 ms of the matrix's db-outage cases"),
+                        (["--outage-window", "0"], "--outage-window: fault.window_ms=0")):
+        proc = subprocess.run([*CLI, "run", "checkout", "--conversation", "conv1", "--kinds", "db-outage", *extra],
+                              capture_output=True, text=True, timeout=60)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], (extra, proc.stderr[-800:])
+
+
+def test_the_matrix_enumerates_db_outage_at_every_step_with_the_window_asked() -> None:
+    report = asyncio.run(run_matrix("checkout", "reference", kinds=("db-outage",), sources=("step",),
+                                    conversations=("conv1",), options=Options(outage_window_ms=1200)))
+    assert len(report.results) == 22
+    bad = [(r.case.id, r.error, [(v.check, v.details) for v in r.failed]) for r in report.results if r.outcome != "pass"]
+    assert not bad, bad
+    assert all(r.case.id.split("/")[2].startswith("db-outage(1200ms)@step.") for r in report.results)

@@ -60,7 +60,7 @@ class Outage:
 
     proxy: Any
     heal: asyncio.Task[None] | None = None
-    #: what the last window did: ``cut at +S s``, ``healed after S s``
+    #: what the window in progress did: ``link cut for S s``, ``healed after S s``
     log: list[str] = dataclasses.field(default_factory=list)
 
 

@@ -174,6 +174,7 @@ def run(
     worker_timeout: Annotated[float, typer.Option(help="Seconds a worker may run before it is SIGKILLed and the case fails.")] = 60.0,
     term_grace: Annotated[float, typer.Option(help="Seconds a worker may drain after SIGTERM before it is SIGKILLed.")] = 10.0,
     stuck_after: Annotated[float, typer.Option(min=0.1, help="Seconds a worker may stay silent after its fault (no crash point passed, no exit) before it is SIGKILLed and the case fails worker.stuck (a term fault's worker: silent for its whole --term-grace).")] = STUCK_AFTER_S,
+    outage_window: Annotated[Optional[int], typer.Option(help="Milliseconds PostgreSQL stays unreachable in each db-outage case the matrix enumerates (default 1000; a --plan keeps its own); shorter than --worker-timeout.")] = None,
     max_failures_shown: Annotated[int, typer.Option(help="Failing cases printed in detail.")] = 20,
     plan: Annotated[Optional[Path], typer.Option(help="Run exactly this fault plan (JSON, schema in crashmatrix.harness.plan) on the one --conversation given.")] = None,
     shard: Annotated[Optional[str], typer.Option(help="Run shard K/N of the matrix (disjoint, deterministic; the kill cases of one crash state stay in one shard), e.g. 2/4 for the second of four CI jobs.")] = None,
@@ -268,6 +269,7 @@ def run(
             result = _run_async(run_matrix(
                 names, cases=cases, jobs=jobs or None, dsn=dsn,
                 options=Options(worker_timeout=worker_timeout, term_grace=term_grace, stuck_after=stuck_after, proxy_seed=seed,
+                                outage_window_ms=outage_window,
                                 keep_failed=_keep_dir(keep_failed, report), prune=options_of(prune, prune_sample, seed),
                                 long_lived=not fresh_workers),
                 on_start=on_start, on_result=on_result, depth=depth, sample=sample, seed=seed, shard_spec=shard,
@@ -363,7 +365,8 @@ def replay(
         for w in r.workers:
             how = f"signal {w['signal']}" if w["signal"] is not None else f"exit {w['returncode']}"
             console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else "")
-                          + (f"; toxic removed {w['healed']}" if w.get("healed") else ""), markup=False, soft_wrap=True)
+                          + (f"; toxic removed {w['healed']}" if w.get("healed") else "")
+                          + (f"; database {w['outage']}" if w.get("outage") else ""), markup=False, soft_wrap=True)
         if r.error:
             label = "harness error" if r.outcome == "harness-error" else "note"
             console.print(f"  {label}: {r.error}", markup=False, soft_wrap=True)

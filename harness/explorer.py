@@ -103,6 +103,9 @@ class Options:
     #: exit) before it is judged stuck (``worker.stuck``; :data:`.pool.STUCK_AFTER_S`);
     #: None: only the deadline (``worker_timeout``)
     stuck_after: float | None = STUCK_AFTER_S
+    #: milliseconds of the ``db-outage`` faults a matrix enumerates (None:
+    #: ``plan.OUTAGE_WINDOW_MS``); a case given whole keeps its own (``--outage-window``)
+    outage_window_ms: int | None = None
 
 
 @dataclass

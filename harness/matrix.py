@@ -237,7 +237,13 @@ async def run_matrix(
     if wants_awaits and not (options and options.await_points):
         options = dataclasses.replace(options or Options(), await_points=True)
     t0 = time.monotonic()
-    wants_net = "net" in kinds if cases is None else any(f.kind == "net" for c in cases for f in c.plan.faults)
+    from .faults.db_outage import check_windows, with_window
+
+    window = (options or Options()).outage_window_ms
+    check_windows(cases, matrix.all_kinds, (options or Options()).worker_timeout, window)  # before anything starts
+    proxied = ("net", "db-outage")
+    wants_net = (any(k in matrix.all_kinds for k in proxied) if cases is None
+                 else any(f.kind in proxied for c in cases for f in c.plan.faults))
     async with open_session(subject, workload, dsn=dsn, options=options) as explorer:
         if wants_net:  # an unreachable fault proxy is a ServiceError now (exit 2), not one per case
             await explorer.fault_proxy.client()
@@ -267,7 +273,7 @@ async def run_matrix(
         if cases is None:
             notes.append(f"kinds at every crash point: {', '.join(kinds) or 'none'}; sources: {', '.join(sources)}")
             found, lines = matrix.cases(workload, healthy, sources, resume, seed)
-            cases = label_cases(found, explorer.upgrade)
+            cases = with_window(label_cases(found, explorer.upgrade), window)
             notes += lines
         else:
             from .netfaults import check_links
@@ -312,7 +318,7 @@ async def run_matrix(
         at = {r.case.id: i for i, r in enumerate(results)}
         report.notes += report.pruning.lines()
         if depth == 2:
-            doubles = double_fault_cases(report.results, kinds, sample=sample, seed=seed)
+            doubles = with_window(double_fault_cases(report.results, kinds, sample=sample, seed=seed), window)
             report.notes.append(double_fault_note(report.results, kinds, len(doubles)))
             report.planned += len(doubles)
             if on_start:

@@ -26,7 +26,9 @@ Checks at the **crash state** (read after the fault, before any resume):
   person, or exactly as it was before the worker if the SIGTERM came before the worker
   took it), ``pause.zombie_fenced`` (:mod:`.faults.pause`: once another worker took the
   lease and finished the run, the woken zombie changed nothing durable),
-  ``net.resumable`` (:mod:`.faults.net`: a broken link leaves the run resumable).
+  ``net.resumable`` (:mod:`.faults.net`: a broken link leaves the run resumable),
+  ``db-outage.resumable`` (:mod:`.faults.db_outage`: a database away for a while leaves
+  the run resumable).
 
 Checks at the **end** (after the last resume), against the golden run, ids normalised by
 first appearance (:mod:`.normalize`):

@@ -20,7 +20,8 @@ pickle. Schema, version 1::
      "faults": [{"kind": "kill" | "term" | "cancel" | "pause" | "db-restart" | "net",
                  "point": {"source": "step" | "label" | "await", "name": str,
                            "task": str, "occurrence": int >= 1},
-                 "net": {...}}]}          # with kind "net" only, see NetToxic
+                 "net": {...},            # with kind "net" only, see NetToxic
+                 "window_ms": int}]}      # with kind "db-outage" only (default 1000)
 
 A ``net`` fault adds a toxic to one link at its point and removes it at its heal
 (:class:`NetToxic`)::
@@ -52,6 +53,11 @@ point after ``~`` (none: the end of the worker)::
 
     checkout/conv1/net:db.reset_peer@log.append.before[turn-4]#1~db.reconnect[db]#1
     checkout/conv1/net:payment.timeout(timeout=200)@tool.request.before[turn-4.tool-0]#1
+
+A ``db-outage`` fault's kind carries its window (PostgreSQL unreachable that long from
+the point on, while the worker runs: :mod:`.faults.db_outage`)::
+
+    checkout/conv1/kill@log.append.after[turn-3]#1+db-outage(1500ms)@log.append.before[turn-5]#1
 
 A case may carry a **resume policy** (:class:`Resume`; how the workers after the first
 fault resume, as production does it: :mod:`.policies`), as a last component of its id;
@@ -134,6 +140,13 @@ TOXIC_ATTRIBUTES: dict[str, tuple[str, ...]] = {
 except ``slicer.delay`` in µs; ``limit_data.bytes``; ``bandwidth.rate`` in KB/s). The
 same table as the fault proxy's registry (a unit test keeps them equal)."""
 NET_STREAMS = ("downstream", "upstream")
+OUTAGE_WINDOW_MS = 1000
+"""A ``db-outage`` fault's window when its plan gives none: PostgreSQL unreachable for
+1 s, shorter than the reconnect deadline a runtime that rides out a brief outage keeps
+(the reference runtime's is 5 s)."""
+MAX_OUTAGE_WINDOW_MS = 600_000
+"""The longest window a plan may give (the case deadline, ``--worker-timeout``, bounds it
+further: :func:`.faults.db_outage.check_windows`)."""
 _LINK_RE = re.compile(r"[a-z][a-z0-9_-]*")
 
 
@@ -278,11 +291,14 @@ class NetToxic:
 
 @dataclass(frozen=True)
 class Fault:
-    """A fault ``kind`` landing at ``point``; a ``net`` fault also carries its toxic."""
+    """A fault ``kind`` landing at ``point``; a ``net`` fault also carries its toxic, a
+    ``db-outage`` fault its window (``window_ms``: how long PostgreSQL stays unreachable,
+    1 to :data:`MAX_OUTAGE_WINDOW_MS`; default :data:`OUTAGE_WINDOW_MS`)."""
 
     kind: str
     point: CrashPoint
     net: NetToxic | None = None
+    window_ms: int | None = None
 
     def __post_init__(self) -> None:
         kinds = fault_kinds()
@@ -291,6 +307,14 @@ class Fault:
         if (self.kind == "net") != (self.net is not None):
             raise PlanError("fault.net is required with kind 'net' (its link and toxic: net:LINK.TOXIC@...)"
                             if self.kind == "net" else f"fault.net is only for kind 'net', not {self.kind!r}")
+        if self.kind == "db-outage":
+            if self.window_ms is None:
+                object.__setattr__(self, "window_ms", OUTAGE_WINDOW_MS)
+            w = self.window_ms
+            if not isinstance(w, int) or isinstance(w, bool) or not 1 <= w <= MAX_OUTAGE_WINDOW_MS:
+                raise PlanError(f"fault.window_ms={w!r} must be an integer from 1 to {MAX_OUTAGE_WINDOW_MS} (milliseconds)")
+        elif self.window_ms is not None:
+            raise PlanError(f"fault.window_ms is only for kind 'db-outage', not {self.kind!r}")
         heal = self.net.heal if self.net else None
         if heal is not None and heal.key[:2] == self.point.key[:2] and heal.occurrence <= self.point.occurrence:
             raise PlanError(f"fault.net.heal={heal.label()} must come after the fault's point {self.point.label()}")
@@ -299,12 +323,16 @@ class Fault:
         if self.net is not None:
             heal = f"~{self.net.heal.label()}" if self.net.heal else ""
             return f"net:{self.net.label()}@{self.point.label()}{heal}"
+        if self.window_ms is not None:
+            return f"{self.kind}({self.window_ms}ms)@{self.point.label()}"
         return f"{self.kind}@{self.point.label()}"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "point": self.point.to_dict()}
         if self.net is not None:
             out["net"] = self.net.to_dict()
+        if self.window_ms is not None:
+            out["window_ms"] = self.window_ms
         return out
 
 
@@ -339,7 +367,7 @@ class FaultPlan:
             where = f"plan.faults[{i}]"
             if not isinstance(f, dict):
                 raise PlanError(f"{where} must be an object")
-            unknown = set(f) - {"kind", "point", "net"}
+            unknown = set(f) - {"kind", "point", "net", "window_ms"}
             if unknown:
                 raise PlanError(f"{where} has unknown field(s) {', '.join(sorted(unknown))}")
             if "kind" not in f:
@@ -352,7 +380,7 @@ class FaultPlan:
             point = CrashPoint.from_dict(f.get("point"), f"{where}.point")
             net = NetToxic.from_dict(f["net"], f"{where}.net") if f.get("net") is not None else None
             try:
-                out.append(Fault(f["kind"], point, net))
+                out.append(Fault(f["kind"], point, net, f.get("window_ms")))
             except PlanError as exc:
                 raise PlanError(str(exc).replace("fault.", f"{where}.", 1)) from None
         return cls(tuple(out))
@@ -473,15 +501,19 @@ class Case:
             m = _FAULT_RE.fullmatch(text)
             if m is None:
                 raise PlanError(f"fault {text!r} in case id {case_id!r} must look like KIND@NAME[TASK]#N")
-            kind, name, task, occ = m.group("kind", "name", "task", "occ")
+            kind, name, task, occ, window = m.group("kind", "name", "task", "occ", "window")
             if kind not in fault_kinds():
                 raise PlanError(f"fault kind {kind!r} in case id {case_id!r} must be one of {', '.join(fault_kinds())}")
-            out.append(Fault(kind, CrashPoint(source_of(name), name, task, int(occ))))
+            try:
+                out.append(Fault(kind, CrashPoint(source_of(name), name, task, int(occ)),
+                                 window_ms=int(window) if window is not None else None))
+            except PlanError as exc:
+                raise PlanError(f"{exc} (in case id {case_id!r})") from None
         return cls(workload, conversation, FaultPlan(tuple(out)), resume, upgrade)
 
 
 _UPGRADE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*>[A-Za-z0-9][A-Za-z0-9_.-]*")
-_FAULT_RE = re.compile(r"(?P<kind>[a-z-]+)@(?P<name>[^\[\]#/+\s]+)\[(?P<task>[^\[\]#/+\s]+)\]#(?P<occ>[1-9][0-9]*)")
+_FAULT_RE = re.compile(r"(?P<kind>[a-z-]+)(?:\((?P<window>[0-9]+)ms\))?@(?P<name>[^\[\]#/+\s]+)\[(?P<task>[^\[\]#/+\s]+)\]#(?P<occ>[1-9][0-9]*)")
 
 _POINT = r"(?P<{p}name>[^\[\]#/+\s]+)\[(?P<{p}task>[^\[\]#/+\s]+)\]#(?P<{p}occ>[1-9][0-9]*)"
 _NET_FAULT_RE = re.compile(

@@ -54,6 +54,7 @@ _CHECKS: dict[str, tuple[str, str]] = {
     "run.ends": ("resumability", "stuck run"),
     "resume.runs": ("resumability", "resume crashed"),
     "net.resumable": ("resumability", "run lost to a network fault"),
+    "db-outage.resumable": ("resumability", "run given up for a brief outage"),
     "trace.continues": ("trace continuity", "broken trace link"),
     "cancel.step_recorded": ("effect resolution", "step recorded without its effect"),
     "upgrade.migrated": ("migration", "run stranded by a deploy"),

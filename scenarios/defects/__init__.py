@@ -27,6 +27,7 @@ MUTANTS: dict[str, str] = {
     "retention-deletes-paused": "crashmatrix.scenarios.defects.resume_defects:RetentionDeletesPausedAdapter",
     "lagging-durability": "crashmatrix.scenarios.defects.record_defects:LaggingDurabilityAdapter",
     "lost-ack-reapply": "crashmatrix.scenarios.defects.net_defects:LostAckReapplyAdapter",
+    "gives-up-on-outage": "crashmatrix.scenarios.defects.outage_defects:GivesUpOnOutageAdapter",
     "double-charge-tool": "crashmatrix.scenarios.defects.golden_defects:DoubleChargeToolAdapter",
     "drain-cancels-in-flight": "crashmatrix.scenarios.defects.drain_defects:DrainCancelsInFlightAdapter",
     "zombie-charges": "crashmatrix.scenarios.defects.recovery_defects:ZombieChargesAdapter",

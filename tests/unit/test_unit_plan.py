@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from crashmatrix.harness.errors import CrashmatrixError, InvalidArgument, PlanError
+from crashmatrix.harness.plan import OUTAGE_WINDOW_MS
 from crashmatrix.harness.plan import (
     FAULT_KINDS,
     PLAN_VERSION,
@@ -63,7 +65,8 @@ def test_occurrence_defaults_to_one_when_absent() -> None:
 @pytest.mark.parametrize("kind", SIMPLE_KINDS)
 def test_case_id_round_trip_each_source(point: CrashPoint, kind: str) -> None:
     case = Case("checkout", "conv3", FaultPlan((Fault(kind, point),)))
-    assert case.id == f"checkout/conv3/{kind}@{point.name}[{point.task}]#{point.occurrence}"
+    shown = f"{kind}({OUTAGE_WINDOW_MS}ms)" if kind == "db-outage" else kind  # the window is part of the id
+    assert case.id == f"checkout/conv3/{shown}@{point.name}[{point.task}]#{point.occurrence}"
     parsed = Case.parse(case.id)
     assert parsed == case
     assert parsed.plan.faults[0].point.source == point.source
@@ -297,3 +300,17 @@ def test_point_key_and_label() -> None:
     assert AWAIT.key == ("pkg.mod:Cls.meth@2", "turn-3.tool-1", 3)
     assert AWAIT.label() == "pkg.mod:Cls.meth@2[turn-3.tool-1]#3"
     assert Fault("cancel", AWAIT).label() == "cancel@pkg.mod:Cls.meth@2[turn-3.tool-1]#3"
+
+
+def test_db_outage_window_in_ids_and_plans() -> None:
+    bare = Case.parse("checkout/conv1/db-outage@log.append.before[turn-4]#1")
+    assert bare.plan.faults[0].window_ms == OUTAGE_WINDOW_MS
+    assert bare.id == f"checkout/conv1/db-outage({OUTAGE_WINDOW_MS}ms)@log.append.before[turn-4]#1"
+    two = Case.parse("checkout/conv1/kill@log.append.after[turn-3]#1+db-outage(2500ms)@log.append.before[turn-5]#1")
+    assert two.plan.faults[1].window_ms == 2500 and Case.parse(two.id) == two
+    assert FaultPlan.from_json(two.plan.to_json()) == two.plan
+    for bad, says in (("kill(100ms)@step.after[turn-1]#1", "only for kind 'db-outage'"),
+                      ("db-outage(0ms)@step.after[turn-1]#1", "window_ms=0"),
+                      ("db-outage(999999999ms)@step.after[turn-1]#1", "window_ms=999999999")):
+        with pytest.raises(PlanError, match=re.escape(says)):
+            Case.parse(f"checkout/conv1/{bad}")

@@ -222,6 +222,7 @@ async def run_matrix(
         reported = [golden_result(workload, subject, g) for g in goldens.values() if g.broken or g.conversation in asked]
         healthy = {c: g for c, g in goldens.items() if not g.broken and not g.skipped}
         notes: list[str] = [f"not applicable, no case run: {g.skipped}" for g in goldens.values() if g.skipped]
+        notes += [n for p in getattr(explorer.pool, "pools", {}).values() or [explorer.pool] for n in getattr(p, "notes", ())]
         if cases is None:
             notes.append(f"kinds at every crash point: {', '.join(kinds) or 'none'}; sources: {', '.join(sources)}")
             cases = label_cases(enumerate_cases(workload, healthy, kinds, sources, resume), explorer.upgrade)

@@ -92,6 +92,11 @@ class WorkerPool:
         self.zygote_pid: int | None = None
         self.pid: int | None = None  # the zygote's pid (= its process group), once started
         self.closed_cleanly = False  # the zygote exited after close(): nothing to clean
+        #: the zygote re-executed itself lean (:func:`.zygote.serve`): the threads the
+        #: subject's import started (``{"threads": [...], "stage": ...}``); None: preloaded
+        self.lean: dict[str, Any] | None = None
+        #: lines for the run's summary (a matrix's notes): how workers start, when unusual
+        self.notes: list[str] = []
         #: long-lived workers for the jobs that may run in one (:mod:`.resident`), their
         #: own logs in ``residents_dir``; None: every job forks a worker of its own
         self.residents: Residents | None = None
@@ -120,7 +125,11 @@ class WorkerPool:
             where = "" if self.python == sys.executable else f", interpreter {self.python}"
             raise HarnessError(f"worker zygote exited with {self.proc.returncode} before it was ready (subject={self.subject!r}, "
                                f"workload={self.workload!r}{where}{', path ' + os.pathsep.join(self.pythonpath) if self.pythonpath else ''})")
-        self.zygote_pid = json.loads(line)["pid"]
+        ready = json.loads(line)
+        self.zygote_pid = ready["pid"]
+        self.lean = ready.get("lean")
+        if self.lean:
+            self.notes.append(lean_note(self.subject, self.lean))
         self._reader = asyncio.create_task(self._read())
         return self
 
@@ -232,6 +241,15 @@ class WorkerPool:
             await wait_done(exited, min(limit - now, poll))
         event = await exited
         return WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out, event.get("cpu_ms"))
+
+
+def lean_note(subject: str, lean: dict[str, Any]) -> str:
+    """The summary's line for a lean zygote: which import started which threads, and
+    how workers start instead."""
+    threads = ", ".join(repr(t) for t in lean.get("threads", ())) or "?"
+    return (f"workers import the subject after their fork: importing {lean.get('stage') or subject} starts threads "
+            f"({threads}), and a process with threads is not forked from; each worker (a long-lived one once) "
+            f"imports it itself")
 
 
 async def wait_done(fut: asyncio.Future[object], timeout: float) -> None:

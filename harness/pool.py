@@ -95,6 +95,10 @@ class WorkerPool:
         #: the zygote re-executed itself lean (:func:`.zygote.serve`): the threads the
         #: subject's import started (``{"threads": [...], "stage": ...}``); None: preloaded
         self.lean: dict[str, Any] | None = None
+        #: the subject's :attr:`~.adapter.Adapter.long_lived_workers` when the controller
+        #: cannot import it (a subject in its own environment: its declarations come from
+        #: a worker, :class:`.builds.EnvAdapter`); None: the registry's adapter says
+        self.declared_long_lived: bool | None = None
         #: lines for the run's summary (a matrix's notes): how workers start, when unusual
         self.notes: list[str] = []
         #: long-lived workers for the jobs that may run in one (:mod:`.resident`), their
@@ -105,11 +109,7 @@ class WorkerPool:
             self.residents = Residents(self)
 
     async def __aenter__(self) -> WorkerPool:
-        env = dict(os.environ, PYTHONHASHSEED="0")
-        if self.python != sys.executable:  # another environment: it is what it holds, not our PYTHONPATH
-            env.pop("PYTHONPATH", None)
-        if self.pythonpath:
-            env["PYTHONPATH"] = os.pathsep.join([*self.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
+        env = zygote_env(self.python, self.pythonpath)
         self.proc = await asyncio.create_subprocess_exec(
             self.python, "-P", "-m", "crashmatrix.harness.zygote", self.subject, self.workload, *self.preload,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
@@ -207,7 +207,8 @@ class WorkerPool:
         propagates. ``seconds`` counts from the fork, the stop included. A job that may
         run in a long-lived worker (:func:`.resident.eligible`, with neither ``term_grace``
         nor ``at_stop``) runs in one when the pool has them and one is free."""
-        if self.residents is not None and term_grace is None and at_stop is None and eligible(job):
+        if (self.residents is not None and term_grace is None and at_stop is None
+                and eligible(job, self.declared_long_lived)):
             assert self.residents_dir is not None
             done = await self.residents.run(job, log_path, timeout=timeout, log_dir=self.residents_dir)
             if done is not None:
@@ -241,6 +242,18 @@ class WorkerPool:
             await wait_done(exited, min(limit - now, poll))
         event = await exited
         return WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out, event.get("cpu_ms"))
+
+
+def zygote_env(python: str, pythonpath: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment a zygote (or a probe of its interpreter) starts with: ours, with
+    ``PYTHONHASHSEED=0``, without our ``PYTHONPATH`` when ``python`` is another
+    interpreter (its environment is what it holds), and ``pythonpath`` first."""
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    if python != sys.executable:
+        env.pop("PYTHONPATH", None)
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join([*pythonpath, *filter(None, [env.get("PYTHONPATH")])])
+    return env
 
 
 def lean_note(subject: str, lean: dict[str, Any]) -> str:

@@ -65,16 +65,19 @@ pool's max-tasks-per-child: whatever a runtime's process-wide state grows by, a 
 matrix does not grow it without bound)."""
 
 
-def eligible(job: Job) -> bool:
+def eligible(job: Job, long_lived: bool | None = None) -> bool:
     """Whether ``job`` may run in a resident (module docstring): a start, resume or
     recovery with no I/O measure, start gate or await-point trace, whose faults (if any)
     the worker outlives, of a subject whose adapter declares it may
-    (:attr:`.adapter.Adapter.long_lived_workers`)."""
+    (:attr:`.adapter.Adapter.long_lived_workers`; ``long_lived``: that declaration as a
+    worker reported it, for a subject the controller does not import)."""
     from . import faults, registry
 
     if job.role not in ("start", "resume", "recover") or job.record_io or job.start_gate or job.await_points:
         return False
-    if not getattr(registry.subject(job.subject), "long_lived_workers", False):
+    if long_lived is None:
+        long_lived = bool(getattr(registry.subject(job.subject), "long_lived_workers", False))
+    if not long_lived:
         return False
     return all(faults.kind(f.kind).survives for f in job.plan.faults)
 

@@ -47,9 +47,7 @@ import dataclasses
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import traceback
 import uuid
 from dataclasses import dataclass, field
@@ -452,6 +450,9 @@ def check_environment(build: Build, workload: str | None = None) -> None:
     (:data:`WORKER_NEEDS`), and it imports ``workload`` and the subject. Raises
     :class:`InvalidArgument` (or :class:`~.errors.RegistryError` for a name it cannot
     import), one line naming what is wrong; the same build passes at once the next time."""
+    import subprocess  # the controller's: a worker imports this module, never these
+    import tempfile
+
     from .errors import RegistryError
     from .pool import zygote_env
 

@@ -335,6 +335,7 @@ def findable(module: str) -> bool:
     directories; a namespace package counts)."""
     import importlib.machinery
     import importlib.util
+    import os
     import sys
 
     parts = module.split(".")
@@ -356,7 +357,13 @@ def findable(module: str) -> bool:
             continue
         if path is None:
             return False
-        spec = importlib.machinery.PathFinder.find_spec(name, list(path))
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(name, list(path))
+        except KeyError:  # a namespace package found under a parent not imported (its path needs it)
+            path = [p for p in (os.path.join(d, parts[i]) for d in path) if os.path.isdir(p)]
+            if not path:
+                return False
+            continue
         if spec is None:
             return False
         path = spec.submodule_search_locations

@@ -215,7 +215,10 @@ def run(
             if "@" in subject or resume_with:
                 raise typer.BadParameter("--python: give the environment once, as --python or as --subject SUBJECT@DIR "
                                          "(and not with --resume-with, whose builds name their own)")
-            subject = f"{subject}@{python}"
+            import shutil
+
+            found = shutil.which(python) if os.sep not in python else None  # a command name: the one PATH runs
+            subject = f"{subject}@{found or python}"
         every = _progress_interval()
         targets = [resolve(name, subject, kinds=DEFAULT_KINDS if kinds is None else kinds, sources=sources,
                            conversations=conversation or None, resume_with=resume_with) for name in workloads]

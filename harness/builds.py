@@ -443,6 +443,35 @@ def worker_path(dest: Path) -> str:
     return str(dest)
 
 
+_HAS_CRASHMATRIX: dict[str, bool] = {}
+
+
+def zygote_path(build: Build, workdir: Path) -> tuple[str, ...]:
+    """The directories first on the ``PYTHONPATH`` of ``build``'s zygote: its source tree
+    (``build.path``); for an interpreter that cannot import crashmatrix itself (one
+    probe per interpreter and controller), the controller's packages before it
+    (:func:`worker_path` in ``workdir/subject-path``), so a build's environment needs
+    none of crashmatrix's dependencies. A build whose environment has crashmatrix
+    installed runs that one (its reference runtime may be what the pair compares)."""
+    if build.python is None:
+        return build.path
+    if build.python not in _HAS_CRASHMATRIX:
+        import subprocess
+
+        from .pool import zygote_env
+
+        probe = "import importlib.util as u; print(u.find_spec('crashmatrix.harness.zygote') is not None)"
+        try:
+            out = subprocess.run([build.python, "-P", "-c", probe], stdin=subprocess.DEVNULL, capture_output=True,
+                                 text=True, env=zygote_env(build.python), timeout=60).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        _HAS_CRASHMATRIX[build.python] = out == "True"
+    if _HAS_CRASHMATRIX[build.python]:
+        return build.path
+    return (worker_path(Path(workdir) / "subject-path"), *build.path)
+
+
 def check_environment(build: Build, workload: str | None = None) -> None:
     """Probe ``build``'s interpreter once (a throwaway process, crashmatrix's packages on
     its path: :func:`worker_path` in a temporary directory, removed after): it is Python

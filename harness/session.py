@@ -53,7 +53,8 @@ async def open_session(
     own from ``dsn`` and ``pg_settings`` (then both must be None; else
     :class:`~.errors.InvalidArgument`). A build pair's builds are checked by
     :func:`.builds.check_subject`."""
-    from .builds import BuildAdapter, BuildPools, EnvAdapter, check_subject, own_build, parse_subject, worker_path
+    from .builds import (BuildAdapter, BuildPools, EnvAdapter, check_subject, own_build, parse_subject, worker_path,
+                         zygote_path)
     from .services.providers.declared import workload_services
     from .services.providers.launcher import start_providers
 
@@ -108,7 +109,8 @@ async def open_session(
                 adapter = EnvAdapter(pool, own, workload, workdir / "builds")
         else:  # one zygote per build, each from its own interpreter and path
             pool = BuildPools(upgrade, {b.label: await enter_pool(WorkerPool(
-                b.subject, workload, register_pgid=watchdog.watch_pgid, python=b.python, pythonpath=b.path))
+                b.subject, workload, register_pgid=watchdog.watch_pgid, python=b.python,
+                pythonpath=zygote_path(b, workdir)))
                 for b in (upgrade.crash, upgrade.resume)})
             adapter = BuildAdapter(pool, workload, workdir / "builds")
         http = await stack.enter_async_context(aiohttp.ClientSession())

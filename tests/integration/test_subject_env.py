@@ -35,9 +35,16 @@ def _venv(root: Path, *requirements: str) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def protobuf5(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtual environment with protobuf 5 (crashmatrix needs 6), anyio and plainrun's
+    asyncpg and aiohttp: no crashmatrix."""
+    return _venv(tmp_path_factory.mktemp("pb5") / "venv", "protobuf>=5,<6", "anyio>=4.4,<5", "asyncpg", "aiohttp")
+
+
 @pytest.mark.install
-def test_a_subject_on_protobuf_5_runs_while_the_controller_has_protobuf_6(tmp_path: Path, subjects_on_path) -> None:
-    venv = _venv(tmp_path / "venv", "protobuf>=5,<6", "anyio>=4.4,<5", "asyncpg", "aiohttp")
+def test_a_subject_on_protobuf_5_runs_while_the_controller_has_protobuf_6(protobuf5: Path, subjects_on_path) -> None:
+    venv = protobuf5
     assert google.protobuf.__version__.split(".")[0] == "6"
     report = asyncio.run(run_matrix("plainrun.adapter:WORKLOAD", f"pinned.adapter:PinnedAdapter@{venv}",
                                     kinds=("kill", "cancel"), sources=("await",)))
@@ -47,6 +54,22 @@ def test_a_subject_on_protobuf_5_runs_while_the_controller_has_protobuf_6(tmp_pa
     observed = report.goldens["three-charges"].evidence.observation.state["protobuf"]
     assert observed.split(".")[0] == "5", observed
     assert all(r.replay.startswith("crashmatrix replay") and f"@{venv}" in r.replay for r in report.results[:3])
+
+
+@pytest.mark.install
+def test_a_build_pair_whose_first_build_has_no_crashmatrix_installed(protobuf5: Path, subjects_on_path) -> None:
+    """``--resume-with``: build A in the protobuf-5 environment (crashmatrix's packages put
+    on its path), build B in the controller's."""
+    from crashmatrix.harness.builds import pair
+    from crashmatrix.harness.plan import Case
+
+    subject = pair(f"pb5=pinned.adapter:PinnedAdapter@{protobuf5}", "here=plainrun.adapter:PlainAdapter")
+    cases = [Case.parse(f"plainrun.adapter:WORKLOAD/three-charges/kill@plainrun.runtime:Runner.{p}[run]#1/upgrade:pb5>here")
+             for p in ("call@1", "charge_step@2")]
+    report = asyncio.run(run_matrix("plainrun.adapter:WORKLOAD", subject, cases=cases, sources=("await",)))
+    assert [r.outcome for r in report.results] == ["pass", "pass"], [(r.case.id, r.failed, r.error) for r in report.results]
+    migrated = [v.details for r in report.results for v in r.verdicts if v.check == "upgrade.migrated"]
+    assert migrated == ["crashed under pb5, finished under here: completed"] * 2, migrated
 
 
 def _cli(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:

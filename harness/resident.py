@@ -85,11 +85,15 @@ def eligible(job: Job, long_lived: bool | None = None) -> bool:
 # -- the resident (worker side) -----------------------------------------------------------
 
 
-def serve(address: str) -> int:
+def serve(address: str, *, lean: bool = False) -> int:
     """Run in a worker forked by the zygote (its logs and signals set up as any
     worker's): connect to the controller at ``address`` and run each job it sends
-    (module docstring) until EOF or a reason to retire. Returns the exit code (0)."""
+    (module docstring) until EOF or a reason to retire. ``lean``: forked from a lean
+    zygote, it imports each job's workload and subject itself before the job
+    (:func:`.zygote.import_after_fork`; once: the registry keeps them). Returns the exit
+    code (0)."""
     from .worker import Job, run_job
+    from .zygote import import_after_fork
 
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(address)
@@ -104,6 +108,8 @@ def serve(address: str) -> int:
         request = json.loads(line)
         job = Job.from_dict(request["job"])
         _log_to(request["log_path"])
+        if lean:  # before the job's CPU is counted
+            import_after_fork(request["job"])
         timers, cpu0 = _timers(runner), _cpu_ms()
         returncode = run_job(job, runner)
         left = _end_what_runs(runner, timers)

@@ -83,13 +83,13 @@ def _child(request: dict[str, Any], log_path: str, parent: int) -> None:
         if request.get("op") == "resident":
             from .resident import serve
 
-            code = serve(request["socket"])
+            code = serve(request["socket"], lean=_LEAN)
             return
         from .worker import Job, run_job
 
         job = request["job"]
         if _LEAN:
-            _import_subject(job)
+            import_after_fork(job)
         profile_dir = os.environ.get("CRASHMATRIX_WORKER_PROFILE")
         if profile_dir:  # a developer's switch: cProfile stats per worker (SIGKILLed ones write none)
             import cProfile
@@ -115,16 +115,20 @@ def _child(request: dict[str, Any], log_path: str, parent: int) -> None:
 
 
 _LEAN = False
-"""Set in a lean zygote (:func:`serve`): its workers import the subject after the fork."""
+"""Set in a lean zygote (:func:`serve`): its workers import the subject after the fork.
+(This module runs as ``__main__``: a module that imports ``.zygote`` sees another copy,
+so a resident is told, :func:`.resident.serve`'s ``lean``.)"""
 
 
-def _import_subject(job: dict[str, Any]) -> None:
-    """In a lean zygote's worker, before its job: import the job's workload and subject
-    (and the modules the adapter :attr:`~.adapter.Adapter.requires`), as the zygote
-    would have before the fork."""
+def import_after_fork(job: dict[str, Any]) -> None:
+    """In a lean zygote's worker, before its job (``job``: the job's JSON data): import
+    the job's workload and subject (and the modules the adapter
+    :attr:`~.adapter.Adapter.requires`), as the zygote would have before the fork; once
+    per process (the registry keeps them)."""
     import importlib
 
     from . import registry
+
 
     registry.workload(job["workload"])
     for module in getattr(registry.subject(job["subject"]), "requires", ()):

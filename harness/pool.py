@@ -260,9 +260,9 @@ def lean_note(subject: str, lean: dict[str, Any]) -> str:
     """The summary's line for a lean zygote: which import started which threads, and
     how workers start instead."""
     threads = ", ".join(repr(t) for t in lean.get("threads", ())) or "?"
-    return (f"workers import the subject after their fork: importing {lean.get('stage') or subject} starts threads "
-            f"({threads}), and a process with threads is not forked from; each worker (a long-lived one once) "
-            f"imports it itself")
+    return (f"workers import the {lean.get('stage') or 'subject ' + subject} after their fork: its import starts "
+            f"threads ({threads}), and a process with threads is not forked from; each worker (a long-lived one "
+            f"once) imports it itself")
 
 
 async def wait_done(fut: asyncio.Future[object], timeout: float) -> None:

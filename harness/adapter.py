@@ -14,7 +14,6 @@ out of the verdict (reported as not applicable, never as a pass).
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -207,11 +206,12 @@ class Adapter(ABC):
     name: str = ""
     #: packages whose frames name await points (the subject's own code)
     subject_packages: tuple[str, ...] = ()
-    #: the runtime's modules, imported when the adapter is made (in the controller, and
-    #: in the zygote before it forks workers, so a worker imports nothing after its
-    #: fork) rather than when its module is imported: importing any harness module
-    #: needs no optional runtime. One that cannot be imported raises ``RegistryError``
-    #: naming :attr:`extra`, the ``crashmatrix[...]`` extra that brings it
+    #: the runtime's modules: when the adapter is made, each is looked for on the path
+    #: (:func:`findable`, nothing imported: a runtime whose import starts threads must not
+    #: start them in the zygote before it is probed, :mod:`.zygote`), and the zygote
+    #: imports them before it forks workers when they start no thread. One that is not
+    #: there raises ``RegistryError`` naming :attr:`extra`, the ``crashmatrix[...]`` extra
+    #: that brings it
     requires: tuple[str, ...] = ()
     extra: str = ""
 
@@ -260,13 +260,11 @@ class Adapter(ABC):
 
     def __init__(self) -> None:
         for module in self.requires:
-            try:
-                importlib.import_module(module)
-            except ImportError as exc:
+            if not findable(module):
                 from .errors import RegistryError
 
                 raise RegistryError(f"subject {self.name!r} needs the optional extra: pip install "
-                                    f"'crashmatrix[{self.extra}]' ({exc})") from None
+                                    f"'crashmatrix[{self.extra}]' (No module named {module!r})") from None
 
     @abstractmethod
     async def prepare(self, env: Environment) -> None:
@@ -335,6 +333,47 @@ class Adapter(ABC):
 
     def describe(self) -> str:
         return (type(self).__doc__ or self.name).strip().splitlines()[0]
+
+
+def findable(module: str) -> bool:
+    """Whether ``module`` (dotted) can be imported from the path, without importing it or
+    its parent packages (each level looked for with the path finder in its parent's
+    directories; a namespace package counts)."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    parts = module.split(".")
+    if parts[0] in sys.modules:
+        top = sys.modules[parts[0]]
+        path = getattr(top, "__path__", None)
+    else:
+        try:
+            spec = importlib.util.find_spec(parts[0])
+        except (ImportError, ValueError):
+            return False
+        if spec is None:
+            return False
+        path = spec.submodule_search_locations
+    for i in range(1, len(parts)):
+        name = ".".join(parts[: i + 1])
+        if name in sys.modules:
+            path = getattr(sys.modules[name], "__path__", None)
+            continue
+        if path is None:
+            return False
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(name, list(path))
+        except KeyError:  # a namespace package found under a parent not imported (its path needs it)
+            path = [p for p in (os.path.join(d, parts[i]) for d in path) if os.path.isdir(p)]
+            if not path:
+                return False
+            continue
+        if spec is None:
+            return False
+        path = spec.submodule_search_locations
+    return True
 
 
 def has_cancel_api(adapter: Any) -> bool:

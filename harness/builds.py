@@ -47,6 +47,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 import traceback
 import uuid
 from dataclasses import dataclass, field
@@ -69,6 +70,11 @@ UPGRADE_PREFIX = "upgrade:"
 """How a case id's build component starts: ``.../upgrade:A>B``."""
 SERVICE_ROLES = ("observe", "prepare", "between", "describe", "cancel_run", "resume_cancelled")
 """Job roles that call the adapter's controller-side methods in a worker of a build."""
+DECLARATIONS = ("expects_redelivery", "crash_loop_status", "lease_seconds", "takes_over_live_owner",
+                "long_lived_workers", "answers_operator", "subject_packages", "recovery_branches")
+"""The adapter's declarations a ``describe`` service job reports besides its name, cancel
+API, ``cannot_migrate_statuses`` and ``identifier_fields`` (what the controller reads of an
+adapter it does not import: :class:`EnvAdapter`)."""
 SERVICE_TIMEOUT = 60.0
 """Seconds a service worker may take (an observe, a prepare)."""
 _LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -160,13 +166,13 @@ def parse_build(text: str, *, where: str = "build") -> Build:
     if at:
         loc = Path(location).expanduser()
         if not loc.exists():
-            raise InvalidArgument(f"{where}={text!r}: {location!r} does not exist (a virtual environment or a "
-                                  f"source tree)")
-        loc = loc.resolve()
-        if loc.is_file() and os.access(loc, os.X_OK):
+            raise InvalidArgument(f"{where}={text!r}: {location!r} does not exist (a virtual environment, an "
+                                  f"interpreter or a source tree)")
+        if loc.is_file() and os.access(loc, os.X_OK):  # a venv's python is a symlink: kept, not resolved
+            loc = Path(os.path.abspath(loc))
             python = str(loc)
             default = loc.parent.parent.name if loc.parent.name == "bin" else loc.name
-        elif (loc / "bin" / "python").exists():
+        elif ((loc := loc.resolve()) / "bin" / "python").exists():
             python = str(loc / "bin" / "python")
             default = loc.parent.name if loc.name in _VENV_NAMES else loc.name
         elif loc.is_dir():
@@ -199,13 +205,19 @@ def parse_subject(subject: str) -> Upgrade | None:
     return Upgrade(a, b)
 
 
-def check_subject(subject: str) -> None:
+def check_subject(subject: str, workload: str | None = None) -> None:
     """Validate a subject before anything starts: a single one is imported (the
-    registry's errors); of a pair, the builds of the controller's own environment are
-    imported and the others' directories checked (their zygote imports them). Raises
-    :class:`~.errors.RegistryError` or :class:`InvalidArgument`."""
+    registry's errors); one in its own environment (``SUBJECT@DIR``, :func:`own_build`)
+    is probed there (:func:`check_environment`, with ``workload``); of a pair, the builds
+    of the controller's own environment are imported and the others' directories checked
+    (their zygote imports them). Raises :class:`~.errors.RegistryError` or
+    :class:`InvalidArgument`."""
     from . import registry
 
+    own = own_build(subject)
+    if own is not None:
+        check_environment(own, workload)
+        return
     upgrade = parse_subject(subject)
     if upgrade is None:
         registry.subject(subject)
@@ -372,6 +384,186 @@ class BuildAdapter(Adapter):
 _NO_ENV = Environment("", {}, "")
 
 
+# -- one subject in an environment of its own ---------------------------------------------
+
+WORKER_NEEDS = {"anyio": "anyio>=4.4,<5"}
+"""What crashmatrix's worker side (the zygote, :mod:`.worker`, :mod:`.resident`, the fault
+kinds' ``act``) imports beyond the standard library, module -> requirement: all a
+subject's environment needs of crashmatrix's (its workload's own imports aside: the
+checkout workload's tools use aiohttp)."""
+PYTHON_MIN = (3, 11)
+WORKER_PACKAGES = ("harness", "reference_runtime", "scenarios")
+"""crashmatrix's packages put on a subject interpreter's path (:func:`worker_path`): the
+harness's worker side, the workloads (scenarios) and what their tools import."""
+_PROBE = r"""
+import json, sys
+out = {"python": list(sys.version_info[:3])}
+if sys.version_info >= tuple(json.loads(sys.argv[4])):
+    import importlib.util
+    out["missing"] = [m for m in sys.argv[1].split(",") if importlib.util.find_spec(m) is None]
+    if not out["missing"]:
+        from crashmatrix.harness import registry
+        from crashmatrix.harness.errors import CrashmatrixError
+        try:
+            if sys.argv[3]:
+                registry.workload(sys.argv[3])
+            registry.subject(sys.argv[2])
+        except CrashmatrixError as exc:
+            out["error"] = str(exc)
+print(json.dumps(out))
+"""
+_CHECKED: dict[tuple[Any, ...], None] = {}
+
+
+def own_build(subject: str) -> Build | None:
+    """The build of a single subject given with its environment, ``[LABEL=]SUBJECT@DIR``
+    (``DIR`` a virtual environment or an interpreter, or a source tree: module
+    docstring), None for a subject of the controller's environment or a pair. Raises
+    :class:`InvalidArgument` for a bad spec (:func:`parse_build`)."""
+    if PAIR in subject or "@" not in subject:
+        return None
+    return parse_build(subject, where="--subject")
+
+
+def worker_path(dest: Path) -> str:
+    """Make ``dest`` a directory that puts the controller's crashmatrix on another
+    interpreter's path (``PYTHONPATH``): ``dest/crashmatrix/NAME``, a symbolic link to
+    each of :data:`WORKER_PACKAGES` as the controller imports them (an installed or an
+    editable crashmatrix alike), so the subject's environment needs none of
+    crashmatrix's dependencies installed. Returns ``str(dest)``."""
+    import importlib
+
+    root = Path(dest) / "crashmatrix"
+    root.mkdir(parents=True, exist_ok=True)
+    for name in WORKER_PACKAGES:
+        package = importlib.import_module(f"crashmatrix.{name}")
+        link = root / name
+        if not link.exists():
+            link.symlink_to(Path(list(package.__path__)[0]), target_is_directory=True)
+    return str(dest)
+
+
+_HAS_CRASHMATRIX: dict[str, bool] = {}
+
+
+def zygote_path(build: Build, workdir: Path) -> tuple[str, ...]:
+    """The directories first on the ``PYTHONPATH`` of ``build``'s zygote: its source tree
+    (``build.path``); for an interpreter that cannot import crashmatrix itself (one
+    probe per interpreter and controller), the controller's packages before it
+    (:func:`worker_path` in ``workdir/subject-path``), so a build's environment needs
+    none of crashmatrix's dependencies. A build whose environment has crashmatrix
+    installed runs that one (its reference runtime may be what the pair compares)."""
+    if build.python is None:
+        return build.path
+    if build.python not in _HAS_CRASHMATRIX:
+        import subprocess
+
+        from .pool import zygote_env
+
+        probe = "import importlib.util as u; print(u.find_spec('crashmatrix.harness.zygote') is not None)"
+        try:
+            out = subprocess.run([build.python, "-P", "-c", probe], stdin=subprocess.DEVNULL, capture_output=True,
+                                 text=True, env=zygote_env(build.python), timeout=60).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        _HAS_CRASHMATRIX[build.python] = out == "True"
+    if _HAS_CRASHMATRIX[build.python]:
+        return build.path
+    return (worker_path(Path(workdir) / "subject-path"), *build.path)
+
+
+def check_environment(build: Build, workload: str | None = None) -> None:
+    """Probe ``build``'s interpreter once (a throwaway process, crashmatrix's packages on
+    its path: :func:`worker_path` in a temporary directory, removed after): it is Python
+    :data:`PYTHON_MIN` or later, it has what the worker side needs
+    (:data:`WORKER_NEEDS`), and it imports ``workload`` and the subject. Raises
+    :class:`InvalidArgument` (or :class:`~.errors.RegistryError` for a name it cannot
+    import), one line naming what is wrong; the same build passes at once the next time."""
+    import subprocess  # the controller's: a worker imports this module, never these
+    import tempfile
+
+    from .errors import RegistryError
+    from .pool import zygote_env
+
+    python = build.python or sys.executable
+    key = (python, build.path, build.subject, workload)
+    if key in _CHECKED:
+        return
+    where = f"--subject {build.spec!r}"
+    with tempfile.TemporaryDirectory(prefix="crashmatrix-probe-") as tmp:
+        env = zygote_env(python, (worker_path(Path(tmp)), *build.path))
+        try:
+            proc = subprocess.run(
+                [python, "-P", "-c", _PROBE, ",".join(WORKER_NEEDS), build.subject, workload or "",
+                 json.dumps(PYTHON_MIN)], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env,
+                timeout=300)
+        except OSError as exc:
+            raise InvalidArgument(f"{where}: cannot run {python}: {exc.strerror}") from None
+        except subprocess.TimeoutExpired:
+            raise InvalidArgument(f"{where}: {python} did not answer a probe within 300 s") from None
+    try:
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        version = tuple(out["python"])
+    except (ValueError, IndexError, KeyError, TypeError):
+        said = (proc.stderr.strip().splitlines() or [""])[-1][:200]
+        raise InvalidArgument(f"{where}: {python} is not a Python interpreter crashmatrix can run (exit "
+                              f"{proc.returncode}{': ' + said if said else ''})") from None
+    if version < PYTHON_MIN:
+        raise InvalidArgument(f"{where}: {python} is Python {'.'.join(map(str, version))}; crashmatrix's workers "
+                              f"need {'.'.join(map(str, PYTHON_MIN))} or later")
+    missing = out.get("missing") or []
+    if missing:
+        raise InvalidArgument(f"{where}: the environment of {python} lacks {missing[0]}, which crashmatrix's "
+                              f"workers import: pip install '{WORKER_NEEDS[missing[0]]}' there")
+    if out.get("error"):
+        raise RegistryError(f"{where}, in {python}: {out['error']}")
+    _CHECKED[key] = None
+
+
+def _declared(key: str) -> Any:
+    """A property of :class:`EnvAdapter`: the subject's declaration ``key`` as its
+    ``describe`` reported it (the :class:`Adapter` default before)."""
+    default = getattr(Adapter, key, None)
+
+    def get(self: EnvAdapter) -> Any:
+        return self.upgrade.declared.get(self.own_build.label, {}).get(key, default)
+
+    return property(get)
+
+
+class EnvAdapter(BuildAdapter):
+    """The adapter the controller holds for a subject in its own environment (``--subject
+    SUBJECT@VENV``, ``--python``): one build, whose zygote runs under the subject's
+    interpreter; every controller-side call goes to a service worker of it, and its
+    declarations are what its ``describe`` reported (:data:`DECLARATIONS`). ``pool``: that
+    build's :class:`.pool.WorkerPool`."""
+
+    def __init__(self, pool: Any, build: Build, workload: str, directory: Path) -> None:
+        super().__init__(BuildPools(Upgrade(build, build), {build.label: pool}), workload, directory)
+        self.own_build = build
+        self.pool = pool
+
+    @property  # type: ignore[override]
+    def name(self) -> str:
+        return str(self.upgrade.declared.get(self.own_build.label, {}).get("name") or self.own_build.subject)
+
+    expects_redelivery = _declared("expects_redelivery")
+    crash_loop_status = _declared("crash_loop_status")
+    lease_seconds = _declared("lease_seconds")
+    takes_over_live_owner = _declared("takes_over_live_owner")
+    long_lived_workers = _declared("long_lived_workers")
+    answers_operator = _declared("answers_operator")
+    subject_packages = _declared("subject_packages")
+    recovery_branches = _declared("recovery_branches")
+
+    async def describe(self) -> None:
+        self.upgrade.declared[self.own_build.label] = await self.call(self.own_build, "describe", _NO_ENV)
+        self.pool.declared_long_lived = bool(self.long_lived_workers)
+
+    async def prepare(self, env: Environment) -> None:
+        await self.call(self.own_build, "prepare", env)
+
+
 # -- worker side: the service roles -----------------------------------------------------------
 
 
@@ -399,7 +591,9 @@ def run_service_job(job: Job) -> int:
             elif job.role == "resume_cancelled":
                 await adapter.resume_cancelled(job.env, job.run_id)
             elif job.role == "describe":
-                return {"name": adapter.name, "cancel_api": has_cancel_api(adapter),
+                said = {key: getattr(adapter, key, None) for key in DECLARATIONS}
+                return {**json.loads(json.dumps(said, default=list)), "name": adapter.name,
+                        "cancel_api": has_cancel_api(adapter),
                         "cannot_migrate_statuses": list(getattr(adapter, "cannot_migrate_statuses", ()) or ()),
                         "identifier_fields": list(getattr(adapter, "identifier_fields", ()) or ())}
             return None

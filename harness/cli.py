@@ -97,6 +97,10 @@ class Stopped(Exception):
 JOBS_HELP = ("Cases in flight at once, and up to 2 more of the kinds that mostly wait (db-restart, net) unless it "
              "is 1; 0: twice the number of cores.")
 """The ``--jobs`` help of every command that runs cases (:class:`.pruning.CaseLanes`)."""
+PYTHON_HELP = ("The interpreter or virtual environment the subject's runtime lives in (same as --subject "
+               "SUBJECT@DIR): workers and the adapter's controller-side calls run under it, with crashmatrix's worker "
+               "side on its path (it needs anyio, nothing else of crashmatrix's); crashmatrix's own dependencies do not "
+               "constrain the subject's (docs/adapters.md, \"A subject in its own environment\").")
 FRESH_WORKERS_HELP = ("Fork a worker of its own for every job. Default: resumes, and faults the worker outlives "
                       "(cancellations, toxics), run in long-lived workers, as a production worker runs many runs; "
                       "kills, SIGTERMs, stops and golden runs always fork.")
@@ -189,6 +193,7 @@ def run(
     resume: Annotated[str, typer.Option(help=f"Resume policy of every case: {', '.join(RESUME_POLICIES)}, or concurrent=N (N resumers at once; concurrent: 2). Shown as the case id's last component (docs/adapters.md).")] = "default",
     resume_with: Annotated[Optional[str], typer.Option(help=RESUME_WITH_HELP)] = None,
     fresh_workers: Annotated[bool, typer.Option("--fresh-workers", help=FRESH_WORKERS_HELP)] = False,
+    python: Annotated[Optional[str], typer.Option(help=PYTHON_HELP)] = None,
 ) -> None:
     """Run the golden runs, then the matrix; print a summary table. Without a workload:
     checkout, then support_desk (production's shapes: a long run, parallel effects, tight
@@ -210,6 +215,14 @@ def run(
     cases = None
     workloads = (workload,) if workload else (("checkout",) if conversation or plan else DEFAULT_WORKLOADS)
     try:  # every name checked before anything starts
+        if python is not None:  # the subject's own environment: --subject SUBJECT@PYTHON
+            if "@" in subject or resume_with:
+                raise typer.BadParameter("--python: give the environment once, as --python or as --subject SUBJECT@DIR "
+                                         "(and not with --resume-with, whose builds name their own)")
+            import shutil
+
+            found = shutil.which(python) if os.sep not in python else None  # a command name: the one PATH runs
+            subject = f"{subject}@{found or python}"
         every = _progress_interval()
         targets = [resolve(name, subject, kinds=DEFAULT_KINDS if kinds is None else kinds, sources=sources,
                            conversations=conversation or None, resume_with=resume_with) for name in workloads]

@@ -365,6 +365,8 @@ class Explorer:
         if self.upgrade is not None:  # A starts the run (and the golden runs), B resumes it
             b = self.upgrade.for_role(role)
             subject, build = b.subject, b.label
+        elif getattr(self.adapter, "own_build", None) is not None:  # a subject in its own environment
+            subject = self.adapter.own_build.subject
         job = Job(role, subject, self.workload_name, conversation, run_id, worker_id, env, plan,
                   f"{base}.jsonl", self.options.await_points, input_given=input_given, scope=_CASE_SCOPE.get(),
                   clock_offset_s=clock_offset_s, build=build, start_gate=start_gate, gate_parties=gate_parties,

@@ -262,6 +262,7 @@ async def run_matrix(
         if refused is not None:  # every case would pass vacuously: nothing to judge against
             raise GoldenRunRefused(refused)
         notes += effect_lines
+        notes += [n for p in getattr(explorer.pool, "pools", {}).values() or [explorer.pool] for n in getattr(p, "notes", ())]
         restarts = (any(f.kind == "db-restart" for c in cases for f in c.plan.faults) if cases is not None
                     else "db-restart" in matrix.all_kinds)
         if restarts and healthy and explorer.start_restartable_pg is not None:  # observe reads that server too

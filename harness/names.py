@@ -67,7 +67,7 @@ def resolve(
     wl = registry.workload(workload)
     if resume_with:
         subject = pair(subject, resume_with)
-    check_subject(subject)
+    check_subject(subject, workload)
     kinds_t = choices(kinds, plan.FAULT_KINDS, "kinds")
     sources_t = choices(sources, plan.POINT_SOURCES, "sources")
     if conversations is not None:

@@ -112,6 +112,15 @@ class WorkerPool:
         self.zygote_pid: int | None = None
         self.pid: int | None = None  # the zygote's pid (= its process group), once started
         self.closed_cleanly = False  # the zygote exited after close(): nothing to clean
+        #: the zygote re-executed itself lean (:func:`.zygote.serve`): the threads the
+        #: subject's import started (``{"threads": [...], "stage": ...}``); None: preloaded
+        self.lean: dict[str, Any] | None = None
+        #: the subject's :attr:`~.adapter.Adapter.long_lived_workers` when the controller
+        #: cannot import it (a subject in its own environment: its declarations come from
+        #: a worker, :class:`.builds.EnvAdapter`); None: the registry's adapter says
+        self.declared_long_lived: bool | None = None
+        #: lines for the run's summary (a matrix's notes): how workers start, when unusual
+        self.notes: list[str] = []
         #: long-lived workers for the jobs that may run in one (:mod:`.resident`), their
         #: own logs in ``residents_dir``; None: every job forks a worker of its own
         self.residents: Residents | None = None
@@ -120,11 +129,7 @@ class WorkerPool:
             self.residents = Residents(self)
 
     async def __aenter__(self) -> WorkerPool:
-        env = dict(os.environ, PYTHONHASHSEED="0")
-        if self.python != sys.executable:  # another environment: it is what it holds, not our PYTHONPATH
-            env.pop("PYTHONPATH", None)
-        if self.pythonpath:
-            env["PYTHONPATH"] = os.pathsep.join([*self.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
+        env = zygote_env(self.python, self.pythonpath)
         self.proc = await asyncio.create_subprocess_exec(
             self.python, "-P", "-m", "crashmatrix.harness.zygote", self.subject, self.workload, *self.preload,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
@@ -140,7 +145,11 @@ class WorkerPool:
             where = "" if self.python == sys.executable else f", interpreter {self.python}"
             raise HarnessError(f"worker zygote exited with {self.proc.returncode} before it was ready (subject={self.subject!r}, "
                                f"workload={self.workload!r}{where}{', path ' + os.pathsep.join(self.pythonpath) if self.pythonpath else ''})")
-        self.zygote_pid = json.loads(line)["pid"]
+        ready = json.loads(line)
+        self.zygote_pid = ready["pid"]
+        self.lean = ready.get("lean")
+        if self.lean:
+            self.notes.append(lean_note(self.subject, self.lean))
         self._reader = asyncio.create_task(self._read())
         return self
 
@@ -224,7 +233,8 @@ class WorkerPool:
         silent that long (:class:`.history.Silence`: no crash point passed, no exit) is
         SIGKILLed and reported stuck (``stuck_s``, ``last_point``); so is a ``term_grace``
         worker silent for its whole grace. None: not watched (the deadline only)."""
-        if self.residents is not None and term_grace is None and at_stop is None and eligible(job):
+        if (self.residents is not None and term_grace is None and at_stop is None
+                and eligible(job, self.declared_long_lived)):
             assert self.residents_dir is not None
             done = await self.residents.run(job, log_path, timeout=timeout, log_dir=self.residents_dir,
                                             stuck_after=stuck_after)
@@ -280,6 +290,27 @@ class WorkerPool:
         if stuck is not None and watch is not None:
             out.stuck_s, out.last_point = stuck, watch.last_point()
         return out
+
+
+def zygote_env(python: str, pythonpath: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment a zygote (or a probe of its interpreter) starts with: ours, with
+    ``PYTHONHASHSEED=0``, without our ``PYTHONPATH`` when ``python`` is another
+    interpreter (its environment is what it holds), and ``pythonpath`` first."""
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    if python != sys.executable:
+        env.pop("PYTHONPATH", None)
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join([*pythonpath, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def lean_note(subject: str, lean: dict[str, Any]) -> str:
+    """The summary's line for a lean zygote: which import started which threads, and
+    how workers start instead."""
+    threads = ", ".join(repr(t) for t in lean.get("threads", ())) or "?"
+    return (f"workers import the {lean.get('stage') or 'subject ' + subject} after their fork: its import starts "
+            f"threads ({threads}), and a process with threads is not forked from; each worker (a long-lived one "
+            f"once) imports it itself")
 
 
 async def wait_done(fut: asyncio.Future[object], timeout: float) -> None:

@@ -65,16 +65,19 @@ pool's max-tasks-per-child: whatever a runtime's process-wide state grows by, a 
 matrix does not grow it without bound)."""
 
 
-def eligible(job: Job) -> bool:
+def eligible(job: Job, long_lived: bool | None = None) -> bool:
     """Whether ``job`` may run in a resident (module docstring): a start, resume or
     recovery with no I/O measure, start gate or await-point trace, whose faults (if any)
     the worker outlives, of a subject whose adapter declares it may
-    (:attr:`.adapter.Adapter.long_lived_workers`)."""
+    (:attr:`.adapter.Adapter.long_lived_workers`; ``long_lived``: that declaration as a
+    worker reported it, for a subject the controller does not import)."""
     from . import faults, registry
 
     if job.role not in ("start", "resume", "recover") or job.record_io or job.start_gate or job.await_points:
         return False
-    if not getattr(registry.subject(job.subject), "long_lived_workers", False):
+    if long_lived is None:
+        long_lived = bool(getattr(registry.subject(job.subject), "long_lived_workers", False))
+    if not long_lived:
         return False
     return all(faults.kind(f.kind).survives for f in job.plan.faults)
 
@@ -82,11 +85,15 @@ def eligible(job: Job) -> bool:
 # -- the resident (worker side) -----------------------------------------------------------
 
 
-def serve(address: str) -> int:
+def serve(address: str, *, lean: bool = False) -> int:
     """Run in a worker forked by the zygote (its logs and signals set up as any
     worker's): connect to the controller at ``address`` and run each job it sends
-    (module docstring) until EOF or a reason to retire. Returns the exit code (0)."""
+    (module docstring) until EOF or a reason to retire. ``lean``: forked from a lean
+    zygote, it imports each job's workload and subject itself before the job
+    (:func:`.zygote.import_after_fork`; once: the registry keeps them). Returns the exit
+    code (0)."""
     from .worker import Job, run_job
+    from .zygote import import_after_fork
 
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(address)
@@ -101,6 +108,8 @@ def serve(address: str) -> int:
         request = json.loads(line)
         job = Job.from_dict(request["job"])
         _log_to(request["log_path"])
+        if lean:  # before the job's CPU is counted
+            import_after_fork(request["job"])
         timers, cpu0 = _timers(runner), _cpu_ms()
         returncode = run_job(job, runner)
         left = _end_what_runs(runner, timers)

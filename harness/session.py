@@ -53,16 +53,18 @@ async def open_session(
     own from ``dsn`` and ``pg_settings`` (then both must be None; else
     :class:`~.errors.InvalidArgument`). A build pair's builds are checked by
     :func:`.builds.check_subject`."""
-    from .builds import BuildAdapter, BuildPools, check_subject, parse_subject
+    from .builds import (BuildAdapter, BuildPools, EnvAdapter, check_subject, own_build, parse_subject, worker_path,
+                         zygote_path)
     from .services.providers.declared import workload_services
     from .services.providers.launcher import start_providers
 
     if postgres is not None and (dsn is not None or pg_settings is not None):
         raise InvalidArgument("open_session: give postgres, or dsn and pg_settings, not both")
-    check_subject(subject)
+    check_subject(subject, workload)
     for name in preload:
         registry.subject(name)
     upgrade = parse_subject(subject)
+    own = own_build(subject)
     wl = registry.workload(workload)
     services = workload_services(wl)  # a bad declaration is bad input, before anything starts
     async with contextlib.AsyncExitStack() as stack:
@@ -98,12 +100,17 @@ async def open_session(
             if options is None or options.long_lived:
                 residents = workdir / "residents"
                 residents.mkdir()
+            # a subject in its own environment: its interpreter, crashmatrix's packages on its path
+            python, path = (None, ()) if own is None else (own.python, (worker_path(workdir / "subject-path"), *own.path))
             pool: WorkerPool | BuildPools = await enter_pool(WorkerPool(
-                subject, workload, register_pgid=watchdog.watch_pgid, preload=preload,
-                residents_dir=None if residents is None else str(residents)))
+                subject if own is None else own.subject, workload, register_pgid=watchdog.watch_pgid, preload=preload,
+                residents_dir=None if residents is None else str(residents), python=python, pythonpath=path))
+            if own is not None:
+                adapter = EnvAdapter(pool, own, workload, workdir / "builds")
         else:  # one zygote per build, each from its own interpreter and path
             pool = BuildPools(upgrade, {b.label: await enter_pool(WorkerPool(
-                b.subject, workload, register_pgid=watchdog.watch_pgid, python=b.python, pythonpath=b.path))
+                b.subject, workload, register_pgid=watchdog.watch_pgid, python=b.python,
+                pythonpath=zygote_path(b, workdir)))
                 for b in (upgrade.crash, upgrade.resume)})
             adapter = BuildAdapter(pool, workload, workdir / "builds")
         http = await stack.enter_async_context(aiohttp.ClientSession())

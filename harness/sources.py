@@ -169,9 +169,12 @@ def subject_sources(subject: str, workload: str) -> SourceSet:
     """The :class:`SourceSet` of ``subject`` and ``workload`` (registered names or
     ``package.module:Attr``; a build pair's, :func:`build_pair_sources`). Raises
     :class:`~.errors.RegistryError` for unknown names."""
-    from .builds import parse_subject
+    from .builds import Upgrade, own_build, parse_subject
 
     upgrade = parse_subject(subject)
+    own = own_build(subject) if upgrade is None else None
+    if own is not None:  # a subject in its own environment: its build's files, as a pair's
+        upgrade = Upgrade(own, own)
     if upgrade is not None:
         return build_pair_sources(upgrade, workload)
     adapter = registry.subject(subject)

@@ -83,11 +83,13 @@ def _child(request: dict[str, Any], log_path: str, parent: int) -> None:
         if request.get("op") == "resident":
             from .resident import serve
 
-            code = serve(request["socket"])
+            code = serve(request["socket"], lean=_LEAN)
             return
         from .worker import Job, run_job
 
         job = request["job"]
+        if _LEAN:
+            import_after_fork(job)
         profile_dir = os.environ.get("CRASHMATRIX_WORKER_PROFILE")
         if profile_dir:  # a developer's switch: cProfile stats per worker (SIGKILLed ones write none)
             import cProfile
@@ -112,6 +114,27 @@ def _child(request: dict[str, Any], log_path: str, parent: int) -> None:
             os._exit(code)
 
 
+_LEAN = False
+"""Set in a lean zygote (:func:`serve`): its workers import the subject after the fork.
+(This module runs as ``__main__``: a module that imports ``.zygote`` sees another copy,
+so a resident is told, :func:`.resident.serve`'s ``lean``.)"""
+
+
+def import_after_fork(job: dict[str, Any]) -> None:
+    """In a lean zygote's worker, before its job (``job``: the job's JSON data): import
+    the job's workload and subject (and the modules the adapter
+    :attr:`~.adapter.Adapter.requires`), as the zygote would have before the fork; once
+    per process (the registry keeps them)."""
+    import importlib
+
+    from . import registry
+
+
+    registry.workload(job["workload"])
+    for module in getattr(registry.subject(job["subject"]), "requires", ()):
+        importlib.import_module(module)
+
+
 _OPS = {"fork": "job", "resident": "socket"}
 """Request ops and the field each one needs besides ``token`` and ``log_path``."""
 
@@ -125,25 +148,34 @@ def _check(request: dict[str, Any]) -> None:
         raise KeyError(_OPS[op])
 
 
-def _preload(subject: str, workload: str, more: tuple[str, ...] = ()) -> None:
-    """Import the subject, the workload and what a worker touches lazily, then freeze
-    the heap for the collector, so a forked worker neither imports nor copies pages
-    on its first collection (measured: docs/benchmarks.md)."""
-    import gc
+LEAN_FLAG = "--lean"
+"""The zygote's first argument when it was re-executed without the subject (``--lean
+THREADS_JSON SUBJECT WORKLOAD ...``): the threads the subject's import started, as JSON."""
 
+
+def _threads() -> list[str]:
+    """The names of this process's Python threads other than the main one
+    (``threading.enumerate()``), sorted."""
+    main = threading.main_thread()
+    return sorted(t.name for t in threading.enumerate() if t is not main)
+
+
+def _preload_harness() -> None:
+    """Import what a worker runs of the harness, whatever the subject (fork-safe: it
+    starts no thread), and warm up anyio's backend and, where installed, aiohttp's
+    client (their lazy imports)."""
     import anyio
 
     from . import registry, worker  # noqa: F401
 
-    for name in (subject, *more):
-        registry.subject(name)
-    registry.workload(workload)
-
     async def warm_up() -> None:  # lazy imports of anyio's backend and aiohttp's client
-        import aiohttp
-
-        async with aiohttp.ClientSession():
-            pass
+        try:
+            import aiohttp
+        except ImportError:  # a subject's environment without it: its workload does not use it
+            aiohttp = None
+        if aiohttp is not None:
+            async with aiohttp.ClientSession():
+                pass
         with anyio.CancelScope():
             await anyio.sleep(0)
 
@@ -157,16 +189,82 @@ def _preload(subject: str, workload: str, more: tuple[str, ...] = ()) -> None:
             __import__(name)
         except ImportError:
             pass
+
+
+def _preload_subjects(subjects: tuple[str, ...], workload: str) -> tuple[list[str], str]:
+    """Import the workload, then each subject (its adapter made, and the modules it
+    :attr:`~.adapter.Adapter.requires` imported); stop at the first stage after which
+    threads run. Returns those threads' names (empty: none started) and the stage
+    (``"workload W"`` or ``"subject S"``). Raises what the registry raises
+    (:class:`~.errors.RegistryError`) for a name that cannot be imported."""
+    import importlib
+
+    from . import registry
+
+    registry.workload(workload)
+    if _threads():
+        return _threads(), f"workload {workload}"
+    for name in subjects:
+        adapter = registry.subject(name)
+        for module in getattr(adapter, "requires", ()):
+            importlib.import_module(module)
+        if _threads():
+            return _threads(), f"subject {name}"
+    return [], ""
+
+
+def _freeze() -> None:
+    """Freeze the heap for the collector, so a forked worker does not copy pages on its
+    first collection (measured: docs/benchmarks.md)."""
+    import gc
+
     gc.collect()
     gc.freeze()
 
 
-def serve(subject: str, workload: str, more: tuple[str, ...] = ()) -> int:
+def _preload(subject: str, workload: str, more: tuple[str, ...] = ()) -> None:
+    """Import the harness's worker side, the subject and the workload, then freeze the
+    heap, so a forked worker imports nothing (the thread probe: :func:`serve`)."""
+    _preload_harness()
+    _preload_subjects((subject, *more), workload)
+    _freeze()
+
+
+def serve(subject: str, workload: str, more: tuple[str, ...] = (), *, lean: dict[str, Any] | None = None) -> int:
     """Preload (``more``: further subjects to import), then serve fork requests until
-    EOF on stdin."""
-    _preload(subject, workload, more)
+    EOF on stdin.
+
+    A subject (or workload) whose import starts a thread cannot be forked from: a child
+    has only the forking thread, and whatever the others held (a lock, a queue, an event
+    loop) stays held. So the zygote imports the workload, then each subject, and looks
+    at its threads after each (:func:`_preload_subjects`); when one runs, it re-executes
+    itself *lean* (``lean``: ``{"threads": names, "stage": what started them}``): the harness's worker side
+    preloaded, the workload and the subjects not (the stages before the threaded one
+    are, if they started none), and each worker imports them after its fork (a
+    long-lived worker once: :mod:`.resident`). The ready event says so (``lean``)."""
+    if lean is None:
+        _preload_harness()
+        threads, stage = _preload_subjects((subject, *more), workload)
+        if threads:  # a fresh interpreter, and this time without the subject's import
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.execv(sys.executable, [sys.executable, "-P", "-m", "crashmatrix.harness.zygote", LEAN_FLAG,
+                                      json.dumps({"threads": threads, "stage": stage}), subject, workload, *more])
+        _freeze()
+        note = None
+    else:
+        _preload_harness()
+        note = lean
+        if not str(note.get("stage", "")).startswith("workload"):
+            from . import registry
+
+            registry.workload(workload)  # it started no thread: preloaded still
+        global _LEAN
+        _LEAN = True
+        _freeze()
     if threading.active_count() != 1:
-        print(f"zygote: {threading.active_count()} threads after preload; forking needs one", file=sys.stderr)
+        print(f"zygote: threads after the harness's own preload: {', '.join(_threads())}; forking needs one",
+              file=sys.stderr)
         return 2
     out = sys.stdout
     me = os.getpid()
@@ -180,7 +278,7 @@ def serve(subject: str, workload: str, more: tuple[str, ...] = ()) -> int:
     sel.register(stdin, selectors.EVENT_READ, None)
     children: dict[int, tuple[int, int]] = {}  # pidfd -> (token, pid)
     buffer = b""
-    send({"event": "ready", "pid": me})
+    send({"event": "ready", "pid": me, "lean": note})
     eof = False
     while not eof:
         for key, _ in sel.select():
@@ -230,11 +328,15 @@ def serve(subject: str, workload: str, more: tuple[str, ...] = ()) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    lean = None
+    if argv[:1] == [LEAN_FLAG] and len(argv) >= 2:
+        lean = json.loads(argv[1])
+        argv = argv[2:]
     if len(argv) < 2:
         print("usage: python -m crashmatrix.harness.zygote SUBJECT WORKLOAD [SUBJECT ...]", file=sys.stderr)
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the controller; EOF ends us
-    return serve(argv[0], argv[1], tuple(argv[2:]))
+    return serve(argv[0], argv[1], tuple(argv[2:]), lean=lean)
 
 
 if __name__ == "__main__":

@@ -14,18 +14,33 @@ that runs a sub-graph); docs/runtime.md is the
 map. The only harness module it imports is :mod:`crashmatrix.harness.crashpoint`.
 """
 
-from .agent import (
-    Agent, ModelReply, OutcomeUnknown, ProbeOutcome, Tool, ToolCall, ToolContext, ToolOutcome, TransientFailure,
-)
-from .db import Db, connect
-from .drain import WorkerDrain
-from .effects import EffectLedger, idempotency_key
-from .executor import NeedsHuman, RunInterrupted, Runtime
-from .graph import RunGraph
-from .leases import Lease, LeaseLost
-from .logstore import AppendOnlyLog, RunStore
-from .migrations import migrate
-from .subagents import SubAgent
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# The names below are imported on first use (PEP 562), so that importing one module of
+# the package (a workload's tools import :mod:`.agent`'s plain types) does not import
+# the store, the codec and their protobuf and OpenTelemetry: a worker of another
+# runtime, in that runtime's environment, runs a workload without them.
+_EXPORTS = {
+    "Agent": "agent", "ModelReply": "agent", "OutcomeUnknown": "agent", "ProbeOutcome": "agent", "Tool": "agent",
+    "ToolCall": "agent", "ToolContext": "agent", "ToolOutcome": "agent", "TransientFailure": "agent",
+    "Db": "db", "connect": "db", "WorkerDrain": "drain", "EffectLedger": "effects", "idempotency_key": "effects",
+    "NeedsHuman": "executor", "RunInterrupted": "executor", "Runtime": "executor", "RunGraph": "graph",
+    "Lease": "leases", "LeaseLost": "leases", "AppendOnlyLog": "logstore", "RunStore": "logstore",
+    "migrate": "migrations", "SubAgent": "subagents",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Agent", "AppendOnlyLog", "Db", "EffectLedger", "Lease", "LeaseLost", "ModelReply",

@@ -90,3 +90,42 @@ def test_no_merge_conflict_markers() -> None:
                 if marker.match(line):
                     offenders.append(f"{f.relative_to(root)}:{n}")
     assert not offenders, "merge conflict markers:\n" + "\n".join(offenders)
+
+
+# -- the docs' lists of kinds and policies follow the registries --------------------------
+
+
+def _read(path: str) -> str:
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parents[2] / path).read_text()
+
+
+def test_every_fault_kind_is_described_where_users_look() -> None:
+    """A kind registered in ``harness/faults/`` and missing from README's usage line, the
+    plan schema in ``plan.py`` or docs/design.md's "Fault kinds, precisely" is a kind
+    nobody can find; a listed name no longer registered is a stale doc."""
+    import re
+
+    from crashmatrix.harness import plan
+
+    kinds = set(plan.fault_kinds())
+    usage = re.search(r"--kinds ([a-z,\-]+)\]", _read("README.md"))
+    assert usage and set(usage.group(1).split(",")) == kinds, usage and usage.group(1)
+    schema = set(re.findall(r'"([a-z\-]+)"', plan.__doc__.split('"kind":', 1)[1].split('"point"', 1)[0]))
+    assert schema == kinds, schema ^ kinds
+    design = _read("docs/design.md").split("## Fault kinds, precisely", 1)[1].split("\n## ", 1)[0]
+    described = set(re.findall(r"^- `([a-z\-]+)`", design, flags=re.M))
+    assert described == kinds, described ^ kinds
+
+
+def test_every_resume_policy_has_a_row_in_the_adapters_guide() -> None:
+    """docs/adapters.md's policy table names every policy of ``plan.RESUME_POLICIES``
+    (the default as its first row) and nothing else."""
+    import re
+
+    from crashmatrix.harness import plan
+
+    table = _read("docs/adapters.md").split("## Resume policies", 1)[1].split("\n\n`crashmatrix run`", 1)[0]
+    rows = set(re.findall(r"^\| `([a-z\-]+)`", table, flags=re.M)) | ({"default"} if "| (default) |" in table else set())
+    assert rows == set(plan.RESUME_POLICIES), rows ^ set(plan.RESUME_POLICIES)

@@ -30,7 +30,8 @@ Checks (phase ``resume``, beside the crash and end checks of docs/design.md):
 - ``concurrent.one_terminal_status``: the resumers that ended the run agree on its
   status, and the store holds it;
 - ``concurrent.loser_fenced``: at most one resumer ran a step and was not refused (the
-  others were refused by the runtime, fenced, or found nothing to do);
+  others were refused by the runtime, fenced, or found nothing to do), unless every one
+  that ran steps then stopped at the run's wait for a person (a hand-over);
 - ``concurrent.log_intact``: the log after the round is a clean prefix (no node twice,
   no gap: no interleaved writes);
 - ``concurrent.effects_once`` / ``recurring.effects_once``: no provider holds more rows
@@ -73,7 +74,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from . import oracle
+from . import human, oracle
 from .adapter import Adapter
 from .history import Trace, WorkerReport, labels_of
 from .plan import Fault, FaultPlan, Resume
@@ -284,8 +285,20 @@ class Concurrent(Policy):
         def ran_steps(r: WorkerReport) -> bool:
             return any(e.source == "step" and e.name == "step.before" for e in r.trace())
 
+        def waited(r: WorkerReport) -> bool:  # stopped at a person's wait after running steps
+            trace = r.trace()
+            first = next((i for i, e in enumerate(trace) if e.source == "step" and e.name == "step.before"), None)
+            return first is not None and any(e.source == "label" and e.name == human.WAIT for e in trace[first:])
+
         owners = [i for i, (r, e) in enumerate(zip(reports, exits))
                   if e.returncode == 0 and r.end is not None and r.end.status != "error" and ran_steps(r)]
+        if len(owners) > 1 and all(waited(reports[i]) for i in owners):
+            # each owner stopped at the run's wait for a person, which hands the run over (its
+            # lease given up durably), and took it up again after the answer: a hand-over,
+            # not two owners at once; overlapping writes are what the log and the ledgers show
+            # (concurrent.log_intact, concurrent.effects_once)
+            return _verdict("concurrent.loser_fenced", True, f"{len(owners)} resumers ran steps, each handing the "
+                            f"run over at a person's wait ({human.WAIT}) before another took it")
         if len(owners) > 1:
             said = ", ".join(sorted({reports[i].end.status for i in owners if reports[i].end is not None}))
             return _verdict("concurrent.loser_fenced", False, f"{len(owners)} of {len(reports)} resumers ran steps and "

@@ -59,8 +59,9 @@ def test_who_is_handed_the_input() -> None:
     assert not hands_input(stored, Resume("concurrent"), 1, True)
 
 
-def _report(status: str, steps: bool, error: str | None = None) -> WorkerReport:
+def _report(status: str, steps: bool, error: str | None = None, waits: bool = False) -> WorkerReport:
     trace = [TraceEntry("step", "step.before", "turn-5", 1)] if steps else []
+    trace += [TraceEntry("label", "human.wait", "human-turn-5-1", 1)] if waits else []
     return WorkerReport([End(status, trace, error)])
 
 
@@ -80,6 +81,14 @@ def test_a_fenced_loser_and_two_owners() -> None:
     # a second owner that ran steps and left the run unfinished is an owner too
     half = Concurrent._loser_fenced([_report("completed", True), _report("interrupted", True)], [_exit(0), _exit(0)], terminal)
     assert half.valid is False and "they ended completed, interrupted" in half.details
+    # each stopped at the run's wait for a person and took it back after the answer: a
+    # hand-over; one that ran on without waiting is still a second owner
+    handed = Concurrent._loser_fenced([_report("completed", True, waits=True), _report("needs_human", True, waits=True)],
+                                      [_exit(0), _exit(0)], terminal)
+    assert handed.valid is True and "handing the run over" in handed.details
+    one_ran_on = Concurrent._loser_fenced([_report("completed", True, waits=True), _report("completed", True)],
+                                          [_exit(0), _exit(0)], terminal)
+    assert one_ran_on.valid is False
     split = Concurrent._one_status([_report("completed", True), _report("failed", True)], "completed", terminal)
     assert split.valid is False and "completed, failed" in split.details
     assert Concurrent._one_status([_report("completed", True)], "running", terminal).valid is False

@@ -187,7 +187,7 @@ SELECT (SELECT count(*) FROM fence) AS fenced_ok,
 # A record without an effect (most of them: model turns, plans, joins): the fenced insert
 # alone, with no CTE to materialise and no ON CONFLICT (a speculative insertion checks
 # both unique indexes first): 1.19-1.24x the one-row commit floor against the CTE
-# statement's 1.33-1.38x (docs/benchmarks.md, issue 22's tenth session). The fence (an InitPlan, the
+# statement's 1.33-1.38x (docs/benchmarks.md, "The append turn and the Db's turn"). The fence (an InitPlan, the
 # statement's one-time filter) runs before anything is inserted, so the answer is exact:
 # a row back means written; no row means the fence refused it (a stale epoch); a unique
 # violation means the fence passed and the node or the seq was taken (this very record

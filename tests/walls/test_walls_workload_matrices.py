@@ -1,4 +1,4 @@
-"""A representative slice of each issue-5 workload's matrix (research, long_run,
+"""A representative slice of each non-checkout workload's matrix (research, long_run,
 human_pause, report), under both store strategies, with real SIGKILL/SIGTERM/cancel
 faults, forked workers and the providers in their own processes.
 

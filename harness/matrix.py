@@ -245,7 +245,7 @@ async def run_matrix(
     wants_net = (any(k in matrix.all_kinds for k in proxied) if cases is None
                  else any(f.kind in proxied for c in cases for f in c.plan.faults))
     async with open_session(subject, workload, dsn=dsn, options=options) as explorer:
-        if wants_net:  # an unreachable fault proxy is a ServiceError now (exit 2), not one per case
+        if wants_net:  # an unreachable fault proxy: one ServiceError here (exit 2), not one per case
             await explorer.fault_proxy.client()
         wl = explorer.workload
         wanted = conversations or (tuple(sorted({c.conversation for c in cases})) if cases else wl.conversations)

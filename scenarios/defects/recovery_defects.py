@@ -84,7 +84,7 @@ class NoAttemptLimitRuntime(Runtime):
     taken over again forever (reference_runtime/attempts.py switched off).
 
     Class: a crash loop (Celery ``acks_late``: a poison message redelivered
-    forever, 228 charges in 60 s). The harness's own cap of three resumes used to hide
+    forever, 228 charges in 60 s). A harness that only caps its resumes would hide
     it; under the ``recurring`` policy the harness stops the case at its own bound and
     says so. Caught by ``recurring.bounded``.
     """

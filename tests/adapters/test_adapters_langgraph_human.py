@@ -24,7 +24,7 @@ def test_a_crash_between_two_interrupts_then_invoke_none_answers_the_second_with
     assert {v.check: v.valid for v in case.golden.verdicts}["interrupt.answers"] is True
     why = dict(case.why())
     assert why.get("interrupt.answers") == "review#2 was answered with the answer scripted for review#1", (
-        f"now: {why}; LangGraph no longer re-delivers a consumed resume value (LangGraph issue 8837)?")
+        f"now: {why}; LangGraph no longer re-delivers a consumed resume value (issue 8837)?")
     assert "provider.mail.ledger_equal" in why  # the receipt went to the wrong address
     assert [w["role"] for w in case.workers] == ["start", "resume"]
 

@@ -1,4 +1,4 @@
-"""What the runtime benchmarks share: the issue-5 workloads driven in process.
+"""What the runtime benchmarks share: the reference runtime's workloads driven in process.
 
 The workloads' scripted models normally run inside the model provider; here
 :class:`LocalModel` calls the same script function in the benchmark's process (no HTTP,

@@ -16,7 +16,7 @@ figures depend on the machine's load (printed); the CPU split does much less.
 ``--prune``: the cases run pruned (:mod:`crashmatrix.harness.pruning`: kill cases by
 crash state, shared resumes); the split is then printed per matrix case and per case
 executed. ``--fsync``: the embedded PostgreSQL's ``fsync`` (default ``off``, as every
-matrix session runs since issue 19; ``on`` is the setting before it). ``--fresh-workers``:
+matrix session runs; ``on`` is PostgreSQL's default). ``--fresh-workers``:
 every job forks a worker of its own (default: resumes and cancelled workers run in
 long-lived workers, :mod:`crashmatrix.harness.resident`, whose CPU is counted with the
 workers'; their count is printed).

@@ -1,10 +1,10 @@
-"""What the ``Db``'s serialisation costs a round trip, with no I/O (issue 22).
+"""What the ``Db``'s serialisation costs a round trip, with no I/O.
 
     python benchmarks/bench_db_turn.py [--baseline DIR] [--n 20000] [--blocks 15] [--json PATH]
 
 Every statement the reference runtime sends goes through ``reference_runtime.db.Db``,
-which lets one round trip at a time use the connection (an ``anyio.Lock`` until the
-tenth session of issue 22, a ``turns.Turns`` turn and a cancellation checkpoint since).
+which lets one round trip at a time use the connection (a ``turns.Turns`` turn and a
+cancellation checkpoint; older builds, which ``--baseline`` can measure, used an ``anyio.Lock``).
 Here a ``Db`` wraps a stand-in connection whose ``fetchrow`` suspends once (as a real
 answer's wait does) and returns: what is left is the serialisation, the method calls
 and one pass of the loop for the answer. ``n`` round trips a block, in a task of an

@@ -1,4 +1,4 @@
-"""The reference runtime's scheduler: the 40-call fan-out and the cost per node (issue 5).
+"""The reference runtime's scheduler: the 40-call fan-out and the cost per node.
 
     python benchmarks/bench_fanout.py [--repeat 10] [--dsn DSN] [--json PATH]
 
@@ -16,8 +16,8 @@
    the executor with a store and a ledger that do no I/O: the research fan-out with 0 ms
    tools, and a long_run chain (one model and one tool node per turn). The model here is
    the workload's script called in process, so the figure includes building each model
-   node's transcript and the script's own work. Nothing inside the run is timed (since
-   issue 22's eleventh session; before, each append was, ~10 us a node of the figure).
+   node's transcript and the script's own work. Nothing inside the run is timed (timing
+   each append would add ~10 us a node to the figure).
    In the same rounds, the chain's two floors (``_bench_support.drive_chain_floor``): the
    workload's own code alone, and that plus what the walls need (the codec's check, the
    state schema, the record, one suspension a node), and the chain over each.

@@ -1,5 +1,4 @@
-"""Cost of the reference runtime's store on local PostgreSQL, on the ``long_run`` workload
-(issue 5, "Measure").
+"""Cost of the reference runtime's store on local PostgreSQL, on the ``long_run`` workload.
 
     python benchmarks/bench_runtime_store.py [--turns 1000] [--rounds 2] [--rehydrate 5000]
                                              [--vacuum-wait 75] [--dsn DSN] [--json PATH]
@@ -14,7 +13,7 @@
    each turn, side by side: ``rounds`` rounds, the order of the strategies rotated. After
    each append (outside its timing) a one-row commit on the same connection, so each
    window's p50 is also given over the floor measured in that window
-   (``turn10_over_floor_beside_p50``; issue 22's ratio is to section 3's floor, measured
+   (``turn10_over_floor_beside_p50``; the goal's ratio is to section 3's floor, measured
    before the runs: this one holds when the disk's speed drifts between the two).
 2. **Operating costs** of each strategy's run: table, index and TOAST bytes it added (per
    1,000 turns), values stored out of line, dead tuples after the run (ledger and run-row
@@ -221,8 +220,8 @@ async def floor_beside(db: Db) -> AsyncIterator[Callable[[], Awaitable[float]]]:
     run's own connection and returns its ms, for :func:`bench_append` to call between
     appends (through the ``Db``, as the appends go: its turn, ~8 us, is in the figure).
     A commit in the run's rhythm costs more than one in section 3's tight loop (the
-    server's process wakes from a longer idle; 0.20-0.26 ms against 0.18-0.21 on the
-    tenth session's quiet machine): both ratios are given."""
+    server's process wakes from a longer idle; 0.20-0.26 ms against 0.18-0.21 on a
+    quiet machine, 2026-12-05): both ratios are given."""
     await db.execute("CREATE TABLE IF NOT EXISTS bench_floor_beside (id bigserial PRIMARY KEY, v int NOT NULL)")
 
     async def one() -> float:
@@ -463,7 +462,7 @@ async def bench_floor(db: Db, n: int = 400) -> dict[str, Any]:
     three steps of the same kind: a long_run model record (its real bytes and facts)
     inserted into ``cm_run_log`` by a plain INSERT, by the store's fenced statement for a
     record without an effect (``logstore._APPEND_ALONE_SQL``, what a model turn sends; a
-    build before issue 22's tenth session has none, and the row is left out), and by its
+    build without it gets no such row), and by its
     statement for a record with one (``_APPEND_SQL``, the fence, the insert and the
     effect's update as CTEs; here with no effect to update), each with the record already
     encoded, so what the fence costs and what the client's encoding costs read apart.

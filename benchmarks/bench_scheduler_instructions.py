@@ -1,4 +1,4 @@
-"""The scheduler's cost per node in CPU instructions, counted by valgrind (issue 5).
+"""The scheduler's cost per node in CPU instructions, counted by valgrind.
 
     python benchmarks/bench_scheduler_instructions.py [--runs 2] [--shape long_run_200 --shape research_fanout]
                                                       [--json PATH]
@@ -18,7 +18,7 @@ rebuild of the same records: the parse of the framed ``RecordLog`` bytes, the
 ``LogRead`` with the facts its server sums (summed once here) and ``RunGraph.rehydrate``
 from them, per record.
 
-The floors, in the same unit (issue 22, eleventh session): ``floor_long_run_200`` is the
+The floors, in the same unit: ``floor_long_run_200`` is the
 chain driven by a bare loop doing per node only what the walls need (the codec's check,
 the state schema, the record, one suspension: ``_bench_support.drive_chain_floor``),
 ``workload_long_run_200`` the workload's own code alone (the model's script, the tools,

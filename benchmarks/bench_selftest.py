@@ -9,7 +9,7 @@ first case that caught it, the cases run until then, and the check; then the who
 run's wall seconds, the CPU seconds of this process and its children (workers,
 providers: everything but PostgreSQL) and the load average. ``--full`` runs the full
 matrix instead (every case, all conversations: minutes, not seconds). ``--modes``: each
-repeat runs the selftest pruned (the default since issue 19: kill cases by crash state,
+repeat runs the selftest pruned (the default: kill cases by crash state,
 shared resumes) and/or unpruned (``--no-prune``), one after the other, so the detection
 times of both are measured under the same load; the table has a column per mode.
 """

@@ -1,6 +1,6 @@
 """The open resume-conformance table: every installed durable runtime x (property, fault
-kind), each cell a count of cases and the replay line of its first failure (issue 20;
-docs/conformance.md is the committed table, docs/checks.md explains each property).
+kind), each cell a count of cases and the replay line of its first failure
+(docs/conformance.md is the committed table, docs/checks.md explains each property).
 
 ``crashmatrix conformance [--out DIR] [--runtime NAME ...] [--conversation C ...]
 [--shard K/N]`` runs, for each runtime of :data:`RUNTIMES` whose packages are

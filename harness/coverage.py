@@ -1,5 +1,5 @@
 """Coverage that cannot be vacuous: the recovery branches a matrix exercised, and the
-cells whose fault could not take effect (issue 19; docs/architecture.md, "Coverage").
+cells whose fault could not take effect (docs/architecture.md, "Coverage").
 
 A green matrix says little if no case ever went down the branch that matters: a probe
 that answered "applied", an effect left ``unknown`` and resolved, a drain with a node in

@@ -1,5 +1,5 @@
 """A person in the loop, scripted: the operator of a workload that interrupts, and the
-checks of what the run did with the answers (issue 18; docs/adapters.md, "A person in
+checks of what the run did with the answers (docs/adapters.md, "A person in
 the loop").
 
 A workload may script its operator (``workload.operator_script``, an

@@ -245,7 +245,7 @@ async def run_matrix(
     wants_net = (any(k in matrix.all_kinds for k in proxied) if cases is None
                  else any(f.kind in proxied for c in cases for f in c.plan.faults))
     async with open_session(subject, workload, dsn=dsn, options=options) as explorer:
-        if wants_net:  # an unreachable fault proxy is a ServiceError now (exit 2), not one per case
+        if wants_net:  # an unreachable fault proxy: one ServiceError here (exit 2), not one per case
             await explorer.fault_proxy.client()
         wl = explorer.workload
         wanted = conversations or (tuple(sorted({c.conversation for c in cases})) if cases else wl.conversations)
@@ -362,7 +362,7 @@ async def run_case_replayed(
     same case id, the same plan, on the same session) up to ``replay_failures`` times,
     stopping at the first replay whose outcome differs. A case whose replays all fail
     keeps outcome ``fail``; one whose replay disagrees becomes ``flaky`` (a race in the
-    subject: a failure of the subject, not a deterministic one; issue 15). The replays'
+    subject: a failure of the subject, not a deterministic one). The replays'
     own results are in ``result.replays``; the first run's verdicts stay the result's.
     A harness error is not replayed (it is the harness's failure, not the subject's)."""
     result = await explorer.run_case(case, golden)

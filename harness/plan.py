@@ -106,22 +106,22 @@ the plugin)."""
 SAMPLED_KINDS = ("pause", "db-restart", "net", "cancel-edge")
 """The fault kinds the default matrix (:mod:`.defaults`: ``crashmatrix run``, ``run_matrix``,
 the pytest plugin) adds when no kinds are named, each as a seeded
-sample of :data:`DEFAULT_KIND_SAMPLE` cases (issue 16: the kinds that find recovery bugs,
+sample of :data:`DEFAULT_KIND_SAMPLE` cases (the kinds that find recovery bugs,
 a paused zombie, a lost acknowledgement, a restarted database, a cancelled task, at a
 bounded cost). ``--kinds`` names kinds to run whole instead."""
 SAMPLED_POLICIES = ("concurrent", "warm-worker", "same-worker")
 """The resume policies the default matrix (:mod:`.defaults`) adds when no kinds or resume
 policy are named: :data:`DEFAULT_KIND_SAMPLE` cases each, resumed that way (kill cases resumed by
-two workers at once: a queue that redelivers, overlapping recovery passes; issue 17,
+two workers at once: a queue that redelivers, overlapping recovery passes;
 docs/adapters.md "Resume policies"; kill cases resumed in a worker that has just run
-the conversation whole: what one run leaves in a production worker's process, issue 19;
+the conversation whole: what one run leaves in a production worker's process;
 cancel cases resumed in the process the cancellation struck: what the runtime kept of
-the run in memory, issue 19). The other policies ask what not every correct runtime offers (a crash-loop
+the run in memory). The other policies ask what not every correct runtime offers (a crash-loop
 bound, recovery without the run id, input read from its own store), so they run only
 when named."""
 DEFAULT_WORKLOADS = ("checkout", "support_desk")
 """What ``crashmatrix run`` runs when no workload is named, one after the other: checkout
-and the workload with production's shapes (issue 16, docs/runtime.md "support_desk")."""
+and the workload with production's shapes (docs/runtime.md "support_desk")."""
 DEFAULT_KIND_SAMPLE = 24
 """Cases per sampled kind and policy in the default matrix (``--kind-sample``; the
 plugin's ``kind_sample``)."""

@@ -1,6 +1,6 @@
 """Resume policies: how the workers after a fault resume a run, as production does it.
 
-The default (issue 17's "the harness owns the resume") hands every resuming worker the
+The default (the harness owns the resume) hands every resuming worker the
 run id and, unless the adapter says its runtime reads it from its own store, the run's
 input, and runs resumers one after another up to ``Options.max_resumes``. Production
 does none of that, and recovery bugs live there. Each policy below changes one thing;

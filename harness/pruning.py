@@ -1,5 +1,5 @@
 """Crash states, not crash instants: kill cases grouped by the crash state they must
-leave, and resumes shared between equal crash states (issue 19; docs/architecture.md,
+leave, and resumes shared between equal crash states (docs/architecture.md,
 "Crash-state pruning"; docs/design.md, "Fault kinds, precisely").
 
 A SIGKILL leaves only what the worker had handed the kernel: the durable stores'

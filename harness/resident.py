@@ -1,5 +1,5 @@
 """Long-lived workers: one process runs many jobs, one at a time, as a production worker
-resumes many runs (issue 19; docs/design.md, "Long-lived workers").
+resumes many runs (docs/design.md, "Long-lived workers").
 
 A forked worker pays for its fork before it runs a step: the copy-on-write faults of a
 preloaded interpreter touching its heap (~1,400-1,700 pages), the first use of its

@@ -1,6 +1,6 @@
 """The attempt limit: a run that crashes at the same place in every worker stops itself.
 
-Wall (issue 17, "a crash that recurs at the same point on every attempt"; Celery's
+Wall (a crash that recurs at the same point on every attempt; Celery's
 ``acks_late``: a poison message redelivered forever, 228 charges in 60 s): a resume that
 dies at the same point as the attempt before it makes no progress, and a supervisor
 that restarts it forever turns one bad input into an unbounded bill. Every attempt

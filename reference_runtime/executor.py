@@ -393,8 +393,8 @@ class _LaunchBatch:
     cancelled). Which nodes form a batch follows from the graph: siblings become ready
     when their parent's record commits, so they are launched in the same step in every
     run, and the batch's commit happens once, whatever order the members finish in
-    (issue 22; group commit, which batches by timing, is why this exists: docs/runtime.md,
-    "Launch batches"). The cost: a fast sibling's record waits for the slowest."""
+    (unlike group commit, which batches by timing, so its batches vary from run to run:
+    docs/runtime.md, "Launch batches"). The cost: a fast sibling's record waits for the slowest."""
 
     __slots__ = ("members", "waiting", "items", "task", "started")
 

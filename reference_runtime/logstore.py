@@ -187,11 +187,11 @@ SELECT (SELECT count(*) FROM fence) AS fenced_ok,
 # A record without an effect (most of them: model turns, plans, joins): the fenced insert
 # alone, with no CTE to materialise and no ON CONFLICT (a speculative insertion checks
 # both unique indexes first): 1.19-1.24x the one-row commit floor against the CTE
-# statement's 1.33-1.38x (docs/benchmarks.md, issue 22's tenth session). The fence (an InitPlan, the
-# statement's one-time filter) runs before anything is inserted, so the answer is exact:
-# a row back means written; no row means the fence refused it (a stale epoch); a unique
-# violation means the fence passed and the node or the seq was taken (this very record
-# retried, or a conflict: AppendOnlyLog.append compares).
+# statement's 1.33-1.38x (docs/benchmarks.md, "The append turn and the Db's turn"). The
+# fence (an InitPlan, the statement's one-time filter) runs before anything is inserted,
+# so the answer is exact: a row back means written; no row means the fence refused it (a
+# stale epoch); a unique violation means the fence passed and the node or the seq was
+# taken (this very record retried, or a conflict: AppendOnlyLog.append compares).
 _APPEND_ALONE_SQL = """
 INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch, kind, tokens, wall_ms, spawned)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9

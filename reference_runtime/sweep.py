@@ -1,6 +1,6 @@
 """The sweep: a worker that starts after a crash finds the runs nobody is running.
 
-Wall (issue 17, "nobody hands the new worker the run id"; Prefect issue 16746: runs stay
+Wall (nobody hands the new worker the run id; Prefect issue 16746: runs stay
 ``Running`` forever after their worker dies): a run's lease records when it expires
 (:mod:`.leases`, ``LEASE_SECONDS`` after it was taken); a worker that dies holds it
 until then, and nothing else says the run is abandoned. :func:`abandoned_runs` lists

@@ -1,4 +1,4 @@
-"""What the issue-5 workloads share: a conversation check and the run input.
+"""What the workloads beyond checkout share: a conversation check and the run input.
 
 A workload here is a class with ``name``, ``conversations`` (what a matrix runs by
 default), ``providers`` and ``build_agent(conversation, resources)``; subclassing

@@ -2,7 +2,7 @@
 
 Checkout (docs/design.md, "The checkout workload") is a short, one-effect-at-a-time run;
 the defects runtime authors really make show only on longer runs with more in flight.
-This workload is the default's second half (issue 16): a support agent for Dana, whose
+This workload is the default's second half: a support agent for Dana, whose
 order ``ord-1001`` (a dock) awaits payment and who then wants it swapped for the dock pro
 (``ord-1002``). Its shapes, and the class of defect each is there for:
 

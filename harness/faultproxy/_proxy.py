@@ -341,7 +341,7 @@ class Connection:
         toxics = self.proxy.toxics
         if self.proxy.runtime.reset_peer_linger == "on-connect" and toxics.has_type("reset_peer"):
             # Toxiproxy sets SO_LINGER=0 on both sockets whenever a reset_peer toxic is in
-            # the chain at connect time, whatever its toxicity (issue #603).
+            # the chain at connect time, whatever its toxicity (Toxiproxy issue #603).
             self.set_linger()
         self.links.append(toxics.start_link(self, Direction.UPSTREAM, self.client[0], self.upstream[1]))
         self.links.append(toxics.start_link(self, Direction.DOWNSTREAM, self.upstream[0], self.client[1]))

@@ -77,7 +77,7 @@ class FaultProxyServer:
     * ``proxy_metrics`` (False): serve ``/metrics`` (Toxiproxy's ``-proxy-metrics``);
     * ``reset_peer_linger`` (``"on-connect"``): when a connection gets SO_LINGER=0 so
       that its close is an RST. ``"on-connect"`` is Toxiproxy's rule (a reset_peer toxic
-      present at connect time, whatever its toxicity: issue #603); ``"on-fire"`` sets it
+      present at connect time, whatever its toxicity: Toxiproxy issue #603); ``"on-fire"`` sets it
       only when a reset_peer stage actually fires;
     * ``handler_timeout`` (25 s): an API call still running then answers 503.
     """

@@ -11,7 +11,7 @@ This mirrors Toxiproxy's ``stream.StreamChunk`` and ``toxics.ToxicStub`` (spec Â
 
 The interrupt differs from Go's in one deliberate way: a stage blocked *sending* to a full
 output is never deadlocked by an interrupt. Go makes the API call wait until the consumer
-drains (issues #558, #500: the 25 s 503); here the interrupt lets the pending chunk into
+drains (Toxiproxy issues #558, #500: the 25 s 503); here the interrupt lets the pending chunk into
 the full channel (one chunk over capacity, never dropped, never reordered) and the stage
 stops at its next receive or sleep. Bytes are never lost either way.
 """

@@ -17,7 +17,7 @@ How: the library calls ``APIConsumer.get/post/delete`` (class methods on a globa
 first use this module installs thin dispatchers on those three methods: inside a
 client's call they send the request to that client's address with its timeout, through
 the library's own ``validate_response`` (409 → ``ProxyExists``, 404 → ``NotFound``,
-400 → ``InvalidToxic``), then raise on 5xx; outside, they behave exactly as before.
+400 → ``InvalidToxic``), then raise on 5xx; outside, they behave exactly as the library's own.
 The active client travels in a :class:`contextvars.ContextVar`, so threads and asyncio
 tasks do not see each other's.
 """

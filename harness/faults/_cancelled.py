@@ -6,7 +6,7 @@ recorded done with its result, or not recorded and its effect left to resolve (t
 attempt's probe, or its idempotency key); never recorded done without the effect it
 made. Source: Apache Burr saves a cancelled action as completed with the state from
 before it (docs/findings.md, "Apache Burr"); DBOS ``cancel_workflow`` dropping the
-result of the step in flight (issue 18); seed 000 ("a cancellation that lost the
+result of the step in flight; seed 000 ("a cancellation that lost the
 recovery write").
 """
 

@@ -1,4 +1,4 @@
-"""``cancel-api``: the runtime's own cancel, through the adapter (issue 18).
+"""``cancel-api``: the runtime's own cancel, through the adapter.
 
 At the point the worker stops itself (SIGSTOP); while it sleeps the controller cancels
 the run the way an operator or another service would, through the runtime's API

@@ -1,5 +1,5 @@
 """``cancel-edge``: asyncio's own cancellation, once: ``task.cancel()`` on the task that
-runs the subject, at the point (docs/design.md, "Fault kinds, precisely"; issue 18).
+runs the subject, at the point (docs/design.md, "Fault kinds, precisely").
 
 Edge-triggered, unlike ``cancel``'s anyio scope: ``CancelledError`` is raised at the
 next await of that task and never again, so a subject that catches it (to save

@@ -12,7 +12,7 @@ wakes as the owner, goes on, and the zombie checks say not applicable). Crash ch
 durable state did not change after it woke) and ``pause.zombie_effects`` (no provider
 applied an effect for it after it woke: its lease had been taken, so whatever it sent
 was a second application of a call the run had already made, or one it never asked
-for; a fenced store cannot see it, the provider's own ledger does: issue 17).
+for; a fenced store cannot see it, the provider's own ledger does).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ watchdog, PostgreSQL's binaries, the probe certifier's sandbox) goes through her
 that each gets the same environment, its own process group, and the same way out:
 
 - :func:`child_env`: ``os.environ`` plus extras, with every *relative* ``PYTHONPATH``
-  entry made absolute against the directory the user ran from (issue 15: with
-  ``PYTHONPATH=.`` the model provider, which runs in its own directory, could not
+  entry made absolute against the directory the user ran from (without it, with
+  ``PYTHONPATH=.`` the model provider, which runs in its own directory, cannot
   import the workload's script). Interpreters are started with ``-P``, so the current
   directory itself is never on their path; only what ``PYTHONPATH`` names is.
 - :func:`spawn`: a child in a new session (process-group id == pid), stdin from

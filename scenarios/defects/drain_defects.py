@@ -18,9 +18,9 @@ class DrainCancelsInFlightExecution(Execution):
     lost, and a resume redoes it (a model turn paid again, an effect sent to its probe).
 
     Class: seed 002's drain promise ("lets the in-flight ones finish and append their
-    records"), which ``term.drained`` did not check (issue 16: a drain that cancels its
-    in-flight nodes, leaves the run paused and exits 0 passed, re-billed on resume under
-    the allowance for nodes in flight). Caught at the crash state by
+    records"), which ``term.drained`` alone does not check (a drain that cancels its
+    in-flight nodes, leaves the run paused and exits 0 passes it, and is re-billed on
+    resume under the allowance for nodes in flight). Caught at the crash state by
     ``term.in_flight_recorded``.
     """
 
@@ -47,6 +47,6 @@ class DrainCancelsInFlightAdapter(MutantAdapter):
 
     execution = DrainCancelsInFlightExecution
     defect = "SIGTERM cancels the nodes in flight instead of letting them finish and record"
-    source = "seed 002's drain promise; issue 16 (a drain that cancels in-flight work passed term.drained)"
+    source = "seed 002's drain promise (a drain that cancels in-flight work passes term.drained)"
     caught_by = ("term.in_flight_recorded",)
     fault_kinds = ("term",)

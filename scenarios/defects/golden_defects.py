@@ -34,14 +34,14 @@ class DoubleChargeToolAdapter(MutantAdapter):
     included, charges the card twice per tool call.
 
     Class: a tool node that applies its effect twice per call in the golden run too
-    (issue 15's LangGraph trial: the double charge became the baseline and every case
+    (against LangGraph, such a double charge became the baseline and every case
     passed). Caught by the invariant ``effects.applied_once`` on the golden run: the
     payment ledger holds two applied charges for the run where its durable record names
     one. The matrix reports the golden run as the failure and runs no case of it.
     """
 
     defect = "the charge tool charges twice per call in every run, golden included"
-    source = "issue 15 (a LangGraph tool node charging twice per call, golden run included)"
+    source = "a LangGraph tool node charging twice per call, golden run included"
     caught_by = ("effects.applied_once",)
     fault_kinds = ("kill",)
 

@@ -53,8 +53,8 @@ class StaleCallRekeyExecution(Execution):
     paused between its ``started`` row and its request (a GC pause, a frozen VM) wakes
     after another worker took its run over and made the call: its request, under a new
     key, charges again. Its durable writes are still fenced (``pause.zombie_fenced``
-    holds); the provider's own ledger shows the second charge. Class: issue 17 ("a
-    zombie's effect": a duplicate charge reached the provider while the fenced store
+    holds); the provider's own ledger shows the second charge. Class: a
+    zombie's effect (a duplicate charge reached the provider while the fenced store
     said valid). Caught by ``pause.zombie_effects`` (and at the end by
     ``provider.payment.ledger_equal``).
     """
@@ -69,22 +69,22 @@ class ZombieChargesAdapter(MutantAdapter):
     name = "defect:zombie-charges"
     execution = StaleCallRekeyExecution
     defect = "a call that waited too long is re-sent under a fresh key, so a woken zombie charges again"
-    source = ("issue 17: a zombie's effect reaches the provider while the fenced store says valid; "
+    source = ("a zombie's effect reaches the provider while the fenced store says valid; "
               "providers' idempotency rule: a retry reuses its key")
     caught_by = ("pause.zombie_effects",)
     fault_kinds = ("pause",)
     point_sources = ("label",)
 
 
-# -- recovery as production does it (issue 17): resume policies' mutants ------------------
+# -- recovery as production does it: resume policies' mutants ------------------
 
 
 class NoAttemptLimitRuntime(Runtime):
     """Defect: no attempt limit: a run that crashes at the same point in every worker is
     taken over again forever (reference_runtime/attempts.py switched off).
 
-    Class: issue 17's crash loop (Celery ``acks_late``: a poison message redelivered
-    forever, 228 charges in 60 s). The harness's own cap of three resumes used to hide
+    Class: a crash loop (Celery ``acks_late``: a poison message redelivered
+    forever, 228 charges in 60 s). A harness that only caps its resumes would hide
     it; under the ``recurring`` policy the harness stops the case at its own bound and
     says so. Caught by ``recurring.bounded``.
     """
@@ -98,7 +98,7 @@ class NoAttemptLimitAdapter(MutantAdapter):
     name = "defect:no-attempt-limit"
     runtime_class = NoAttemptLimitRuntime
     defect = "a run that crashes at the same point in every worker is resumed forever"
-    source = "issue 17: a crash that recurs on every attempt (Celery acks_late: 228 charges in 60 s)"
+    source = "a crash that recurs on every attempt (Celery acks_late: 228 charges in 60 s)"
     caught_by = ("recurring.bounded",)
     fault_kinds = ("kill",)
     resume_policies = ("recurring",)
@@ -109,8 +109,8 @@ class LiveOnlySweepRuntime(Runtime):
     ``paused``, ``pending``), never one left ``running`` by a worker that died without a
     word: its lease expires and nothing reads the expiry.
 
-    Class: Prefect issue 16746 (runs stay ``Running`` forever after their worker dies);
-    issue 17 ("no harness mode tests that an abandoned run is *found*"). Cancels and
+    Class: Prefect issue 16746 (runs stay ``Running`` forever after their worker dies):
+    an abandoned run must be *found*. Cancels and
     SIGTERMs pass (their runs say they stopped); kills are caught by
     ``discovery.found``.
     """
@@ -128,7 +128,7 @@ class LiveOnlySweepAdapter(MutantAdapter):
     name = "defect:no-sweep"
     runtime_class = LiveOnlySweepRuntime
     defect = "the sweep never takes over a run left running by a worker that died: its lease expiry is not read"
-    source = "Prefect issue 16746: runs stay Running forever after their worker dies (issue 17)"
+    source = "Prefect issue 16746: runs stay Running forever after their worker dies"
     caught_by = ("discovery.found",)
     fault_kinds = ("kill",)
     resume_policies = ("discovery",)
@@ -161,7 +161,7 @@ class FreshKeyRetryExecution(Execution):
     (not applied: neither has called yet), both retry under keys of their own, and the
     provider applies both; the loser's row update is refused (fenced), too late. Class:
     DBOS issue 742 (a stale pending list re-executes queued work when two recovery
-    passes overlap); issue 17 ("recovery that double-applies under two resumers").
+    passes overlap): recovery that double-applies under two resumers.
     Caught by ``concurrent.effects_once``.
     """
 
@@ -189,7 +189,7 @@ class FreshKeyRetryAdapter(MutantAdapter):
     execution = FreshKeyRetryExecution
     defect = "a call the probe says was not applied is retried under a new key: two resumers charge twice"
     source = ("DBOS issue 742: overlapping recovery passes re-execute queued work; "
-              "issue 17: recovery that double-applies under two resumers")
+              "recovery that double-applies under two resumers")
     caught_by = ("concurrent.effects_once",)
     fault_kinds = ("kill",)
     point_sources = ("label",)
@@ -202,14 +202,14 @@ class AcksOnReceiptAdapter(MutantAdapter):
 
     A worker that dies in between (while it connects) leaves an accepted run that does
     not exist; a harness that hands every resumer the input recreates it, and the end
-    state is right. Class: LangGraph issue 8764 (an accepted run silently dropped);
-    issue 17 ("a run lost before its first durable write"). Caught at the crash state by
+    state is right. Class: LangGraph issue 8764 (an accepted run silently dropped):
+    a run lost before its first durable write. Caught at the crash state by
     ``run.acknowledged_durable`` (and, under ``input-once``, the run never finishes).
     """
 
     name = "defect:acks-before-write"
     defect = "the run is acknowledged on receipt, before it is stored: a crash in between loses an accepted run"
-    source = "LangGraph issue 8764: an accepted run silently dropped (issue 17)"
+    source = "LangGraph issue 8764: an accepted run silently dropped"
     caught_by = ("run.acknowledged_durable",)
     fault_kinds = ("kill",)
     point_sources = ("await",)

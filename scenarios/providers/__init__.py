@@ -1,4 +1,4 @@
-"""Where the providers used to live: a re-export of :mod:`crashmatrix.harness.services.providers`.
+"""The providers' former import path, kept working: a re-export of :mod:`crashmatrix.harness.services.providers`.
 
 The provider servers, their ledger, clients and launcher are harness services (the
 harness starts them for every subject), so they live in

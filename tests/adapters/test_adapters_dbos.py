@@ -235,7 +235,7 @@ def test_a_recovered_workflow_runs_wherever_the_internal_queue_is_served(tmp_pat
 def test_cancel_workflow_then_resume_workflow_runs_the_step_in_flight_again(matrix_cases: Any) -> None:
     """DBOS's own cancel (``cancel_workflow``, while the charging step's request has been
     answered) and resume (``resume_workflow``): the step's result is not recorded, so the
-    resumed workflow runs the step again; the naive tool charges twice (issue 18, seen by
+    resumed workflow runs the step again; the naive tool charges twice (seen by
     hand on 3.4.0; docs/findings.md, "Cancellation styles")."""
     s = matrix_cases(SUBJECT, f"{WL}:NAIVE", ["cancel-api@tool.request.after[tool-8]#1"])
     [case] = s.cases

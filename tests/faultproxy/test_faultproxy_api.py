@@ -129,7 +129,7 @@ def test_create_ignores_unknown_fields_toxics_and_trailing_garbage(api: Api, ech
     r = api.post("/proxies", raw=raw)
     api.track(name)
     assert r.status_code == 201, r.text
-    assert r.json()["toxics"] == []  # issue #79: toxics at creation are ignored
+    assert r.json()["toxics"] == []  # Toxiproxy issue #79: toxics at creation are ignored
 
 
 def test_create_duplicate_is_409(api: Api, echo: EchoServer) -> None:

@@ -94,7 +94,7 @@ def test_latency_rtt_adds_one_direction_only(api: Api, echo: EchoServer) -> None
     c = connect(p["listen"])
     assert rtt(c) < TOL + SLACK
     api.toxic(p["name"], "latency", latency=100)
-    assert within(rtt(c), 0.100, TOL)  # issue #655: L, not 2L
+    assert within(rtt(c), 0.100, TOL)  # Toxiproxy issue #655: L, not 2L
     api.toxic(p["name"], "latency", stream="upstream", latency=50)
     assert within(rtt(c), 0.150, 2 * TOL)
 
@@ -173,7 +173,7 @@ def test_concurrent_connections_are_independent(api: Api, echo: EchoServer) -> N
         c.sendall(b"x")
     for c in conns:
         assert recv_exact(c, 1) == b"x"
-    assert within(time.monotonic() - start, 0.150, TOL)  # issue #193: not 4 x 150 ms
+    assert within(time.monotonic() - start, 0.150, TOL)  # Toxiproxy issue #193: not 4 x 150 ms
 
 
 def test_per_hop_overhead_is_small(api: Api, echo: EchoServer) -> None:
@@ -470,7 +470,7 @@ def test_limit_data_truncates_then_closes_both_sides(api: Api, upstream: TcpServ
 def test_limit_data_is_per_connection_and_per_direction(api: Api, upstream: TcpServer) -> None:
     p = api.create(upstream.addr)
     api.toxic(p["name"], "limit_data", stream="upstream", bytes=10)
-    for _ in range(2):  # issue #126: each connection gets its own budget
+    for _ in range(2):  # Toxiproxy issue #126: each connection gets its own budget
         c = connect(p["listen"])
         s = upstream.accept()
         s.sendall(b"d" * 100)  # downstream is not limited

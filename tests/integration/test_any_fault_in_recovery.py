@@ -1,4 +1,4 @@
-"""Any fault kind at any point of recovery (issue 17): pause and db-restart as a second
+"""Any fault kind at any point of recovery: pause and db-restart as a second
 fault, a zombie's effect at a provider, a failing case's directory kept, and depth 2
 saying why it made nothing. A few focused cases on live services."""
 

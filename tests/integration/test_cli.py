@@ -217,7 +217,7 @@ def test_unreachable_fault_proxy_is_one_line_and_exit_2(cli_env, test_tag, tmp_p
 
 
 def test_the_default_runs_checkout_then_support_desk_each_with_its_report(cli_env, tmp_path) -> None:
-    """No workload named: checkout, then support_desk (issue 16), one summary and one report
+    """No workload named: checkout, then support_desk, one summary and one report
     each (``r.json``, ``r-support_desk.json``); a shard keeps it cheap."""
     proc = subprocess.run([*CLI, "run", "--kinds", "kill", "--shard", "1/60", "--report", "r.json"],
                           env=dict(cli_env, CRASHMATRIX_PROGRESS_S="0"),

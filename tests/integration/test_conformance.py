@@ -1,7 +1,7 @@
 """The committed resume-conformance table (docs/conformance.md, .json) is not stale: the
 versions it claims are the installed ones, the page is what its JSON renders, and a
 small sample of its cells replays to the same verdicts (a few cases, real services;
-the whole table is the nightly ci job). harness/conformance.py; issue 20."""
+the whole table is the nightly ci job). harness/conformance.py."""
 
 from __future__ import annotations
 

@@ -72,7 +72,7 @@ def test_pruned_kill_cases_agree_and_an_unsound_grouping_is_escalated() -> None:
 
 
 def test_sampled_kinds_join_the_matrix_and_say_so() -> None:
-    """The CLI default's sampled kinds (issue 16) and resume policies (issue 17) through the
+    """The CLI default's sampled kinds and resume policies through the
     Python API: one case of each kind and two concurrent ones, run and passed on the
     reference runtime, and notes naming how many of how many."""
     from crashmatrix.harness.matrix import run_matrix

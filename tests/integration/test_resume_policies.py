@@ -1,4 +1,4 @@
-"""The resume policies on the reference runtime (issue 17): two resumers at once, the same
+"""The resume policies on the reference runtime: two resumers at once, the same
 crash in every worker, recovery without the run id, the input handed out once. A few
 focused cases; the mutants each policy catches run in the selftest
 (tests/integration/test_selftest.py)."""

@@ -1,5 +1,5 @@
 """Correct runtimes written the ways other teams write them pass with no false alarm;
-the defect planted in each is caught, and is the only failure (issue 15).
+the defect planted in each is caught, and is the only failure.
 
 ``tests/subjects/teamruntimes``: keys made once and stored before the send (uuid4, uuid
 hex, ULID, a PostgreSQL sequence, base64), a runtime with status names of its own and one

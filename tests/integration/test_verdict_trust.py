@@ -1,4 +1,4 @@
-"""No false alarm, no defect taken for the baseline (issue 15): the determinism gate and
+"""No false alarm, no defect taken for the baseline: the determinism gate and
 the invariants checked on the golden run, on the real harness (PostgreSQL, providers,
 forked workers)."""
 

@@ -1,4 +1,4 @@
-"""Flaky verdicts said as such (issue 15), on a real subject with a race
+"""Flaky verdicts said as such, on a real subject with a race
 (tests/subjects/racyretry: a resumed call re-sent under a fresh key when a coin from
 ``os.urandom`` says so): a failing case is replayed on the same session, and one whose
 replay passes is reported ``flaky`` with every run's outcome, in the terminal summary,

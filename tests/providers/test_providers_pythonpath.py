@@ -1,4 +1,4 @@
-"""``PYTHONPATH=.`` reaches every child (issue 15): a model script in the user's own
+"""``PYTHONPATH=.`` reaches every child: a model script in the user's own
 package, importable only through a relative ``PYTHONPATH`` entry, runs inside the model
 provider, whose process works in another directory."""
 

@@ -1,4 +1,4 @@
-"""The CLI default's sampled kinds (issue 16): a seeded, order-keeping sample per kind."""
+"""The CLI default's sampled kinds: a seeded, order-keeping sample per kind."""
 
 from __future__ import annotations
 

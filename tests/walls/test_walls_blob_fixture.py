@@ -1,4 +1,4 @@
-"""An older build's blobs resume on this build (issue 5, "An old-version blob fixture").
+"""An older build's blobs resume on this build (an old-version blob fixture).
 
 ``fixtures/log_v2_blobs.json`` was written by build f0cc892 (``make_log_v2_blobs.py``
 says how): a ~20 KB document in a tool's output (the record holds a blob pointer whose

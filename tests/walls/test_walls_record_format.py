@@ -1,4 +1,4 @@
-"""Record format versions: a log written by the build before issue 5 (NodeRecord
+"""Record format versions: a log written by an older build (NodeRecord
 format 1, committed in fixtures/log_v1.json) rehydrates and resumes on this build."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``support_desk`` workload's shapes (issue 16), on real services: its golden runs end
+"""The ``support_desk`` workload's shapes, on real services: its golden runs end
 ``completed`` just under their token and turn limits; the parallel turn's two effects are
 two keys, two ledger rows and two provider rows; the statement is a blob read back two
 turns later; and two plausible defects (``tests/subjects/plausible``) fail a named check

@@ -1,4 +1,4 @@
-"""A representative slice of each issue-5 workload's matrix (research, long_run,
+"""A representative slice of each non-checkout workload's matrix (research, long_run,
 human_pause, report), under both store strategies, with real SIGKILL/SIGTERM/cancel
 faults, forked workers and the providers in their own processes.
 
@@ -55,8 +55,8 @@ SLICES: dict[tuple[str, str], list[Case]] = {
         # SIGTERM outside the scheduler (found by the term matrix at await points; drain.py):
         # while connecting (the run not yet submitted), submitting, after the lease, as
         # the scheduler's task group closes, and while the final status is written (each
-        # round trip as it waits for the Db's turn, before its statement is sent: the
-        # lock's await, Db._until_answered@1, until the tenth session of issue 22)
+        # round trip as it waits for the Db's turn, before its statement is sent:
+        # Db._take_turn@1)
         case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:_connect@1", "run"),
         case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._take_turn@1", "run", 2),
         case("report", "publish", "term", "await", "crashmatrix.reference_runtime.db:Db._take_turn@1", "run", 4),

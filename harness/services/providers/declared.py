@@ -1,5 +1,6 @@
 """Services a workload declares: a side-effecting HTTP service described by a small spec,
-run by the harness like the built-in providers (issue 15, "Services any team can declare").
+run by the harness like the built-in providers, so any team can declare
+the services its workload calls.
 
 A team's tools call their own services (a ticketing API, a CRM), not the harness's
 payment and mail fakes. A workload declares each one as a :class:`ServiceSpec` in its

@@ -1,6 +1,6 @@
 """plausible: five defects a runtime author could plausibly write, each a small variant of
-the reference runtime, kept with the tests and out of the mutant catalogue (issue 16:
-they measure whether the default workloads can show such defects at all, so nothing in
+the reference runtime, kept with the tests and out of the mutant catalogue (they
+measure whether the default workloads can show such defects at all, so nothing in
 ``harness/`` or ``scenarios/defects`` may be tuned to them). Put ``tests/subjects`` on
 ``PYTHONPATH`` and name one as a subject::
 

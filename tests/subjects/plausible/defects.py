@@ -55,7 +55,7 @@ class RecountsTokensAdapter(MutantAdapter):
     name = "plausible:recounts-tokens"
     runtime_class = RecountsTokensRuntime
     defect = "(a) a resume counts the tokens of every rehydrated record twice"
-    source = "issue 16 (budget accounting across a resume)"
+    source = "plausible runtime-author defect: budget accounting across a resume"
     caught_by = ("run.status",)
     fault_kinds = ("kill", "term", "cancel")
 
@@ -88,7 +88,7 @@ class TurnKeyedAdapter(MutantAdapter):
     name = "plausible:turn-keyed"
     execution = TurnKeyedExecution
     defect = "(b) parallel effects of one turn share one idempotency key (derived from the turn)"
-    source = "issue 16 (two effects in flight at once)"
+    source = "plausible runtime-author defect: two effects in flight at once"
     caught_by = ("transcript.exact", "state.equal", "effects.ledger_equal")
     fault_kinds = ("kill", "term", "cancel")
 
@@ -119,7 +119,7 @@ class ChildSessionKeyedAdapter(MutantAdapter):
     name = "plausible:child-session-keyed"
     execution = ChildSessionKeyedExecution
     defect = "(c) a sub-agent's effect is keyed per attempt, so a resume makes it again"
-    source = "issue 16 (a sub-agent's own effects)"
+    source = "plausible runtime-author defect: a sub-agent's own effects"
     caught_by = ("provider.mail.ledger_equal", "effects.resolved")
     fault_kinds = ("kill", "term", "cancel")
 
@@ -161,7 +161,7 @@ class AttemptBlobStore(LocalBlobStore):
 class MovesBlobsAdapter(MutantAdapter):
     name = "plausible:moves-blobs"
     defect = "(d) a resume re-writes an earlier attempt's blobs under a new address and keeps the old pointers"
-    source = "issue 16 (a blob-sized output read by later turns)"
+    source = "plausible runtime-author defect: a blob-sized output read by later turns"
     caught_by = ("state.equal",)
     fault_kinds = ("kill", "term", "cancel")
 
@@ -205,6 +205,6 @@ class CompletionOrderAdapter(MutantAdapter):
     runtime_class = CompletionOrderRuntime
     graph_class = CompletionOrderGraph  # the runtime's own reading of its log
     defect = "(e) parallel results join the conversation in completion order, not call order"
-    source = "issue 16 (parallel calls that complete out of call order)"
+    source = "plausible runtime-author defect: parallel calls that complete out of call order"
     caught_by = ("transcript.exact",)
     fault_kinds = ("kill", "term", "cancel")

@@ -1,5 +1,5 @@
 """The reference runtime with a race in its retry path: a subject whose verdict on the
-same case differs from run to run, for the flaky-verdict tests (issue 15).
+same case differs from run to run, for the flaky-verdict tests.
 
 When a resumed run re-executes a tool call whose effect row was already written
 (the first attempt was interrupted between ``effect.started`` and the commit of the
@@ -52,4 +52,4 @@ class CoinRetryAdapter(UnkeyedRetryAdapter):
     name = "racyretry"
     execution = CoinRetryExecution
     defect = "a resumed call reuses its idempotency key only when a coin says so"
-    source = "tests: a subject with a race, for flaky verdicts (issue 15)"
+    source = "tests: a subject with a race, for flaky verdicts"

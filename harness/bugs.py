@@ -107,7 +107,9 @@ class Entry:
 D_SUBJECT = f"{AD}.dbos:DBOSSqliteAdapter"
 """DBOS on SQLite: the PostgreSQL adapter's ``prepare`` calls ``DBOS.migrate``, which
 dbos 2.x does not have, so only the SQLite adapter runs the 2.x releases."""
-D_WORKLOAD = f"{RW}.dbos_checkout:NAIVE"
+D_WORKLOAD = f"{RW}.dbos_checkout:KEYED"
+"""The keyed tools (idempotency keys from DBOS's own ids): a kill between a naive tool's
+request and its step record charges twice on any runtime, which would hide the bug."""
 D_SYMPTOM = ("concurrent.", "effects.", "provider.", "model.calls_billed")
 """A recovery that runs a workflow twice: a second owner, an effect or a model call
 applied twice."""
@@ -132,7 +134,7 @@ ENTRIES: tuple[Entry, ...] = (
           resume="concurrent", symptom=D_SYMPTOM),
     Entry("dbos-703", "a workflow cancelled right before it completes moves on to SUCCESS or ERROR: cancellation "
           "is not terminal", DBOS, "PR 703", f"https://github.com/{DBOS}/pull/703", f"https://github.com/{DBOS}/pull/703",
-          "dbos", "2.23.0", "2.24.0", D_SUBJECT, f"{RW}.dbos_checkout:KEYED", ("cancel-api",),
+          "dbos", "2.23.0", "2.24.0", D_SUBJECT, D_WORKLOAD, ("cancel-api",),
           symptom=("cancel", "run.", "durable", "effects.", "provider.")),
     Entry("dbos-716", "a PostgreSQL restart during recover_pending_workflows strands the dead executor's "
           "workflows in PENDING forever", DBOS, "issue 716", f"https://github.com/{DBOS}/issues/716",
@@ -146,6 +148,14 @@ ENTRIES: tuple[Entry, ...] = (
           needs="a workload that enqueues its run on a user queue of concurrency 1 (the DBOS checkout workload "
           "starts its workflow directly), and a fixing release: the closing change is not in the repository "
           "snapshot read"),
+    Entry("dbos-804", "during a rolling restart the draining executor (same executor id) re-claims a queued "
+          "workflow that the new executor's launch recovery just re-enqueued, stranding it PENDING", DBOS,
+          "issue 804", f"https://github.com/{DBOS}/issues/804", f"https://github.com/{DBOS}/issues/804", "dbos",
+          "2.30.0", "",
+          needs="a resume policy that launches the recovering worker while the SIGTERMed one still drains (the "
+          "overlap of a rolling restart: term and the resume are sequential today), a workload with a forked "
+          "workflow asleep in DBOS.sleep, and a fixing release (the closing change is not in the repository "
+          "snapshot read)"),
     Entry("dbos-732", "an asyncio cancel of a workflow while it launches a child clears the workflow context: the "
           "child is launched with a blank workflow id", DBOS, "PR 732", f"https://github.com/{DBOS}/pull/732",
           f"https://github.com/{DBOS}/pull/732", "dbos", "2.25.0", "2.26.0",
@@ -180,8 +190,8 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("llamaindex-281", "ctx.to_dict() of a workflow resumed from a snapshot fails with 'Worker N not found in "
           "in_progress': a resumed run cannot be snapshotted again", "run-llama/llama-agents", "issue 281",
           "https://github.com/run-llama/llama-agents/issues/281", "https://github.com/run-llama/llama-agents/pull/282",
-          "llama-index-workflows", "2.12.1", "2.12.2", "llamaindex", f"{RW}.llamaindex_checkout:NAIVE", ("kill",),
-          symptom=("run.", "effects.", "provider.", "state.", "transcript.", "model.", "log.")),
+          "llama-index-workflows", "2.12.1", "2.12.2", "llamaindex", f"{RW}.llamaindex_checkout:KEYED", ("kill",),
+          symptom=("resume.runs", "run.status")),
     Entry("absurd-95", "a run cancelled (or failed) after its worker claimed it raises out of the worker instead of "
           "ending as terminal control flow", "earendil-works/absurd", "issue 95",
           "https://github.com/earendil-works/absurd/issues/95",
@@ -267,6 +277,21 @@ class Result:
                 "outcome": self.outcome, "why": self.why, "regressed": self.entry.expect == "found" and
                 self.outcome != "found", "buggy": dataclasses.asdict(self.buggy) if self.buggy else None,
                 "fixed": dataclasses.asdict(self.fixed) if self.fixed else None}
+
+
+def load(path: Path) -> list[Result]:
+    """The results of a corpus report written by :func:`write`, each re-attached to the
+    current entry of its name (an entry no longer in :data:`ENTRIES` is dropped).
+    Raises ``OSError``/``ValueError``/``KeyError`` for a missing or malformed file."""
+    known = {e.name: e for e in ENTRIES}
+    out = []
+    for r in json.loads(Path(path).read_text())["results"]:
+        entry = known.get(r["entry"]["name"])
+        if entry is None:
+            continue
+        sides = [Side(**r[k]) if r.get(k) else None for k in ("buggy", "fixed")]
+        out.append(Result(entry, r["outcome"], r["why"], *sides))
+    return out
 
 
 def read_report(path: Path) -> dict[str, Any]:

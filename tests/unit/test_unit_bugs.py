@@ -97,3 +97,12 @@ def test_report_marks_a_regression_and_tabulates_every_entry(tmp_path):
     assert data["results"][0]["regressed"] is True and data["results"][1]["regressed"] is False
     table = md.read_text()
     assert "| x-1 |" in table and "| x-2 |" in table and "needs an adapter" in table
+
+
+def test_a_written_report_loads_back(tmp_path):
+    e = bugs.entries(["dbos-742"])[0]
+    r = bugs.Result(e, "found", "why", side("failed", {"concurrent.loser_fenced": 5}), side("passed", release="2.26.0"))
+    js, _ = bugs.write([r], tmp_path / "b.json")
+    (back,) = bugs.load(js)
+    assert back.entry is e and back.outcome == "found" and back.buggy.checks == {"concurrent.loser_fenced": 5}
+    assert back.fixed.release == "2.26.0"

@@ -123,7 +123,8 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("dbos-786", "recovery is not idempotent: two processes recovering one workflow both run its remaining "
           "steps (fixed by routing recovery through queues, conditioned on the workflow still naming a dead "
           "executor)", DBOS, "PR 786", f"https://github.com/{DBOS}/pull/786", f"https://github.com/{DBOS}/pull/786",
-          "dbos", "2.28.0", "2.29.0", D_SUBJECT, D_WORKLOAD, ("kill",), resume="concurrent", symptom=D_SYMPTOM),
+          "dbos", "2.28.0", "2.29.0", D_SUBJECT, D_WORKLOAD, ("kill",), resume="concurrent", symptom=D_SYMPTOM,
+          expect="found"),
     Entry("dbos-773", "two executions of one workflow clobber each other's outcome (an outcome written when the "
           "status is no longer PENDING)", DBOS, "PR 773", f"https://github.com/{DBOS}/pull/773",
           f"https://github.com/{DBOS}/pull/773", "dbos", "2.27.0", "2.28.0", D_SUBJECT, D_WORKLOAD, ("kill",),
@@ -243,7 +244,8 @@ def source_tree() -> Path:
 class Side:
     """One release's run: ``release``, ``venv``, ``status`` (``passed`` / ``failed`` /
     ``install-conflict`` / ``install-failed`` / ``error``), the failing ``checks`` (name ->
-    failing cases), ``cases``, ``failed`` cases, ``harness_errors``, ``exit`` (the run's
+    failing cases), ``cases``, ``failed`` cases, ``harness_errors``, ``not_run`` (cases
+    whose fault could not take effect), ``exit`` (the run's
     exit code), ``detail`` (one line: the first failure, or why it did not run),
     ``first_failure`` (its replay command) and ``seconds``."""
 
@@ -254,6 +256,7 @@ class Side:
     cases: int = 0
     failed: int = 0
     harness_errors: int = 0
+    not_run: int = 0
     exit: int | None = None
     detail: str = ""
     first_failure: str = ""
@@ -296,17 +299,20 @@ def load(path: Path) -> list[Result]:
 
 def read_report(path: Path) -> dict[str, Any]:
     """The figures of one ``crashmatrix run`` JSON report: ``cases``, ``failed``,
-    ``harness_errors``, ``checks`` (failing check name -> cases), ``first`` (the first
+    ``harness_errors``, ``not_run``, ``checks`` (failing check name -> cases), ``first`` (the first
     failing case's replay command) and ``first_line`` (its case id and checks). Raises
     ``OSError``/``ValueError`` for a missing or malformed file."""
     data = json.loads(Path(path).read_text())
     reports = data.get("reports") or data.get("matrices") or [data]
-    out: dict[str, Any] = {"cases": 0, "failed": 0, "harness_errors": 0, "checks": {}, "first": "", "first_line": ""}
+    out: dict[str, Any] = {"cases": 0, "failed": 0, "harness_errors": 0, "not_run": 0, "checks": {}, "first": "",
+                           "first_line": ""}
     for rep in reports:
         for c in rep.get("cases", []):
             out["cases"] += 1
             if c.get("outcome") == "harness-error":
                 out["harness_errors"] += 1
+            if c.get("outcome") == "not-run":
+                out["not_run"] += 1
             if c.get("outcome") not in ("fail", "flaky"):
                 continue
             out["failed"] += 1
@@ -341,8 +347,9 @@ def judge(entry: Entry, buggy: Side | None, fixed: Side | None) -> tuple[str, st
             return "not found", f"the {which} release {side.release} did not run: {side.detail}"
     named = symptom_checks(entry, buggy.checks)
     if buggy.status == "passed":
-        return "not found", (f"the buggy release {buggy.release} passed all {buggy.cases} cases: the matrix does not "
-                             "reach the bug with the shipped adapter and workload")
+        unrun = f", {buggy.not_run} of them not run (the fault could not take effect)" if buggy.not_run else ""
+        return "not found", (f"the buggy release {buggy.release} passed all {buggy.cases} cases{unrun}: the matrix "
+                             "does not reach the bug with the shipped adapter and workload")
     if not named:
         return "not found", (f"the buggy release {buggy.release} failed on {', '.join(buggy.checks) or 'no check'}, "
                              f"none naming the symptom ({', '.join(entry.symptom)})")
@@ -446,6 +453,7 @@ def run_side(entry: Entry, version: str, out_dir: Path, *, cache: Path | None = 
     if figures is not None:
         side.cases, side.failed, side.checks = figures["cases"], figures["failed"], figures["checks"]
         side.harness_errors, side.first_failure = figures["harness_errors"], figures["first"]
+        side.not_run = figures["not_run"]
         side.detail = figures["first_line"]
     if side.exit == 0:
         side.status = "passed"
@@ -479,7 +487,7 @@ def _cell(side: Side | None) -> str:
     if side is None:
         return "-"
     if side.status in ("passed", "failed"):
-        return f"{side.status} {side.failed}/{side.cases}"
+        return f"{side.status}: {side.failed}/{side.cases} fail" + (f", {side.not_run} not run" if side.not_run else "")
     return side.status
 
 

@@ -166,9 +166,9 @@ ENTRIES: tuple[Entry, ...] = (
           "side-effecting tool call up to max_attempts", "pydantic/pydantic-ai", "PR 6640",
           "https://github.com/pydantic/pydantic-ai/pull/6640", "https://github.com/pydantic/pydantic-ai/pull/6640",
           "pydantic-ai-slim", "", "",
-          needs="the Pydantic AI adapter does not wire MCP toolsets or DBOSDurability(mcp_step_config="
-          "{'retries_allowed': True}), and no shipped workload has a tool that raises ModelRetry; the buggy and "
-          "fixing releases are not determined"),
+          needs="an adapter that wires MCP toolsets with DBOSDurability(mcp_step_config={'retries_allowed': "
+          "True}) and a workload whose tool raises ModelRetry (the Pydantic AI adapter and workload have neither); "
+          "the buggy and fixing releases are not determined"),
     Entry("pydantic-ai-6907", "on Prefect, tool-call results never replay: non-idempotent tools re-execute on "
           "a flow retry (the cache key depends on pickle object sharing)", "pydantic/pydantic-ai", "issue 6907",
           "https://github.com/pydantic/pydantic-ai/issues/6907", "https://github.com/pydantic/pydantic-ai/issues/6907",
@@ -179,20 +179,19 @@ ENTRIES: tuple[Entry, ...] = (
           "completed methods as a resume and never reaches a final answer", "crewAIInc/crewAI", "PR 6113",
           "https://github.com/crewAIInc/crewAI/pull/6113", "https://github.com/crewAIInc/crewAI/pull/6113",
           "crewai", "", "",
-          needs="the CrewAI adapter runs a Flow with @persist; it does not wire a Crew with agents, tasks and "
-          "CheckpointConfig (the bug lives in the checkpointed AgentExecutor)"),
+          needs="a CrewAI adapter that runs a Crew with agents, tasks and CheckpointConfig (the shipped one runs a "
+          "Flow with @persist; the bug lives in the checkpointed AgentExecutor)"),
     Entry("llamaindex-18019", "a workflow resumed from a serialized Context (to_dict/from_dict with "
           "JsonSerializer) does not continue where it stopped", "run-llama/llama_index", "issue 18019",
           "https://github.com/run-llama/llama_index/issues/18019", "https://github.com/run-llama/llama_index/pull/18023",
           "llama-index-core", "", "",
-          needs="the subject in its own environment: the bug is in llama-index-core 0.12's embedded "
-          "llama_index.core.workflow, while the LlamaIndex adapter imports llama-index-workflows 2.x "
-          "(workflows.*); an adapter for the old module path would be needed"),
+          needs="an adapter for llama-index-core 0.12's embedded llama_index.core.workflow, where the bug is (the "
+          "LlamaIndex adapter imports llama-index-workflows 2.x, workflows.*)"),
     Entry("llamaindex-281", "ctx.to_dict() of a workflow resumed from a snapshot fails with 'Worker N not found in "
           "in_progress': a resumed run cannot be snapshotted again", "run-llama/llama-agents", "issue 281",
           "https://github.com/run-llama/llama-agents/issues/281", "https://github.com/run-llama/llama-agents/pull/282",
           "llama-index-workflows", "2.12.1", "2.12.2", "llamaindex", f"{RW}.llamaindex_checkout:KEYED", ("kill",),
-          symptom=("resume.runs", "run.status")),
+          symptom=("resume.runs", "run.status"), expect="found"),
     Entry("absurd-95", "a run cancelled (or failed) after its worker claimed it raises out of the worker instead of "
           "ending as terminal control flow", "earendil-works/absurd", "issue 95",
           "https://github.com/earendil-works/absurd/issues/95",

@@ -184,9 +184,16 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("llamaindex-18019", "a workflow resumed from a serialized Context (to_dict/from_dict with "
           "JsonSerializer) does not continue where it stopped", "run-llama/llama_index", "issue 18019",
           "https://github.com/run-llama/llama_index/issues/18019", "https://github.com/run-llama/llama_index/pull/18023",
-          "llama-index-core", "", "",
+          "llama-index-core", "0.12.22", "0.12.23",
           needs="an adapter for llama-index-core 0.12's embedded llama_index.core.workflow, where the bug is (the "
-          "LlamaIndex adapter imports llama-index-workflows 2.x, workflows.*)"),
+          "LlamaIndex adapter imports llama-index-workflows 2.x, workflows.*); the releases are the uploads "
+          "around the fix's merge (2025-03-05)"),
+    Entry("llamaindex-17938", "a context restored with Context.from_dict counts its in-progress events twice (once "
+          "when restored, once when the run starts), and a stopped run's task never cancels", "run-llama/llama_index",
+          "PR 17938", "https://github.com/run-llama/llama_index/pull/17938",
+          "https://github.com/run-llama/llama_index/pull/17938", "llama-index-core", "0.12.20", "0.12.21",
+          needs="an adapter for llama-index-core 0.12's embedded llama_index.core.workflow (as llamaindex-18019); "
+          "the releases are the uploads around the fix's merge (2025-02-26)"),
     Entry("llamaindex-281", "ctx.to_dict() of a workflow resumed from a snapshot fails with 'Worker N not found in "
           "in_progress': a resumed run cannot be snapshotted again", "run-llama/llama-agents", "issue 281",
           "https://github.com/run-llama/llama-agents/issues/281", "https://github.com/run-llama/llama-agents/pull/282",

@@ -137,6 +137,11 @@ ENTRIES: tuple[Entry, ...] = (
           "is not terminal", DBOS, "PR 703", f"https://github.com/{DBOS}/pull/703", f"https://github.com/{DBOS}/pull/703",
           "dbos", "2.23.0", "2.24.0", D_SUBJECT, D_WORKLOAD, ("cancel-api",),
           symptom=("cancel", "run.", "durable", "effects.", "provider.")),
+    Entry("dbos-721", "a recv_async cancelled while its setup thread is in flight leaves its notifications entry "
+          "behind: the next recv of that workflow and topic in the process fails as a concurrent execution", DBOS,
+          "PR 721", f"https://github.com/{DBOS}/pull/721", f"https://github.com/{DBOS}/pull/721", "dbos", "2.23.0",
+          "2.24.0", D_SUBJECT, f"{RW}.dbos_human:KEYED", ("cancel",), resume="same-worker", conversation="approve",
+          symptom=("run.", "resume.", "interrupt.", "same.worker")),
     Entry("dbos-716", "a PostgreSQL restart during recover_pending_workflows strands the dead executor's "
           "workflows in PENDING forever", DBOS, "issue 716", f"https://github.com/{DBOS}/issues/716",
           f"https://github.com/{DBOS}/pull/717", "dbos", "2.23.0", "2.24.0",

@@ -106,3 +106,31 @@ def test_a_written_report_loads_back(tmp_path):
     (back,) = bugs.load(js)
     assert back.entry is e and back.outcome == "found" and back.buggy.checks == {"concurrent.loser_fenced": 5}
     assert back.fixed.release == "2.26.0"
+
+
+def test_the_nightly_job_runs_the_corpus_with_options_the_command_has():
+    """ci/bugs-nightly.yml and its GitLab twin run .ci/bugs-nightly on a schedule with the
+    release venvs cached, and the script passes only options ``crashmatrix bugs`` takes."""
+    import re
+    from pathlib import Path
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from crashmatrix.harness import cli
+
+    root = Path(__file__).resolve().parents[2]
+    gh = yaml.safe_load((root / "ci" / "bugs-nightly.yml").read_text())
+    triggers = gh.get("on", gh.get(True))  # YAML 1.1 reads a bare `on` key as True
+    assert set(triggers) == {"schedule", "workflow_dispatch"}
+    job = gh["jobs"]["bug-corpus"]
+    assert job["env"][bugs.CACHE_ENV] and any(s.get("run") == ".ci/bugs-nightly" for s in job["steps"])
+    assert any(str(s.get("uses", "")).startswith("actions/cache") for s in job["steps"])
+    gl = yaml.safe_load((root / "ci" / "bugs-nightly.gitlab-ci.yml").read_text())["bug-corpus"]
+    assert gl["script"] == [".ci/bugs-nightly"] and gl["variables"][bugs.CACHE_ENV]
+    script = (root / ".ci" / "bugs-nightly").read_text()
+    runs = [line for line in script.splitlines() if "crashmatrix bugs" in line and not line.startswith("#")]
+    assert len(runs) == 1 and "install -q -e ." in script
+    help_text = CliRunner().invoke(cli.app, ["bugs", "--help"], env={"COLUMNS": "200"}).output
+    for option in re.findall(r"(--[a-z-]+)", runs[0]):
+        assert option in help_text, option

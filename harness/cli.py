@@ -641,6 +641,45 @@ def conformance(
                   f"{time.monotonic() - t0:.0f} s", markup=False, highlight=False)
 
 
+@app.command("bugs")
+def bugs_cmd(
+    entry: Annotated[Optional[list[str]], typer.Option("--entry", help="Only this entry (repeatable). Default: all.")] = None,
+    out: Annotated[Path, typer.Option(help="Write the JSON report here and the Markdown table beside it (.md).")]
+    = Path("crashmatrix-bugs.json"),
+    list_only: Annotated[bool, typer.Option("--list", help="List the entries and their commands; run nothing.")] = False,
+) -> None:
+    """The public-bug corpus (harness/bugs.py): install each entry's buggy and fixing
+    release in a venv of its own (cached under $CRASHMATRIX_BUGS_CACHE, default
+    ~/.cache/crashmatrix/bugs), run its command on both, and report found / not found.
+    Exit 0 when every entry expected found was found, 1 when one was not, 2 bad input."""
+    from . import bugs
+
+    try:
+        chosen = bugs.entries(entry or [])
+        if not list_only:
+            bugs.source_tree()
+    except CrashmatrixError as exc:
+        raise typer.Exit(_fail(exc)) from None
+    if list_only:
+        for e in chosen:
+            how = f"crashmatrix {' '.join(e.command())}" if e.needs is None else f"needs {e.needs}"
+            console.print(f"{e.name}  {e.dist} {e.buggy or '?'} -> {e.fixed or 'none'}  {e.url}\n  {how}",
+                          markup=False, highlight=False, soft_wrap=True)
+        return
+    results: list[bugs.Result] = []
+    for e in chosen:
+        console.print(f"crashmatrix bugs: {e.name} ...", markup=False, highlight=False)
+        r = bugs.run_entry(e, out.parent, log=lambda line: console.print(line, markup=False, highlight=False))
+        console.print(f"  {r.outcome}: {r.why}", markup=False, highlight=False, soft_wrap=True)
+        results.append(r)
+        bugs.write(results, out)
+    paths = bugs.write(results, out)
+    found = sum(r.outcome == "found" for r in results)
+    console.print(f"{found} of {len(results)} entries found; report: {paths[0]}, {paths[1]}", markup=False, highlight=False)
+    if any(r.to_dict()["regressed"] for r in results):
+        raise typer.Exit(1)
+
+
 @app.command("list")
 def list_names() -> None:
     """List registered subjects (with mutants) and workloads."""

@@ -1,0 +1,528 @@
+"""The public-bug corpus: since-fixed durability bugs of released runtimes, each run by
+the generic harness against its buggy and its fixing release.
+
+An entry (:class:`Entry`, the data in :data:`ENTRIES`) names a public report (repository,
+issue or pull request, link, the fixing change), the PyPI distribution with its buggy
+and fixing releases, and the ordinary ``crashmatrix run`` command that should show it:
+the shipped adapter (``subject``), a shipped workload, fault kinds, crash-point sources,
+resume policy and conversation, and the check names expected to fail (``symptom``: a
+failing check whose name starts with one of them names the symptom). An entry the
+shipped adapters and workloads cannot express carries ``needs``: the capability missing
+(it is reported "not found" with that reason and never installed).
+
+:func:`run_entry` installs each release into a virtual environment of its own, cached
+under :func:`cache_dir` (``<cache>/<dist>-<version>``: crashmatrix from this source tree
+plus ``dist==version`` and the entry's ``pins``; a resolver conflict is reported as
+"needs the subject in its own environment"), then runs the command with
+``--subject SUBJECT@VENV`` in a child ``crashmatrix`` process and reads its JSON report.
+An entry is **found** when the buggy release fails with a check naming the symptom and
+the fixing release passes; anything else is **not found** with the reason
+(:func:`judge`). :func:`markdown` and :func:`to_json` render the table
+(docs/findings.md, "Public-bug corpus").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import InvalidArgument
+
+AD = "crashmatrix.harness.adapters"
+RW = "crashmatrix.scenarios.realworld"
+CACHE_ENV = "CRASHMATRIX_BUGS_CACHE"
+"""Environment variable naming the venv cache directory (default ``~/.cache/crashmatrix/bugs``)."""
+INSTALL_TIMEOUT = 1800.0
+"""Seconds one venv's ``pip install`` may take."""
+RUN_TIMEOUT = 1800.0
+"""Seconds one release's ``crashmatrix run`` may take."""
+OUTCOMES = ("found", "not found")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One public, since-fixed durability bug.
+
+    ``name`` (``runtime-number``), ``title`` (the symptom in a line), ``repo``
+    (``owner/name``), ``ref`` (``issue 742`` / ``PR 6640``), ``url``, ``fix`` (the
+    fixing change, a link), ``dist`` (PyPI distribution), ``buggy`` and ``fixed``
+    (releases; ``""`` when none exists), ``pins`` (further requirements of both venvs),
+    ``subject`` (a registered subject or ``module:Adapter``), ``workload``, ``kinds``,
+    ``sources``, ``resume`` (a resume policy), ``conversation``, ``symptom`` (check-name
+    prefixes), ``needs`` (None when the shipped harness can run it; else the capability
+    it lacks), ``expect`` (``found``/``not found``: the last measured outcome, which a
+    nightly run compares against)."""
+
+    name: str
+    title: str
+    repo: str
+    ref: str
+    url: str
+    fix: str
+    dist: str
+    buggy: str
+    fixed: str
+    subject: str = ""
+    workload: str = ""
+    kinds: tuple[str, ...] = ("kill",)
+    sources: tuple[str, ...] = ("step", "label")
+    resume: str = "default"
+    conversation: str = "conv1"
+    symptom: tuple[str, ...] = ()
+    pins: tuple[str, ...] = ()
+    needs: str | None = None
+    expect: str = "not found"
+
+    def command(self, venv: str | Path = "VENV", report: str | Path = "REPORT") -> list[str]:
+        """The ``crashmatrix run`` arguments (after the program name) for one release
+        installed in ``venv``: the release both crashes and resumes each case (a build
+        pair of one venv, :mod:`.builds`: how a subject runs from a venv of its own)."""
+        return ["run", self.workload, "--subject", f"{self.subject}@{venv}", "--resume-with", f"{self.subject}@{venv}",
+                "--kinds", ",".join(self.kinds),
+                "--sources", ",".join(self.sources), "--resume", self.resume, "--conversation", self.conversation,
+                "--report", str(report), "--replay-failures", "0", "--jobs", "1", "--no-prune"]
+
+    def validate(self) -> list[str]:
+        """What is wrong with the entry (empty: nothing)."""
+        problems = []
+        if not self.name or not self.repo or "/" not in self.repo or not self.url.startswith("https://"):
+            problems.append("name, repo (owner/name) and url (https://) are required")
+        if self.expect not in OUTCOMES:
+            problems.append(f"expect={self.expect!r} must be one of {OUTCOMES}")
+        if self.needs is None:
+            if not (self.subject and self.workload and self.kinds and self.symptom and self.buggy and self.fixed):
+                problems.append("a runnable entry (needs None) needs subject, workload, kinds, symptom, buggy and fixed")
+        elif self.expect == "found":
+            problems.append("an entry with needs cannot be expected found")
+        return problems
+
+
+D_SUBJECT = f"{AD}.dbos:DBOSSqliteAdapter"
+"""DBOS on SQLite: the PostgreSQL adapter's ``prepare`` calls ``DBOS.migrate``, which
+dbos 2.x does not have, so only the SQLite adapter runs the 2.x releases."""
+D_WORKLOAD = f"{RW}.dbos_checkout:KEYED"
+"""The keyed tools (idempotency keys from DBOS's own ids): a kill between a naive tool's
+request and its step record charges twice on any runtime, which would hide the bug."""
+D_SYMPTOM = ("concurrent.", "effects.", "provider.", "model.calls_billed")
+"""A recovery that runs a workflow twice: a second owner, an effect or a model call
+applied twice."""
+DBOS = "dbos-inc/dbos-transact-py"
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry("dbos-742", "a second recoverer with a stale pending list runs a queued workflow another recoverer "
+          "already handed back to its queue", DBOS, "issue 742", f"https://github.com/{DBOS}/issues/742",
+          f"https://github.com/{DBOS}/pull/744", "dbos", "2.25.0", "2.26.0", D_SUBJECT, D_WORKLOAD,
+          ("kill",), resume="concurrent", symptom=D_SYMPTOM),
+    Entry("dbos-786", "recovery is not idempotent: two processes recovering one workflow both run its remaining "
+          "steps (fixed by routing recovery through queues, conditioned on the workflow still naming a dead "
+          "executor)", DBOS, "PR 786", f"https://github.com/{DBOS}/pull/786", f"https://github.com/{DBOS}/pull/786",
+          "dbos", "2.28.0", "2.29.0", D_SUBJECT, D_WORKLOAD, ("kill",), resume="concurrent", symptom=D_SYMPTOM,
+          expect="found"),
+    Entry("dbos-773", "two executions of one workflow clobber each other's outcome (an outcome written when the "
+          "status is no longer PENDING)", DBOS, "PR 773", f"https://github.com/{DBOS}/pull/773",
+          f"https://github.com/{DBOS}/pull/773", "dbos", "2.27.0", "2.28.0", D_SUBJECT, D_WORKLOAD, ("kill",),
+          resume="concurrent", symptom=D_SYMPTOM),
+    Entry("dbos-801", "a workflow's final status is written even when the row is no longer PENDING: a second "
+          "execution overwrites the first one's outcome", DBOS, "PR 801", f"https://github.com/{DBOS}/pull/801",
+          f"https://github.com/{DBOS}/pull/801", "dbos", "2.29.0", "2.30.0", D_SUBJECT, D_WORKLOAD, ("kill",),
+          resume="concurrent", symptom=D_SYMPTOM),
+    Entry("dbos-703", "a workflow cancelled right before it completes moves on to SUCCESS or ERROR: cancellation "
+          "is not terminal", DBOS, "PR 703", f"https://github.com/{DBOS}/pull/703", f"https://github.com/{DBOS}/pull/703",
+          "dbos", "2.23.0", "2.24.0", D_SUBJECT, D_WORKLOAD, ("cancel-api",),
+          symptom=("cancel", "run.", "durable", "effects.", "provider.")),
+    Entry("dbos-721", "a recv_async cancelled while its setup thread is in flight leaves its notifications entry "
+          "behind: the next recv of that workflow and topic in the process fails as a concurrent execution", DBOS,
+          "PR 721", f"https://github.com/{DBOS}/pull/721", f"https://github.com/{DBOS}/pull/721", "dbos", "2.23.0",
+          "2.24.0", D_SUBJECT, f"{RW}.dbos_human:KEYED", ("cancel",), resume="same-worker", conversation="approve",
+          symptom=("run.", "resume.", "interrupt.", "same.worker")),
+    Entry("dbos-716", "a PostgreSQL restart during recover_pending_workflows strands the dead executor's "
+          "workflows in PENDING forever", DBOS, "issue 716", f"https://github.com/{DBOS}/issues/716",
+          f"https://github.com/{DBOS}/pull/717", "dbos", "2.23.0", "2.24.0",
+          needs="a db-restart fault during a DBOS recovery: the DBOS adapter declares no lease and no "
+          "PostgreSQL restart (db-restart is not applicable to it), and depth-2 plans cannot put a db-restart "
+          "inside recover_pending_workflows"),
+    Entry("dbos-805", "a recovered queued workflow stays PENDING between completed steps and blocks a "
+          "concurrency-1 queue", DBOS, "issue 805", f"https://github.com/{DBOS}/issues/805",
+          f"https://github.com/{DBOS}/issues/805", "dbos", "2.26.0", "",
+          needs="a workload that enqueues its run on a user queue of concurrency 1 (the DBOS checkout workload "
+          "starts its workflow directly), and a fixing release: the closing change is not in the repository "
+          "snapshot read"),
+    Entry("dbos-804", "during a rolling restart the draining executor (same executor id) re-claims a queued "
+          "workflow that the new executor's launch recovery just re-enqueued, stranding it PENDING", DBOS,
+          "issue 804", f"https://github.com/{DBOS}/issues/804", f"https://github.com/{DBOS}/issues/804", "dbos",
+          "2.30.0", "",
+          needs="a resume policy that launches the recovering worker while the SIGTERMed one still drains (the "
+          "overlap of a rolling restart: term and the resume are sequential today), a workload with a forked "
+          "workflow asleep in DBOS.sleep, and a fixing release (the closing change is not in the repository "
+          "snapshot read)"),
+    Entry("dbos-732", "an asyncio cancel of a workflow while it launches a child clears the workflow context: the "
+          "child is launched with a blank workflow id", DBOS, "PR 732", f"https://github.com/{DBOS}/pull/732",
+          f"https://github.com/{DBOS}/pull/732", "dbos", "2.25.0", "2.26.0",
+          needs="a workload that starts a child workflow (the DBOS checkout workload has none), cancelled at "
+          "the child's launch"),
+    Entry("pydantic-ai-6640", "ModelRetry raised by a tool through a DBOS step with retries allowed re-runs the "
+          "side-effecting tool call up to max_attempts", "pydantic/pydantic-ai", "PR 6640",
+          "https://github.com/pydantic/pydantic-ai/pull/6640", "https://github.com/pydantic/pydantic-ai/pull/6640",
+          "pydantic-ai-slim", "", "",
+          needs="an adapter that wires MCP toolsets with DBOSDurability(mcp_step_config={'retries_allowed': "
+          "True}) and a workload whose tool raises ModelRetry (the Pydantic AI adapter and workload have neither); "
+          "the buggy and fixing releases are not determined"),
+    Entry("pydantic-ai-6907", "on Prefect, tool-call results never replay: non-idempotent tools re-execute on "
+          "a flow retry (the cache key depends on pickle object sharing)", "pydantic/pydantic-ai", "issue 6907",
+          "https://github.com/pydantic/pydantic-ai/issues/6907", "https://github.com/pydantic/pydantic-ai/issues/6907",
+          "pydantic-ai-slim", "", "",
+          needs="an adapter for Pydantic AI's Prefect durability (the shipped Pydantic AI adapters run on DBOS "
+          "only)"),
+    Entry("crewai-6113", "with checkpointing on, an agent running two sequential tasks replays the first task's "
+          "completed methods as a resume and never reaches a final answer", "crewAIInc/crewAI", "PR 6113",
+          "https://github.com/crewAIInc/crewAI/pull/6113", "https://github.com/crewAIInc/crewAI/pull/6113",
+          "crewai", "", "",
+          needs="a CrewAI adapter that runs a Crew with agents, tasks and CheckpointConfig (the shipped one runs a "
+          "Flow with @persist; the bug lives in the checkpointed AgentExecutor)"),
+    Entry("llamaindex-18019", "a workflow resumed from a serialized Context (to_dict/from_dict with "
+          "JsonSerializer) does not continue where it stopped", "run-llama/llama_index", "issue 18019",
+          "https://github.com/run-llama/llama_index/issues/18019", "https://github.com/run-llama/llama_index/pull/18023",
+          "llama-index-core", "0.12.22", "0.12.23",
+          needs="an adapter for llama-index-core 0.12's embedded llama_index.core.workflow, where the bug is (the "
+          "LlamaIndex adapter imports llama-index-workflows 2.x, workflows.*); the releases are the uploads "
+          "around the fix's merge (2025-03-05)"),
+    Entry("llamaindex-17938", "a context restored with Context.from_dict counts its in-progress events twice (once "
+          "when restored, once when the run starts), and a stopped run's task never cancels", "run-llama/llama_index",
+          "PR 17938", "https://github.com/run-llama/llama_index/pull/17938",
+          "https://github.com/run-llama/llama_index/pull/17938", "llama-index-core", "0.12.20", "0.12.21",
+          needs="an adapter for llama-index-core 0.12's embedded llama_index.core.workflow (as llamaindex-18019); "
+          "the releases are the uploads around the fix's merge (2025-02-26)"),
+    Entry("llamaindex-281", "ctx.to_dict() of a workflow resumed from a snapshot fails with 'Worker N not found in "
+          "in_progress': a resumed run cannot be snapshotted again", "run-llama/llama-agents", "issue 281",
+          "https://github.com/run-llama/llama-agents/issues/281", "https://github.com/run-llama/llama-agents/pull/282",
+          "llama-index-workflows", "2.12.1", "2.12.2", "llamaindex", f"{RW}.llamaindex_checkout:KEYED", ("kill",),
+          symptom=("resume.runs", "run.status"), expect="found"),
+    Entry("absurd-95", "a run cancelled (or failed) after its worker claimed it raises out of the worker instead of "
+          "ending as terminal control flow", "earendil-works/absurd", "issue 95",
+          "https://github.com/earendil-works/absurd/issues/95",
+          "https://github.com/earendil-works/absurd/commit/4aec33eaa8f227249c3234f57a806b1fd7c9a6d1", "absurd-sdk",
+          "0.3.0", "0.4.0", pins=("absurdctl",),
+          needs="the Absurd adapter to wire Absurd's cancel_task as the runtime's cancel API (the cancel-api kind "
+          "is not applicable to it: no cancel of a run by id is wired)"),
+    Entry("langgraph-6161", "on a nested (subgraph) resume, already-completed @task writes are not reused and the "
+          "task re-executes", "langchain-ai/langgraph", "PR 6161", "https://github.com/langchain-ai/langgraph/pull/6161",
+          "https://github.com/langchain-ai/langgraph/pull/6227", "langgraph", "0.6.7", "",
+          needs="a fixing release (the fix shipped in 0.6.8 and was reverted in 0.6.9 by PR 6227), and a workload "
+          "with a subgraph that interrupts and resumes (the LangGraph checkout workload has none)"),
+    Entry("absurd-16", "a task whose claim expired continues its existing run on reclaim instead of starting a new "
+          "run: the attempt count is undercounted", "earendil-works/absurd", "issue 16",
+          "https://github.com/earendil-works/absurd/issues/16", "https://github.com/earendil-works/absurd/pull/17",
+          "absurd-sdk", "", "0.0.1",
+          needs="a buggy release on PyPI (the fix merged before absurd-sdk's first upload), and a check on run "
+          "attempt counts (the oracle compares effects and state, not the runtime's attempt bookkeeping)"),
+)
+"""Every entry, in the order the table shows them."""
+
+
+def entries(names: list[str] | tuple[str, ...] = ()) -> list[Entry]:
+    """The entries named (all when empty), in :data:`ENTRIES` order. Raises
+    :class:`InvalidArgument` naming an unknown entry."""
+    known = {e.name: e for e in ENTRIES}
+    for n in names:
+        if n not in known:
+            raise InvalidArgument(f"--entry {n!r} is not in the corpus; known: {', '.join(known)}")
+    return [e for e in ENTRIES if not names or e.name in names]
+
+
+def cache_dir() -> Path:
+    """The venv cache: ``$CRASHMATRIX_BUGS_CACHE``, default ``~/.cache/crashmatrix/bugs``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "crashmatrix" / "bugs")
+
+
+def source_tree() -> Path:
+    """This crashmatrix's source tree (the directory holding ``pyproject.toml``). Raises
+    :class:`InvalidArgument` when crashmatrix runs from an installed wheel."""
+    tree = Path(__file__).resolve().parents[1]
+    if not (tree / "pyproject.toml").is_file():
+        raise InvalidArgument(f"crashmatrix runs from {tree}, not a source tree: the corpus installs this tree into "
+                              "each release's venv")
+    return tree
+
+
+@dataclass
+class Side:
+    """One release's run: ``release``, ``venv``, ``status`` (``passed`` / ``failed`` /
+    ``install-conflict`` / ``install-failed`` / ``error``), the failing ``checks`` (name ->
+    failing cases), ``cases``, ``failed`` cases, ``harness_errors``, ``not_run`` (cases
+    whose fault could not take effect), ``exit`` (the run's
+    exit code), ``detail`` (one line: the first failure, or why it did not run),
+    ``first_failure`` (its replay command) and ``seconds``."""
+
+    release: str
+    venv: str = ""
+    status: str = "error"
+    checks: dict[str, int] = field(default_factory=dict)
+    cases: int = 0
+    failed: int = 0
+    harness_errors: int = 0
+    not_run: int = 0
+    exit: int | None = None
+    detail: str = ""
+    first_failure: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class Result:
+    """An entry's outcome: ``outcome`` (``found`` / ``not found``), ``why`` (one line),
+    and each release's :class:`Side` (None when it was not run)."""
+
+    entry: Entry
+    outcome: str
+    why: str
+    buggy: Side | None = None
+    fixed: Side | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        e = dataclasses.asdict(self.entry)
+        return {"entry": e, "command": ["crashmatrix", *self.entry.command()] if self.entry.needs is None else None,
+                "outcome": self.outcome, "why": self.why, "regressed": self.entry.expect == "found" and
+                self.outcome != "found", "buggy": dataclasses.asdict(self.buggy) if self.buggy else None,
+                "fixed": dataclasses.asdict(self.fixed) if self.fixed else None}
+
+
+def load(path: Path) -> list[Result]:
+    """The results of a corpus report written by :func:`write`, each re-attached to the
+    current entry of its name (an entry no longer in :data:`ENTRIES` is dropped).
+    Raises ``OSError``/``ValueError``/``KeyError`` for a missing or malformed file."""
+    known = {e.name: e for e in ENTRIES}
+    out = []
+    for r in json.loads(Path(path).read_text())["results"]:
+        entry = known.get(r["entry"]["name"])
+        if entry is None:
+            continue
+        sides = [Side(**r[k]) if r.get(k) else None for k in ("buggy", "fixed")]
+        out.append(Result(entry, r["outcome"], r["why"], *sides))
+    return out
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """The figures of one ``crashmatrix run`` JSON report: ``cases``, ``failed``,
+    ``harness_errors``, ``not_run``, ``checks`` (failing check name -> cases), ``first`` (the first
+    failing case's replay command) and ``first_line`` (its case id and checks). Raises
+    ``OSError``/``ValueError`` for a missing or malformed file."""
+    data = json.loads(Path(path).read_text())
+    reports = data.get("reports") or data.get("matrices") or [data]
+    out: dict[str, Any] = {"cases": 0, "failed": 0, "harness_errors": 0, "not_run": 0, "checks": {}, "first": "",
+                           "first_line": ""}
+    for rep in reports:
+        for c in rep.get("cases", []):
+            out["cases"] += 1
+            if c.get("outcome") == "harness-error":
+                out["harness_errors"] += 1
+            if c.get("outcome") == "not-run":
+                out["not_run"] += 1
+            if c.get("outcome") not in ("fail", "flaky"):
+                continue
+            out["failed"] += 1
+            names = list(dict.fromkeys(v["check"] for v in c.get("verdicts", []) if v.get("verdict") != "valid"))
+            for n in names:
+                out["checks"][n] = out["checks"].get(n, 0) + 1
+            if not out["first"]:
+                out["first"] = c.get("replay", "")
+                out["first_line"] = f"{c.get('id')}: {', '.join(names)}"
+        for name, g in (rep.get("golden") or {}).items():
+            if isinstance(g, dict) and g.get("error"):
+                out["first_line"] = out["first_line"] or f"golden {name}: {str(g['error']).splitlines()[0]}"
+    return out
+
+
+def symptom_checks(entry: Entry, checks: dict[str, int]) -> list[str]:
+    """The failing checks of ``checks`` whose name starts with one of the entry's
+    symptom prefixes."""
+    return [c for c in checks if any(c.startswith(p) for p in entry.symptom)]
+
+
+def judge(entry: Entry, buggy: Side | None, fixed: Side | None) -> tuple[str, str]:
+    """``(outcome, why)`` of an entry from its two sides (module docstring)."""
+    if entry.needs is not None:
+        return "not found", f"needs {entry.needs}"
+    assert buggy is not None and fixed is not None
+    for side, which in ((buggy, "buggy"), (fixed, "fixing")):
+        if side.status == "install-conflict":
+            return "not found", (f"needs the subject in its own environment: {entry.dist}=={side.release}'s pins "
+                                 f"conflict with crashmatrix's ({side.detail})")
+        if side.status in ("install-failed", "error"):
+            return "not found", f"the {which} release {side.release} did not run: {side.detail}"
+    named = symptom_checks(entry, buggy.checks)
+    if buggy.status == "passed":
+        unrun = f", {buggy.not_run} of them not run (the fault could not take effect)" if buggy.not_run else ""
+        return "not found", (f"the buggy release {buggy.release} passed all {buggy.cases} cases{unrun}: the matrix "
+                             "does not reach the bug with the shipped adapter and workload")
+    if not named:
+        return "not found", (f"the buggy release {buggy.release} failed on {', '.join(buggy.checks) or 'no check'}, "
+                             f"none naming the symptom ({', '.join(entry.symptom)})")
+    if fixed.status != "passed":
+        return "not found", (f"the fixing release {fixed.release} fails too ({', '.join(fixed.checks) or fixed.detail}): "
+                             "what the buggy release shows is not this bug alone")
+    return "found", (f"{buggy.release}: {buggy.failed}/{buggy.cases} cases fail ({', '.join(named)}); "
+                     f"{fixed.release}: {fixed.cases}/{fixed.cases} pass")
+
+
+_CONFLICT_MARKS = ("ResolutionImpossible", "conflicting dependencies", "Cannot install")
+
+
+_WHEELS: dict[Path, Path] = {}
+
+
+def _wheel(tree: Path) -> Path:
+    """crashmatrix's wheel built from ``tree``, once per process (into a temporary
+    directory removed at exit). Raises ``subprocess.CalledProcessError`` when the build
+    fails."""
+    if tree not in _WHEELS:
+        import atexit
+        import shutil
+        import tempfile
+
+        out = Path(tempfile.mkdtemp(prefix="crashmatrix-wheel-"))
+        atexit.register(shutil.rmtree, out, True)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
+                        "-w", str(out), str(tree)], check=True, capture_output=True, timeout=INSTALL_TIMEOUT)
+        _WHEELS[tree] = next(out.glob("crashmatrix-*.whl"))
+    return _WHEELS[tree]
+
+
+def ensure_venv(dist: str, version: str, pins: tuple[str, ...] = (), *, cache: Path | None = None,
+                tree: Path | None = None, log: Callable[[str], None] = print) -> tuple[Path, str, str]:
+    """A venv holding crashmatrix (this tree) and ``dist==version`` (plus ``pins``),
+    made once under ``cache`` and reused (a ``.crashmatrix-bugs`` marker records its
+    requirements; crashmatrix itself is reinstalled from the tree on every call, so
+    the worker side matches the controller). Returns ``(venv, status, detail)``:
+    status ``ok``, ``install-conflict`` (the resolver found no solution) or
+    ``install-failed`` (detail: the last line pip printed)."""
+    cache = cache or cache_dir()
+    tree = tree or source_tree()
+    venv = cache / f"{dist}-{version}"
+    marker = venv / ".crashmatrix-bugs"
+    reqs = [f"{dist}=={version}", *pins]
+    py = venv / "bin" / "python"
+
+    def pip(args: list[str]) -> tuple[int, str]:
+        p = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
+                           capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+        return p.returncode, p.stdout + p.stderr
+
+    if not (marker.is_file() and marker.read_text().split("\n") == reqs and py.exists()):
+        log(f"  installing {' '.join(reqs)} into {venv}")
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=300)
+        rc, out = pip([str(_wheel(tree)), *reqs])
+        if rc != 0:
+            lines = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
+            status = "install-conflict" if any(m in out for m in _CONFLICT_MARKS) else "install-failed"
+            return venv, status, (lines[-1] if lines else f"pip exited {rc}")[:300]
+        marker.write_text("\n".join(reqs))
+    else:
+        rc, out = pip(["--no-deps", "--force-reinstall", str(_wheel(tree))])
+        if rc != 0:
+            return venv, "install-failed", f"reinstalling crashmatrix: {out.strip().splitlines()[-1:]}"
+    return venv, "ok", ""
+
+
+def run_side(entry: Entry, version: str, out_dir: Path, *, cache: Path | None = None,
+             log: Callable[[str], None] = print) -> Side:
+    """Install ``version`` (:func:`ensure_venv`) and run the entry's command against it
+    in a child ``crashmatrix`` process; the JSON report is kept under ``out_dir``."""
+    t0 = time.monotonic()
+    side = Side(release=version)
+    venv, status, detail = ensure_venv(entry.dist, version, entry.pins, cache=cache, log=log)
+    side.venv = str(venv)
+    if status != "ok":
+        side.status, side.detail = status, detail
+        side.seconds = round(time.monotonic() - t0, 1)
+        return side
+    report = out_dir / f"{entry.name}-{version}.json"
+    report.unlink(missing_ok=True)
+    exe = Path(sys.executable).with_name("crashmatrix")
+    cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "crashmatrix.harness.cli"]),
+           *entry.command(venv, report)]
+    log(f"  {entry.name} {entry.dist}=={version}: {' '.join(cmd[1:])}")
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+        side.exit = p.returncode
+        tail = [ln for ln in (p.stderr or p.stdout).splitlines() if ln.strip()]
+    except subprocess.TimeoutExpired:
+        side.exit, tail = None, [f"timed out after {RUN_TIMEOUT:.0f} s"]
+    figures: dict[str, Any] | None = None
+    if report.exists():
+        try:
+            figures = read_report(report)
+        except (OSError, ValueError, KeyError) as exc:
+            tail = [f"unreadable report {report}: {exc}"]
+    if figures is not None:
+        side.cases, side.failed, side.checks = figures["cases"], figures["failed"], figures["checks"]
+        side.harness_errors, side.first_failure = figures["harness_errors"], figures["first"]
+        side.not_run = figures["not_run"]
+        side.detail = figures["first_line"]
+    if side.exit == 0:
+        side.status = "passed"
+    elif side.exit == 1 and side.failed:
+        side.status = "failed"
+    else:
+        side.status = "error"
+        side.detail = f"exit {side.exit}: {tail[-1] if tail else 'no output'}"[:300]
+    side.seconds = round(time.monotonic() - t0, 1)
+    return side
+
+
+def run_entry(entry: Entry, out_dir: Path, *, cache: Path | None = None,
+              log: Callable[[str], None] = print) -> Result:
+    """Run one entry on its buggy and fixing releases and judge it (:func:`judge`).
+    An entry with ``needs`` is judged without installing anything."""
+    if entry.needs is not None:
+        return Result(entry, *judge(entry, None, None))
+    buggy = run_side(entry, entry.buggy, out_dir, cache=cache, log=log)
+    fixed = run_side(entry, entry.fixed, out_dir, cache=cache, log=log)
+    return Result(entry, *judge(entry, buggy, fixed), buggy=buggy, fixed=fixed)
+
+
+def to_json(results: list[Result]) -> dict[str, Any]:
+    """The corpus report as data: ``{"found": int, "entries": int, "results": [...]}``."""
+    return {"found": sum(r.outcome == "found" for r in results), "entries": len(results),
+            "results": [r.to_dict() for r in results]}
+
+
+def _cell(side: Side | None) -> str:
+    if side is None:
+        return "-"
+    if side.status in ("passed", "failed"):
+        return f"{side.status}: {side.failed}/{side.cases} fail" + (f", {side.not_run} not run" if side.not_run else "")
+    return side.status
+
+
+def markdown(results: list[Result]) -> str:
+    """The corpus table in Markdown: one row per entry (source, releases, command,
+    outcome with its reason and figures)."""
+    found = sum(r.outcome == "found" for r in results)
+    lines = [f"**{found} of {len(results)} entries found** (fails on the buggy release with a check naming the "
+             "symptom, passes on the fix).", "",
+             "| entry | source | buggy → fixed | command | buggy | fixed | outcome |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        e = r.entry
+        rel = f"{e.dist} {e.buggy or '?'} → {e.fixed or 'none'}"
+        cmd = (f"`{e.workload.rsplit('.', 1)[-1]}` on `{e.subject.rsplit('.', 1)[-1]}`, {','.join(e.kinds)}, "
+               f"resume {e.resume}, {e.conversation}") if e.needs is None else "-"
+        lines.append(f"| {e.name} | [{e.repo} {e.ref}]({e.url}): {e.title} | {rel} | {cmd} | {_cell(r.buggy)} | "
+                     f"{_cell(r.fixed)} | **{r.outcome}**: {r.why} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(results: list[Result], out: Path) -> tuple[Path, Path]:
+    """Write ``out`` (JSON, :func:`to_json`) and ``out`` with ``.md`` (:func:`markdown`)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(to_json(results), indent=1, sort_keys=True) + "\n")
+    md = out.with_suffix(".md")
+    md.write_text(markdown(results))
+    return out, md

@@ -20,7 +20,9 @@ on a loopback port kept for the run (``<workdir>/restate/runs/<run id>.json``, a
 below the ephemeral range reserved under ``<workdir>/restate/ports/``), registers that
 URL as a deployment with the admin API (idempotent), submits the workflow with the run
 id as its key (``/send``: a second submission of the same key is answered
-``PreviouslyAccepted``), and attaches to it until it ends. Restate pins an invocation to
+``PreviouslyAccepted``; a resume that finds the invocation on the server submits
+nothing, so it needs no input), acknowledges the run (``ctx.accepted()``: the server
+answered Accepted), and attaches to it until it ends. Restate pins an invocation to
 its deployment (the URL), so after a kill the server retries the invocation against the
 same URL (every 20-250 ms: :data:`~crashmatrix.harness.services.restate.RETRY_POLICY`)
 until the resume worker serves it again, and replays the journal to it: "another machine
@@ -217,10 +219,15 @@ class RestateAdapter(ServerBackedAdapter):
             try:
                 await self._until_serving(session, port, serving)
                 await self._register(session, server["admin_url"], port)
-                url = f"{server['ingress_url']}/{service}/{ctx.run_id}/run/send"
-                async with session.post(url, json=ctx.workload.run_input(ctx.conversation)) as resp:
-                    if resp.status not in (200, 202):
-                        raise RuntimeError(f"restate submit {resp.status}: {(await resp.text())[:300]}")
+                # the server holds a submitted invocation: a resume that finds it needs
+                # no input (``--resume input-once``); one that does not submits again
+                if not await self._invocation(session, server["admin_url"], service, ctx.run_id):
+                    url = f"{server['ingress_url']}/{service}/{ctx.run_id}/run/send"
+                    async with session.post(url, json=ctx.run_input()) as resp:
+                        if resp.status not in (200, 202):
+                            raise RuntimeError(f"restate submit {resp.status}: {(await resp.text())[:300]}")
+                with _POINT_LOCK:
+                    ctx.accepted()  # the server answered Accepted (or holds the invocation)
                 attach = f"{server['ingress_url']}/restate/workflow/{service}/{ctx.run_id}/attach"
                 try:
                     await self._attach(session, attach)

@@ -257,3 +257,70 @@ def test_a_person_answers_through_set_event_recv_and_send_across_a_crash(matrix_
         assert {v.check: v.valid for v in case.result.verdicts}["interrupt.answers"] is True
     golden = s.cases[0].golden.evidence.observation
     assert [m["interrupt"] for m in golden.state["transcript"] if m.get("role") == "human"] == ["review#1", "review#2"]
+
+
+# -- what a production DBOS deployment declares and does ------------------------------------------
+
+
+def test_recurring_crash_loop_ends_dead_lettered(matrix_cases: Any) -> None:
+    """``--resume recurring``: the same kill in every worker. The checkout workflow
+    declares ``max_recovery_attempts=5``; DBOS dead-letters it
+    (``MAX_RECOVERY_ATTEMPTS_EXCEEDED``, reported ``needs_human``, the adapter's
+    ``crash_loop_status``) after the 6th recovery, well inside the harness's own bound;
+    a kill after the step's output was committed is not reached again."""
+    from crashmatrix.harness.adapters.dbos import DBOSAdapter, default_max_recovery_attempts, max_recovery_attempts
+    from crashmatrix.scenarios.realworld.dbos_checkout import MAX_RECOVERY_ATTEMPTS, checkout
+
+    assert DBOSAdapter.crash_loop_status == "needs_human"
+    assert max_recovery_attempts(checkout) == MAX_RECOVERY_ATTEMPTS == 5
+    assert default_max_recovery_attempts() == 100, "DBOS's default max_recovery_attempts changed: update docs/findings.md"
+    s = matrix_cases(SUBJECT, f"{WL}:KEYED", ["kill@step.after[tool-4]#1/recurring",
+                                              "kill@log.append.after[tool-4]#1/recurring"])
+    looped, committed = s.cases
+    for case in s.cases:
+        assert case.result.outcome == "pass", case.why()
+    bounded = {v.check: v.details for v in looped.result.verdicts}["recurring.bounded"]
+    assert "gave up after 7 worker(s): needs_human" in bounded, bounded
+    assert looped.evidence.observation.status == "needs_human"
+    assert "point was not reached again" in {v.check: v.details for v in committed.result.verdicts}["recurring.bounded"]
+
+
+def test_queued_checkout_recovers_through_its_queue(matrix_cases: Any) -> None:
+    """The checkout enqueued on a DBOS queue (``QUEUED_KEYED``, PostgreSQL): killed with
+    the workflow dequeued and running, launch-time recovery puts it back on its queue
+    and the next worker of the run's version dequeues it; it ends as the golden run."""
+    s = matrix_cases(f"{DB}:DBOSPostgresAdapter", f"{WL}:QUEUED_KEYED",
+                     ["kill@step.after[tool-4]#1", "kill@model.call.before[model-1]#1"])
+    for case in s.cases:
+        assert case.result.outcome == "pass", case.why()
+        assert case.evidence.observation.status == "completed"
+
+
+def test_a_build_with_other_workflow_code_leaves_the_run_pending(tmp_path: Path) -> None:
+    """The application version follows the build (DBOS's hash of the workflow source):
+    a run killed under build A and resumed under a build B whose workflow code differs
+    stays ``PENDING`` (DBOS recovers a workflow only in a process of its version), and
+    ``upgrade.migrated`` says so; the same code in both builds finishes it."""
+    import shutil
+
+    import crashmatrix.harness
+
+    src = Path(crashmatrix.harness.__file__).parent.parent  # the package's source tree
+    tree = tmp_path / "buildB" / "crashmatrix"
+    shutil.copytree(src, tree, ignore=shutil.ignore_patterns(".venv", ".git", "tests", "benchmarks", "docs",
+                                                             "*.egg-info", "__pycache__"))
+    wl = tree / "scenarios" / "realworld" / "dbos_checkout.py"
+    code = wl.read_text()
+    marker = '    messages = list(run_input["messages"])\n'
+    assert marker in code
+    wl.write_text(code.replace(marker, marker.rstrip("\n") + "  # build B\n", 1))
+    case = f"{WL}:KEYED/conv1/kill@step.after[tool-4]#1/upgrade:A>B"
+    a = f"A={DB}:DBOSPostgresAdapter"
+    cli = [sys.executable, "-m", "crashmatrix.harness.cli", "replay", case, "--subject", a]
+    changed = subprocess.run([*cli, "--resume-with", f"B={DB}:DBOSPostgresAdapter@{tree.parent}"],
+                             capture_output=True, text=True, timeout=300)
+    assert changed.returncode == 1, changed.stdout[-3000:] + changed.stderr[-3000:]
+    assert "ended 'pending' under B" in changed.stdout, changed.stdout[-3000:]
+    same = subprocess.run([*cli, "--resume-with", f"B={DB}:DBOSPostgresAdapter"], capture_output=True, text=True,
+                          timeout=300)
+    assert same.returncode == 0 and "finished under B: completed" in same.stdout, same.stdout[-3000:]

@@ -398,6 +398,20 @@ def _decide(role: str, before: Judgement | None, run_input: Any,
     return f"{call}(None)", None, None
 
 
+def graph_drained() -> type[BaseException]:
+    """LangGraph's ``GraphDrained`` (what a drained run raises; ``RunControl`` came with
+    it), or, on a LangGraph without a drain, an exception nothing raises: the adapters
+    that do not drain run on those releases too (docs/findings.md, "Reach back")."""
+    try:
+        from langgraph.errors import GraphDrained
+    except ImportError:
+        class NoDrain(Exception):
+            """Never raised: this LangGraph has no ``RunControl`` drain."""
+
+        return NoDrain
+    return GraphDrained
+
+
 def _invoke_kwargs(durability: str, control: Any) -> dict[str, Any]:
     return {"durability": durability, **({"control": control} if control is not None else {})}
 
@@ -469,7 +483,7 @@ def drive(graph: Any, config: dict[str, Any], run_input: Any, durability: str, r
     run ends or waits on an interrupt the script does not answer. ``run_input`` and
     ``none_recovery``: see :func:`_decide`. ``found()``: called when a resumed thread
     already has a checkpoint (the run is durable: the adapter acknowledges it)."""
-    from langgraph.errors import GraphDrained
+    GraphDrained = graph_drained()  # noqa: N806 - a class
     from langgraph.types import Command
 
     from crashmatrix.harness.human import ANSWER_AFTER
@@ -511,7 +525,7 @@ async def adrive(graph: Any, config: dict[str, Any], run_input: Any, durability:
                  answer_of: Any, control: Any = None, script: Any = None,
                  none_recovery: bool = True, found: Any = None) -> tuple[str, str]:
     """:func:`drive` with LangGraph's async API (``aget_state``, ``ainvoke``)."""
-    from langgraph.errors import GraphDrained
+    GraphDrained = graph_drained()  # noqa: N806 - a class
     from langgraph.types import Command
 
     from crashmatrix.harness.human import ANSWER_AFTER

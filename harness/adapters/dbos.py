@@ -333,17 +333,41 @@ class DBOSAdapter(Adapter):
         return await self._run(ctx, "start")
 
     @staticmethod
+    async def _until_ended(handle: Any) -> None:
+        """Wait until the workflow ends: ``get_result``, whose cancelled and dead-lettered
+        errors end the wait (the stored status says which). A dbos release without the
+        dead-letter error (2.8.0) has a handle that waits on a dead-lettered workflow
+        for ever: there the stored status is polled every :data:`POLL_SECONDS` instead
+        (its awaits then depend on timing; the await matrices are measured on 3.x)."""
+        from dbos import _error
+
+        dead = getattr(_error, "DBOSAwaitedWorkflowMaxRecoveryAttemptsExceeded", None)
+        if dead is None:
+            while (await handle.get_status()).status not in ("SUCCESS", "ERROR", "CANCELLED", DEAD_LETTER):
+                await asyncio.sleep(POLL_SECONDS)
+            return
+        try:
+            await handle.get_result(polling_interval_sec=POLL_SECONDS)
+        except (_error.DBOSAwaitedWorkflowCancelledError, dead):
+            pass  # cancelled (a cancel-api fault) or dead-lettered: the status says which
+
+    @staticmethod
     async def _queue(workload: Any) -> Any:
         """The workload's DBOS queue (``workload.queue_name``), registered in this
         launched process (``DBOS.register_queue_async``: DBOS keeps queues in its system
-        database; registering again returns it), polled every :data:`QUEUE_POLL_SECONDS`;
-        None for a workload that starts its workflow directly."""
+        database; registering again returns it; a ``Queue`` object on releases without
+        it), polled every :data:`QUEUE_POLL_SECONDS`; None for a workload that starts its
+        workflow directly."""
         name = getattr(workload, "queue_name", None)
         if name is None:
             return None
         from dbos import DBOS
 
-        return await DBOS.register_queue_async(name, polling_interval_sec=QUEUE_POLL_SECONDS)
+        if hasattr(DBOS, "register_queue_async"):
+            return await DBOS.register_queue_async(name, polling_interval_sec=QUEUE_POLL_SECONDS)
+        from dbos import Queue  # dbos releases before register_queue: a queue is an object
+
+        return Queue(name, polling_interval_sec=QUEUE_POLL_SECONDS)
 
     def _version(self, ctx: RunContext) -> str:
         return application_version(self._scope(ctx.env, ctx.run_id))
@@ -380,13 +404,12 @@ class DBOSAdapter(Adapter):
 
     async def _run(self, ctx: RunContext, role: str) -> str:
         from dbos import DBOS, SetWorkflowID
-        from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSAwaitedWorkflowMaxRecoveryAttemptsExceeded
 
         # launch in a thread: it runs migrations and starts DBOS's threads (blocking)
         await asyncio.to_thread(self._launch, ctx)
         try:
             workload = ctx.workload
-            await self._queue(workload)  # served from here on: a recovered queued run is dequeued
+            queue = await self._queue(workload)  # served from here on: a recovered queued run is dequeued
             status = None
             if role == "resume":
                 found = await DBOS.get_workflow_status_async(ctx.run_id)
@@ -395,7 +418,6 @@ class DBOSAdapter(Adapter):
                 # start, or resume of a run killed before its workflow row committed; a
                 # workload with a ``queue`` enqueues it there (a worker of this version
                 # dequeues it: this one, or the next after a crash)
-                queue = await self._queue(workload)
                 with SetWorkflowID(ctx.run_id):
                     if queue is not None:
                         handle = await queue.enqueue_async(workload.workflow, *workload.workflow_args(ctx.conversation))
@@ -414,9 +436,7 @@ class DBOSAdapter(Adapter):
             script = getattr(workload, "operator_script", None)  # a person in the loop (harness/human.py)
             operator = asyncio.ensure_future(self._operate(ctx.run_id, script)) if script is not None else None
             try:
-                await handle.get_result(polling_interval_sec=POLL_SECONDS)
-            except (DBOSAwaitedWorkflowCancelledError, DBOSAwaitedWorkflowMaxRecoveryAttemptsExceeded):
-                pass  # cancelled (a cancel-api fault) or dead-lettered: the status says which
+                await self._until_ended(handle)
             except anyio.get_cancelled_exc_class():
                 # a cancel fault: DBOS shields the workflow task from its caller
                 # (asyncio.shield in start_workflow_async), so only this wait ends. The
@@ -424,7 +444,7 @@ class DBOSAdapter(Adapter):
                 # the workflow ends on its own (bounded); then the cancellation goes on
                 with anyio.move_on_after(CANCELLED_WAIT_SECONDS, shield=True):
                     with contextlib.suppress(Exception):
-                        await handle.get_result(polling_interval_sec=POLL_SECONDS)
+                        await self._until_ended(handle)
                 raise
             finally:
                 if operator is not None:

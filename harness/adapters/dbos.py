@@ -11,7 +11,10 @@ worker; ``model_step``, ``transcript`` and ``answer`` in ``observe``
 ``application_version = "<APP_VERSION>-<build>.<run id>"`` (``<build>``: DBOS's own hash
 of the workflow code, :func:`build_version`), ``DBOS.launch()``, then the workflow with
 ``SetWorkflowID(run_id)`` on the worker's event loop (or, for a workload with a
-``queue``, ``queue.enqueue_async``: the ``queued`` checkout), and wait for its result.
+``queue``, ``queue.enqueue_async``: the ``queued`` checkout), acknowledge the run
+(``ctx.accepted()``: the call returned, so the workflow row and its input are committed;
+a resume that finds the row acknowledges it at once and needs no input), and wait for
+its result.
 
 **Versions and crash loops.** The application version follows the build: a resume under
 ``--resume-with`` a build whose workflow code differs finds the run ``PENDING`` under the
@@ -424,15 +427,19 @@ class DBOSAdapter(Adapter):
                     else:
                         handle = await DBOS.start_workflow_async(workload.workflow,
                                                                  *workload.workflow_args(ctx.conversation))
-            elif status in ("PENDING", "ENQUEUED") and found.app_version not in (None, "", self._version(ctx)):
-                # left by a build with other workflow code: DBOS recovers a workflow only
-                # in a process of its application version, so this build leaves it be
-                return "pending"
-            elif status in ("PENDING", "ENQUEUED"):
+                with _POINT_LOCK:
+                    ctx.accepted()  # the workflow row is committed when start/enqueue returns
+            else:
+                with _POINT_LOCK:
+                    ctx.accepted()  # the system database holds the workflow and its input
+                if status not in ("PENDING", "ENQUEUED"):
+                    return STATUS_MAP.get(status, status.lower())
+                if found.app_version not in (None, "", self._version(ctx)):
+                    # left by a build with other workflow code: DBOS recovers a workflow
+                    # only in a process of its application version, so this build leaves it be
+                    return "pending"
                 # DBOS.launch() recovered it (same executor id and version); wait for it
                 handle = await DBOS.retrieve_workflow_async(ctx.run_id)
-            else:
-                return STATUS_MAP.get(status, status.lower())
             script = getattr(workload, "operator_script", None)  # a person in the loop (harness/human.py)
             operator = asyncio.ensure_future(self._operate(ctx.run_id, script)) if script is not None else None
             try:

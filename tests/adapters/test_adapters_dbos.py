@@ -324,3 +324,14 @@ def test_a_build_with_other_workflow_code_leaves_the_run_pending(tmp_path: Path)
     same = subprocess.run([*cli, "--resume-with", f"B={DB}:DBOSPostgresAdapter"], capture_output=True, text=True,
                           timeout=300)
     assert same.returncode == 0 and "finished under B: completed" in same.stdout, same.stdout[-3000:]
+
+
+def test_input_once_the_workflow_row_holds_the_input(matrix_cases: Any) -> None:
+    """The run is acknowledged once ``start_workflow_async`` returned (the workflow row
+    and its input are committed); a resume reads the status first and needs the input
+    only when there is no row (``--resume input-once``)."""
+    s = matrix_cases(SUBJECT, f"{WL}:KEYED", ["kill@step.after[tool-4]#1/input-once",
+                                              "kill@run.accepted[run]#1/input-once"])
+    for case in s.cases:
+        assert case.result.outcome == "pass", case.why()
+        assert {v.check: v.valid for v in case.result.verdicts}["run.acknowledged_durable"] is True

@@ -109,9 +109,15 @@ class AbsurdAdapter(Adapter):
                 app = AsyncAbsurd(conn, queue_name=queue, default_max_attempts=MAX_ATTEMPTS)
                 app.register_task(workload.task_name)(workload.handler(hooks, ctx.run_id))
                 await app.create_queue(queue)
-                spawned = await app.spawn(workload.task_name, workload.params(ctx.conversation),
-                                          max_attempts=MAX_ATTEMPTS, idempotency_key=ctx.run_id)
-                task_id = str(spawned["task_id"])
+                # a resume finds the task (and its params) in the queue and needs no input
+                # (``--resume input-once``); otherwise spawn it, idempotently by run id
+                row = await (await conn.execute(f'SELECT task_id FROM absurd."t_{queue}" LIMIT 1')).fetchone()
+                if row is not None:
+                    task_id = str(row[0])
+                else:
+                    spawned = await app.spawn(workload.task_name, workload.params(ctx.conversation),
+                                              max_attempts=MAX_ATTEMPTS, idempotency_key=ctx.run_id)
+                    task_id = str(spawned["task_id"])
                 with _POINT_LOCK:
                     ctx.accepted()  # the task row is committed: a caller would be told "accepted"
                 while True:

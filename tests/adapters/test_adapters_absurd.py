@@ -103,3 +103,12 @@ def test_cancel_api_cancels_through_cancel_task_and_says_why_it_cannot_resume(ma
     checks = {v.check: v for v in result.verdicts}
     assert checks["cancel.step_recorded"].valid, checks["cancel.step_recorded"].details
     assert "payment charge" in checks["cancel.step_recorded"].details
+
+
+def test_input_once_the_task_row_holds_the_params(matrix_cases: Any) -> None:
+    """The run is acknowledged once the task is spawned; a resume finds the task in its
+    queue and needs no input (``--resume input-once``)."""
+    s = matrix_cases(ADAPTER, f"{WL}:KEYED", ["kill@step.after[tool-4.0]#1/input-once"])
+    [case] = s.cases
+    assert case.result.outcome == "pass", case.why()
+    assert {v.check: v.valid for v in case.result.verdicts}["run.acknowledged_durable"] is True

@@ -335,3 +335,22 @@ def test_input_once_the_workflow_row_holds_the_input(matrix_cases: Any) -> None:
     for case in s.cases:
         assert case.result.outcome == "pass", case.why()
         assert {v.check: v.valid for v in case.result.verdicts}["run.acknowledged_durable"] is True
+
+
+def test_the_build_version_is_the_same_before_and_after_dbos_is_made(tmp_path: Path) -> None:
+    """The application version goes into ``DBOS(config)``, so it must not change once
+    DBOS is made: dbos 2.x registers internal workflows then, and its own
+    ``compute_app_version`` changes with them; :func:`build_version` hashes the
+    application's workflows only."""
+    code = textwrap.dedent(f'''
+        import crashmatrix.scenarios.realworld.dbos_checkout
+        from crashmatrix.harness.adapters.dbos import APP_NAME, build_version
+        from dbos import DBOS
+        before = build_version()
+        DBOS(config={{"name": APP_NAME, "system_database_url": "sqlite:///{tmp_path / 'sys.sqlite'}",
+                      "log_level": "ERROR"}})
+        print(before == build_version(), len(before))
+        DBOS.destroy()
+    ''')
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["True", "12"], out.stdout + out.stderr[-2000:]

@@ -84,6 +84,10 @@ CANCELLED_WAIT_SECONDS = 30.0
 SERVE_TIMEOUT = 10.0  # seconds until the endpoint answers its health check
 STATUS_MAP = {"completed": "completed", "pending": "pending", "scheduled": "pending", "ready": "pending",
               "running": "pending", "backing-off": "pending", "suspended": "pending", "paused": "needs_human"}
+QUERY_RETRIES = 50
+QUERY_RETRY_SECONDS = 0.1
+"""How a worker asks a server that is still starting whether it holds the run
+(:meth:`RestateAdapter._submitted`): at most 5 s."""
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _POINT_LOCK = threading.Lock()
 point = point_under(_POINT_LOCK)
@@ -221,7 +225,7 @@ class RestateAdapter(ServerBackedAdapter):
                 await self._register(session, server["admin_url"], port)
                 # the server holds a submitted invocation: a resume that finds it needs
                 # no input (``--resume input-once``); one that does not submits again
-                if not await self._invocation(session, server["admin_url"], service, ctx.run_id):
+                if not await self._submitted(session, server["admin_url"], service, ctx.run_id):
                     url = f"{server['ingress_url']}/{service}/{ctx.run_id}/run/send"
                     async with session.post(url, json=ctx.run_input()) as resp:
                         if resp.status not in (200, 202):
@@ -274,6 +278,19 @@ class RestateAdapter(ServerBackedAdapter):
     async def _attach(session: aiohttp.ClientSession, url: str) -> None:
         async with session.get(url) as resp:
             await resp.read()  # 200: the output; 4xx/5xx: the terminal failure (status read after)
+
+    @classmethod
+    async def _submitted(cls, session: aiohttp.ClientSession, admin_url: str, service: str, run_id: str) -> bool:
+        """Whether the server holds the run's invocation. A fresh server answers its SQL
+        API with 500 ("node lookup for partition 0 failed") until its partitions are up:
+        asked again every :data:`QUERY_RETRY_SECONDS`, at most :data:`QUERY_RETRIES`
+        times, then False (the submission is idempotent: ``PreviouslyAccepted``)."""
+        for _ in range(QUERY_RETRIES):
+            try:
+                return bool(await cls._invocation(session, admin_url, service, run_id))
+            except RuntimeError:
+                await asyncio.sleep(QUERY_RETRY_SECONDS)
+        return False
 
     @staticmethod
     async def _invocation(session: aiohttp.ClientSession, admin_url: str, service: str,

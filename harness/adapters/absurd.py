@@ -28,7 +28,9 @@ killed); ``cancel`` (``CancelledError`` is not an ``Exception``: it leaves
 the next worker claims it when the lease expires); ``pause`` (a frozen worker's lease
 expires, the resume worker steals the task; the woken zombie's writes meet Absurd's
 fencing: a checkpoint of a run already failed raises ``AB002``); ``db-restart``;
-``net`` on the ``db`` link and the providers'.
+``net`` on the ``db`` link and the providers'; ``cancel-api`` (:meth:`AbsurdAdapter.
+cancel_run`: ``cancel_task``; a cancelled task cannot be resumed, see
+:meth:`AbsurdAdapter.resume_cancelled`).
 
 **Crash points**: ``step.before/after`` around each step's function (logical task
 ``model-N`` / ``tool-N.i``, the checkpoint name), the workload's ``model.call.*`` /
@@ -107,9 +109,17 @@ class AbsurdAdapter(Adapter):
                 app = AsyncAbsurd(conn, queue_name=queue, default_max_attempts=MAX_ATTEMPTS)
                 app.register_task(workload.task_name)(workload.handler(hooks, ctx.run_id))
                 await app.create_queue(queue)
-                spawned = await app.spawn(workload.task_name, workload.params(ctx.conversation),
-                                          max_attempts=MAX_ATTEMPTS, idempotency_key=ctx.run_id)
-                task_id = str(spawned["task_id"])
+                # a resume finds the task (and its params) in the queue and needs no input
+                # (``--resume input-once``); otherwise spawn it, idempotently by run id
+                row = await (await conn.execute(f'SELECT task_id FROM absurd."t_{queue}" LIMIT 1')).fetchone()
+                if row is not None:
+                    task_id = str(row[0])
+                else:
+                    spawned = await app.spawn(workload.task_name, workload.params(ctx.conversation),
+                                              max_attempts=MAX_ATTEMPTS, idempotency_key=ctx.run_id)
+                    task_id = str(spawned["task_id"])
+                with _POINT_LOCK:
+                    ctx.accepted()  # the task row is committed: a caller would be told "accepted"
                 while True:
                     snapshot = await app.fetch_task_result(task_id)
                     state = snapshot.state if snapshot is not None else "pending"
@@ -123,6 +133,34 @@ class AbsurdAdapter(Adapter):
                     await conn.close()
 
     # -- controller side ----------------------------------------------------------
+
+    async def cancel_run(self, env: Environment, run_id: str) -> None:
+        """Absurd's own cancel, ``AsyncAbsurd.cancel_task`` on the run's task (found in
+        its queue's task table; one task per run): the task and its active run become
+        ``cancelled``, the run's claim is dropped, and the woken worker's next checkpoint
+        write raises ``CancelledTask`` (SQLSTATE ``AB001``), so the step in flight is
+        not recorded. Raises ``LookupError`` when the run has no task yet."""
+        import psycopg
+        from absurd_sdk import AsyncAbsurd
+
+        queue = self.workload_of(env).queue_name(run_id)
+        async with await psycopg.AsyncConnection.connect(env.dsn, autocommit=True,
+                                                         application_name="crashmatrix-cancel") as conn:
+            row = await (await conn.execute(f'SELECT task_id FROM absurd."t_{queue}" LIMIT 1')).fetchone()
+            if row is None:
+                raise LookupError(f"run {run_id}: no Absurd task in queue {queue!r} to cancel")
+            await AsyncAbsurd(conn, queue_name=queue).cancel_task(str(row[0]))
+
+    async def resume_cancelled(self, env: Environment, run_id: str) -> None:
+        """Absurd has no way back from a cancel: ``cancelled`` is final. Its one call
+        that reschedules a task, ``retry_task`` (in place or ``spawn_new``), refuses a
+        task that is not ``failed`` (``absurd.sql``: 'Task ... is not currently
+        failed'), and a spawn with the run's idempotency key returns the cancelled task.
+        Raises ``NotImplementedError`` saying so (the case's crash check,
+        ``cancel.step_recorded``, has run by then)."""
+        raise NotImplementedError(
+            "Absurd's cancel is final: retry_task refuses a task that is not 'failed' and a spawn with the same "
+            "idempotency key returns the cancelled task, so a cancelled run cannot be resumed")
 
     async def observe(self, env: Environment, run_id: str) -> Observation:
         import asyncpg

@@ -16,7 +16,10 @@ guide's test of "a third runtime"), then brought here. What it reports:
   after the ``async for`` (docs/adapters.md, "Await points").
 
 ``resume`` builds the application with ``initialize_from(persister,
-resume_at_next_action=True)``: Burr continues from the last saved row. ``observe`` reads
+resume_at_next_action=True)``: Burr continues from the last saved row (the input is read
+only when nothing is saved; the run is acknowledged at its first save). ``recover``
+(``discovery``) lists the apps saved under the case's scope as partition key
+(``list_app_ids``) and resumes each. ``observe`` reads
 those rows (the last one's state is the run's state) and calls the run completed when
 the last row is ``finish``. Burr has no SIGTERM drain and no effects ledger.
 
@@ -54,12 +57,18 @@ def persister_class() -> type:
     from burr.core.persistence import SQLitePersister
 
     class CrashpointSQLitePersister(SQLitePersister):
+        #: called (under the point lock) after each save: the adapter acknowledges the
+        #: run at the first one
+        on_saved: Any = None
+
         def save(self, *args: Any, **kwargs: Any) -> None:
             with _POINT_LOCK:
                 crashpoint(LOG_APPEND_BEFORE)
             super().save(*args, **kwargs)
             with _POINT_LOCK:
                 crashpoint(LOG_APPEND_AFTER)
+                if self.on_saved is not None:
+                    self.on_saved()
 
     return CrashpointSQLitePersister
 
@@ -75,8 +84,9 @@ class BurrAdapter(Adapter):
 
     @staticmethod
     def path(env: Environment, run_id: str) -> Path:
-        """The run's SQLite file."""
-        return Path(env.workdir) / "burr" / f"{run_id}.sqlite"
+        """The run's SQLite file; in a ``discovery`` case the scope's
+        (``env.options["recovery_scope"]``), where the recovering worker looks."""
+        return Path(env.workdir) / "burr" / f"{env.options.get('recovery_scope') or run_id}.sqlite"
 
     async def prepare(self, env: Environment) -> None:
         (Path(env.workdir) / "burr").mkdir(parents=True, exist_ok=True)
@@ -84,10 +94,37 @@ class BurrAdapter(Adapter):
     async def start(self, ctx: RunContext) -> str:
         return await self.resume(ctx)  # Burr starts from default_state when nothing is saved
 
+    async def recover(self, ctx: RunContext) -> str:
+        """Recovery without a run id (``discovery``): Burr's persister lists the
+        applications saved under a partition key (``list_app_ids``); each run of a
+        discovery case is saved under the case's scope as its partition key, and every
+        one found is resumed. Raises ``RecoveryByIdOnly`` without a scope."""
+        import dataclasses
+
+        from crashmatrix.harness.adapter import RecoveryByIdOnly
+
+        if ctx.scope is None:
+            raise RecoveryByIdOnly("this Burr worker was given no scope (partition key) to look in")
+        persister = persister_class()(str(self.path(ctx.env, "")))
+        try:
+            persister.initialize()
+            app_ids = sorted(persister.list_app_ids(partition_key=ctx.scope))
+        finally:
+            persister.connection.close()
+        ended = [f"{a}: {await self.resume(dataclasses.replace(ctx, run_id=a))}" for a in app_ids]
+        return f"recovered {len(app_ids)} app(s) of partition {ctx.scope}" + (f" ({', '.join(ended)})" if ended else "")
+
     async def resume(self, ctx: RunContext) -> str:
+        """Continue app ``ctx.run_id`` from its last saved row, or start it from its
+        input when nothing is saved: the input is read only then (``--resume
+        input-once``). The run is acknowledged at its first save, or at once when rows
+        are found."""
         workload = ctx.workload
+        scope = ctx.env.options.get("recovery_scope")
         persister = persister_class()(str(self.path(ctx.env, ctx.run_id)))
         persister.initialize()
+        persister.on_saved = ctx.accepted
+        saved = self._rows(self.path(ctx.env, ctx.run_id), ctx.run_id)
 
         def hook(phase: str, step: str) -> None:
             with _POINT_LOCK:
@@ -98,14 +135,18 @@ class BurrAdapter(Adapter):
                 ctx.on_step(phase, step)
 
         try:
+            if saved:
+                with _POINT_LOCK:
+                    ctx.accepted()
+            # default_state is used only when nothing is saved: a resumer needs no input
+            default = {} if saved else workload.initial_state(ctx.conversation)
             async with aiohttp.ClientSession() as session:
                 clients = workload.clients(session, ctx.env.providers, ctx.worker_id, ctx.conversation, ctx.run_id)
                 app = (workload.builder(clients, hook, ctx.run_id)
                        .initialize_from(persister, resume_at_next_action=True,
-                                        default_state=workload.initial_state(ctx.conversation),
-                                        default_entrypoint="model")
+                                        default_state=default, default_entrypoint="model")
                        .with_state_persister(persister)
-                       .with_identifiers(app_id=ctx.run_id)
+                       .with_identifiers(app_id=ctx.run_id, **({"partition_key": scope} if scope else {}))
                        .build())
                 while app.has_next_action():
                     await app.astep()
@@ -113,19 +154,27 @@ class BurrAdapter(Adapter):
         finally:
             persister.connection.close()
 
+    @staticmethod
+    def _rows(path: Path, run_id: str) -> list[tuple[str, str, str]]:
+        """The saved rows of app ``run_id`` in ``path`` (position, status, state JSON),
+        in save order; [] when there are none (no file or table yet)."""
+        if not path.exists():
+            return []
+        db = sqlite3.connect(path)
+        try:
+            return db.execute(
+                f"SELECT position, status, state FROM {TABLE} WHERE app_id = ? ORDER BY sequence_id, created_at",
+                (run_id,)).fetchall()
+        except sqlite3.OperationalError:  # the table is created by the first worker
+            return []
+        finally:
+            db.close()
+
     async def observe(self, env: Environment, run_id: str) -> Observation:
         path = self.path(env, run_id)
         if not path.exists():
             return Observation(run_id, "absent", log=[], state=None, state_error="no Burr database yet")
-        db = sqlite3.connect(path)
-        try:
-            rows = db.execute(
-                f"SELECT position, status, state FROM {TABLE} WHERE app_id = ? ORDER BY sequence_id, created_at",
-                (run_id,)).fetchall()
-        except sqlite3.OperationalError as exc:  # the table is created by the first worker
-            return Observation(run_id, "absent", log=[], state=None, state_error=str(exc))
-        finally:
-            db.close()
+        rows = self._rows(path, run_id)
         if not rows:
             return Observation(run_id, "absent", log=[], state=None, state_error="no saved step")
         log, state = [], {}

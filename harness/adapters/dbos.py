@@ -8,8 +8,22 @@ worker; ``model_step``, ``transcript`` and ``answer`` in ``observe``
 (:meth:`~.Adapter.workload_of`).
 
 **Start** (a forked worker): ``DBOS(config)`` with ``executor_id = "cm-<run id>"`` and
-``application_version = "<APP_VERSION>.<run id>"``, ``DBOS.launch()``, then the workflow with
-``SetWorkflowID(run_id)`` on the worker's event loop, and wait for its result.
+``application_version = "<APP_VERSION>-<build>.<run id>"`` (``<build>``: DBOS's own hash
+of the workflow code, :func:`build_version`), ``DBOS.launch()``, then the workflow with
+``SetWorkflowID(run_id)`` on the worker's event loop (or, for a workload with a
+``queue``, ``queue.enqueue_async``: the ``queued`` checkout), acknowledge the run
+(``ctx.accepted()``: the call returned, so the workflow row and its input are committed;
+a resume that finds the row acknowledges it at once and needs no input), and wait for
+its result.
+
+**Versions and crash loops.** The application version follows the build: a resume under
+``--resume-with`` a build whose workflow code differs finds the run ``PENDING`` under the
+old version and leaves it (DBOS recovers a workflow only in a process of its version),
+so the pair shows the run stranded. A workflow recovered more than its
+``max_recovery_attempts`` (the checkout declares 5; DBOS's default, read from the
+installed package, is 100) is dead-lettered, ``MAX_RECOVERY_ATTEMPTS_EXCEEDED``: the
+declared ``crash_loop_status`` (``needs_human``: it waits for ``resume_workflow``).
+Runs on dbos 2.x and 3.x (:func:`migrate`).
 
 **Resume** (a new worker, "another machine"): the same config, ``DBOS.launch()``. On
 launch DBOS recovers the workflows left ``PENDING`` by *this executor id and this
@@ -91,10 +105,15 @@ STATUS_MAP = {
     "PENDING": "pending",
     "ENQUEUED": "pending",
     "DELAYED": "pending",
-    # both wait for an operator (DBOS.resume_workflow): a hand-off to a human
+    # both wait for an operator (DBOS.resume_workflow): a hand-off to a human;
+    # MAX_RECOVERY_ATTEMPTS_EXCEEDED is DBOS's dead letter, where a crash loop ends
+    # (DBOSAdapter.crash_loop_status)
     "CANCELLED": "needs_human",
     "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "needs_human",
 }
+DEAD_LETTER = "MAX_RECOVERY_ATTEMPTS_EXCEEDED"
+"""DBOS's status of a workflow recovered more than its ``max_recovery_attempts``
+(dbos 2.x and 3.x: ``WorkflowStatusString.MAX_RECOVERY_ATTEMPTS_EXCEEDED``)."""
 
 OPERATOR_POLL_SECONDS = 0.02
 """How often the scripted operator looks at what a workflow waits for."""
@@ -144,12 +163,76 @@ def executor_id(run_id: str) -> str:
     return f"cm-{run_id}"
 
 
+def build_version() -> str:
+    """This process's code as DBOS versions it, by DBOS's own rule
+    (``compute_app_version``: an MD5 of the registered workflows' source, sorted, then
+    the dbos release and the application name), over the application's workflows only:
+    dbos 2.x registers internal workflows when ``DBOS(config)`` is made, so its own
+    ``compute_app_version`` differs before and after, and the version goes into that
+    config. The first 12 hex digits. Two builds with the same workflows and dbos release
+    agree; a build whose workflow code changed gets another version, as a DBOS
+    deployment left at its default does."""
+    import hashlib
+    import inspect
+
+    from dbos._dbos import _get_or_create_dbos_registry
+    from dbos._utils import GlobalParams
+
+    workflows = _get_or_create_dbos_registry().workflow_info_map.values()
+    sources = sorted(inspect.getsource(wf) for wf in workflows
+                     if not str(getattr(wf, "__module__", "")).startswith("dbos"))
+    hasher = hashlib.md5()
+    for source in [*sources, GlobalParams.dbos_version, APP_NAME]:
+        hasher.update(source.encode("utf-8"))
+    return hasher.hexdigest()[:12]
+
+
 def application_version(run_id: str) -> str:
-    """The application version a run is started and recovered with: pinned (never the
-    default source hash) and one per run, because recovery re-enqueues a workflow on
-    DBOS's internal queue, and *any* process on the same system database with the same
-    application name and version may dequeue it (see module docstring)."""
-    return f"{APP_VERSION}.{run_id}"
+    """The application version a run is started and recovered with:
+    ``<APP_VERSION>-<build_version()>.<run id or scope>``. It follows the build (so a
+    resume under a build with other workflow code does not recover a run left
+    ``PENDING`` by the old one: DBOS's documented rule, shown by ``--resume-with``), and
+    is one per run, because recovery re-enqueues a workflow on DBOS's internal queue,
+    and *any* process on the same system database with the same application name and
+    version may dequeue it (see module docstring)."""
+    return f"{APP_VERSION}-{build_version()}.{run_id}"
+
+
+def default_max_recovery_attempts() -> int:
+    """DBOS's default ``max_recovery_attempts`` of a workflow (the installed release's
+    ``DEFAULT_MAX_RECOVERY_ATTEMPTS``: 100 in dbos 2.x and 3.x)."""
+    from dbos._registrations import DEFAULT_MAX_RECOVERY_ATTEMPTS
+
+    return int(DEFAULT_MAX_RECOVERY_ATTEMPTS)
+
+
+def max_recovery_attempts(workflow: Any) -> int | None:
+    """The ``max_recovery_attempts`` a registered workflow function was declared with
+    (``@DBOS.workflow(max_recovery_attempts=N)``; None: unbounded)."""
+    from dbos._registrations import get_func_info
+
+    info = get_func_info(workflow)
+    return None if info is None else info.max_recovery_attempts
+
+
+def migrate(system_database_url: str) -> None:
+    """Create or migrate DBOS's system database: ``DBOS.migrate`` (dbos 3.x), else
+    what the ``dbos migrate`` command runs (dbos 2.x:
+    ``dbos.cli.migration.migrate_dbos_databases``; raises ``RuntimeError`` when it
+    fails, e.g. a PostgreSQL without the ``uuid-ossp`` extension its schema needs)."""
+    from dbos import DBOS
+
+    if hasattr(DBOS, "migrate"):
+        DBOS.migrate(system_database_url)
+        return
+    import click
+    from dbos.cli.migration import migrate_dbos_databases
+
+    try:
+        migrate_dbos_databases(system_database_url, None, "dbos")
+    except click.exceptions.Exit:  # it printed why ("DBOS migrations failed: ...")
+        raise RuntimeError("DBOS's `dbos migrate` of the system database failed (its reason is printed above; "
+                           "dbos 2.x on PostgreSQL needs the uuid-ossp extension)") from None
 
 
 class DBOSAdapter(Adapter):
@@ -162,6 +245,12 @@ class DBOSAdapter(Adapter):
     backend = "sqlite"
     requires: tuple[str, ...] = ("dbos", "dbos._debug_trigger")
     extra = "dbos"
+    #: a workflow recovered more than its ``max_recovery_attempts`` (the workload's
+    #: ``@DBOS.workflow(max_recovery_attempts=N)``, DBOS's default
+    #: :func:`default_max_recovery_attempts`) is dead-lettered,
+    #: ``MAX_RECOVERY_ATTEMPTS_EXCEEDED``, which waits for an operator's
+    #: ``resume_workflow``: reported ``needs_human``
+    crash_loop_status = "needs_human"
 
     #: DBOS dead-letters a workflow whose recoveries exceeded its limit:
     #: ``MAX_RECOVERY_ATTEMPTS_EXCEEDED``, mapped to ``needs_human`` (STATUS_MAP)
@@ -218,10 +307,8 @@ class DBOSAdapter(Adapter):
         }
 
     async def prepare(self, env: Environment) -> None:
-        from dbos import DBOS
-
         if self.backend == "postgres":
-            await asyncio.to_thread(DBOS.migrate, self.system_database_url(env, "", "crashmatrix-prepare"))
+            await asyncio.to_thread(migrate, self.system_database_url(env, "", "crashmatrix-prepare"))
         else:
             (Path(env.workdir) / "dbos").mkdir(parents=True, exist_ok=True)
 
@@ -264,6 +351,46 @@ class DBOSAdapter(Adapter):
     async def start(self, ctx: RunContext) -> str:
         return await self._run(ctx, "start")
 
+    @staticmethod
+    async def _until_ended(handle: Any) -> None:
+        """Wait until the workflow ends: ``get_result``, whose cancelled and dead-lettered
+        errors end the wait (the stored status says which). A dbos release without the
+        dead-letter error (2.8.0) has a handle that waits on a dead-lettered workflow
+        for ever: there the stored status is polled every :data:`POLL_SECONDS` instead
+        (its awaits then depend on timing; the await matrices are measured on 3.x)."""
+        from dbos import _error
+
+        dead = getattr(_error, "DBOSAwaitedWorkflowMaxRecoveryAttemptsExceeded", None)
+        if dead is None:
+            while (await handle.get_status()).status not in ("SUCCESS", "ERROR", "CANCELLED", DEAD_LETTER):
+                await asyncio.sleep(POLL_SECONDS)
+            return
+        try:
+            await handle.get_result(polling_interval_sec=POLL_SECONDS)
+        except (_error.DBOSAwaitedWorkflowCancelledError, dead):
+            pass  # cancelled (a cancel-api fault) or dead-lettered: the status says which
+
+    @staticmethod
+    async def _queue(workload: Any) -> Any:
+        """The workload's DBOS queue (``workload.queue_name``), registered in this
+        launched process (``DBOS.register_queue_async``: DBOS keeps queues in its system
+        database; registering again returns it; a ``Queue`` object on releases without
+        it), polled every :data:`QUEUE_POLL_SECONDS`; None for a workload that starts its
+        workflow directly."""
+        name = getattr(workload, "queue_name", None)
+        if name is None:
+            return None
+        from dbos import DBOS
+
+        if hasattr(DBOS, "register_queue_async"):
+            return await DBOS.register_queue_async(name, polling_interval_sec=QUEUE_POLL_SECONDS)
+        from dbos import Queue  # dbos releases before register_queue: a queue is an object
+
+        return Queue(name, polling_interval_sec=QUEUE_POLL_SECONDS)
+
+    def _version(self, ctx: RunContext) -> str:
+        return application_version(self._scope(ctx.env, ctx.run_id))
+
     async def resume(self, ctx: RunContext) -> str:
         return await self._run(ctx, "resume")
 
@@ -279,6 +406,7 @@ class DBOSAdapter(Adapter):
 
         await asyncio.to_thread(self._launch, ctx)
         try:
+            await self._queue(ctx.workload)  # a queued run is recovered onto its queue
             pending: list[str] = []
             for _ in range(int(CANCELLED_WAIT_SECONDS / POLL_SECONDS)):
                 rows = await asyncio.to_thread(lambda: DBOS.list_workflows(
@@ -295,31 +423,43 @@ class DBOSAdapter(Adapter):
 
     async def _run(self, ctx: RunContext, role: str) -> str:
         from dbos import DBOS, SetWorkflowID
-        from dbos._error import DBOSAwaitedWorkflowCancelledError
 
         # launch in a thread: it runs migrations and starts DBOS's threads (blocking)
         await asyncio.to_thread(self._launch, ctx)
         try:
             workload = ctx.workload
+            queue = await self._queue(workload)  # served from here on: a recovered queued run is dequeued
             status = None
             if role == "resume":
                 found = await DBOS.get_workflow_status_async(ctx.run_id)
                 status = found.status if found is not None else None
             if status is None:
-                # start, or resume of a run killed before its workflow row committed
+                # start, or resume of a run killed before its workflow row committed; a
+                # workload with a ``queue`` enqueues it there (a worker of this version
+                # dequeues it: this one, or the next after a crash)
                 with SetWorkflowID(ctx.run_id):
-                    handle = await DBOS.start_workflow_async(workload.workflow, *workload.workflow_args(ctx.conversation))
-            elif status in ("PENDING", "ENQUEUED"):
+                    if queue is not None:
+                        handle = await queue.enqueue_async(workload.workflow, *workload.workflow_args(ctx.conversation))
+                    else:
+                        handle = await DBOS.start_workflow_async(workload.workflow,
+                                                                 *workload.workflow_args(ctx.conversation))
+                with _POINT_LOCK:
+                    ctx.accepted()  # the workflow row is committed when start/enqueue returns
+            else:
+                with _POINT_LOCK:
+                    ctx.accepted()  # the system database holds the workflow and its input
+                if status not in ("PENDING", "ENQUEUED"):
+                    return STATUS_MAP.get(status, status.lower())
+                if found.app_version not in (None, "", self._version(ctx)):
+                    # left by a build with other workflow code: DBOS recovers a workflow
+                    # only in a process of its application version, so this build leaves it be
+                    return "pending"
                 # DBOS.launch() recovered it (same executor id and version); wait for it
                 handle = await DBOS.retrieve_workflow_async(ctx.run_id)
-            else:
-                return STATUS_MAP.get(status, status.lower())
             script = getattr(workload, "operator_script", None)  # a person in the loop (harness/human.py)
             operator = asyncio.ensure_future(self._operate(ctx.run_id, script)) if script is not None else None
             try:
-                await handle.get_result(polling_interval_sec=POLL_SECONDS)
-            except DBOSAwaitedWorkflowCancelledError:
-                pass  # DBOS.cancel_workflow (a cancel-api fault): the status says CANCELLED
+                await self._until_ended(handle)
             except anyio.get_cancelled_exc_class():
                 # a cancel fault: DBOS shields the workflow task from its caller
                 # (asyncio.shield in start_workflow_async), so only this wait ends. The
@@ -327,7 +467,7 @@ class DBOSAdapter(Adapter):
                 # the workflow ends on its own (bounded); then the cancellation goes on
                 with anyio.move_on_after(CANCELLED_WAIT_SECONDS, shield=True):
                     with contextlib.suppress(Exception):
-                        await handle.get_result(polling_interval_sec=POLL_SECONDS)
+                        await self._until_ended(handle)
                 raise
             finally:
                 if operator is not None:

@@ -51,14 +51,27 @@ the node that runs next: its *name and count* are deterministic per logical task
 trace check passes), but what the other thread had done when the kill landed is not.
 Such cases are racy by construction; run them several times (docs/findings.md).
 
-Resume protocol (:func:`drive`), from the thread's durable state only:
+Resume protocol (:func:`drive`), from the thread's durable state only; the thread is
+read first, the input only when the thread has none:
 
 1. no checkpoint at all (``exit`` durability, or a kill before the first save):
-   ``invoke(None)`` would raise ``EmptyInputError``; restart with the original input;
-2. a pending interrupt: the run waits for a human (``needs_human``);
+   ``invoke(None)`` would raise ``EmptyInputError``; restart with the original input
+   (the only case that needs it: ``--resume input-once`` hands it to no resumer of an
+   acknowledged run);
+2. a pending interrupt: ``invoke(None)`` first (LangGraph's documented recovery after a
+   failure: it re-raises the interrupt, or finishes what was left), then the run waits
+   for a human (``needs_human``), or the workload's scripted operator answers it;
 3. the latest checkpoint still has tasks (with or without saved writes): ``invoke(None)``
    continues, reusing saved writes and re-running the rest;
 4. otherwise the run is complete only if the graph's output is a final answer.
+
+Acknowledgement (``ctx.accepted()``): when the thread's first checkpoint is written
+(the input checkpoint under ``sync``/``async``, the only one under ``exit``), or at once
+when a resumer finds a checkpoint. Recovery without a run id (:meth:`LangGraphAdapter.
+recover`, resume policy ``discovery``): the threads whose checkpoints carry the case's
+scope (metadata ``crashmatrix_scope``, from ``config["metadata"]``) are resumed by the
+same protocol; LangGraph itself has no lease and no sweeper, so a deployment runs this
+at start-up.
 
 An empty ``next`` is *not* proof of completion: ``get_state`` leaves out of ``next`` the
 tasks whose writes were saved, so a run killed after a node's writes and before its
@@ -69,6 +82,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import signal
 import sqlite3
@@ -92,6 +106,8 @@ DURABILITIES = ("sync", "async", "exit")
 BACKENDS = ("sqlite", "postgres")
 APIS = ("graph", "functional")
 TASK_ID_KEY = "__pregel_task_id"
+SCOPE_KEY = "crashmatrix_scope"
+"""Checkpoint metadata key a run's recovery scope is filed under (``discovery``)."""
 LANGGRAPH_CORE_PACKAGES = (
     "langgraph.pregel", "langgraph._internal", "langgraph.graph", "langgraph.func", "langgraph.channels",
     "langgraph.checkpoint.base", "langgraph.checkpoint.serde", "langgraph.checkpoint.memory",
@@ -122,10 +138,13 @@ class NodeHooks:
     clients, a way to run a coroutine on the worker's loop, and step boundaries."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None, clients: Any, on_step: Any,
-                 launch_label: bool = False) -> None:
+                 launch_label: bool = False, on_saved: Any = None) -> None:
         self.loop = loop
         self.clients = clients
         self.on_step = on_step
+        #: called (under the point lock) after each checkpoint ``put`` returned: the
+        #: thread is durable from the first one on (the adapter acknowledges the run there)
+        self.on_saved = on_saved
         #: label ``node.launch`` before each node (``term.drained`` reads it)
         self.launch_label = launch_label
         #: LangGraph task id -> logical task, so the saver names ``put_writes`` points
@@ -135,6 +154,13 @@ class NodeHooks:
     def point(self, name: str) -> None:
         """A labelled crash point in the current logical task (see :func:`point`)."""
         point(name)
+
+    def saved(self) -> None:
+        """A checkpoint was written: :attr:`on_saved`, under the point lock (it may
+        reach a crash point, ``run.accepted``)."""
+        if self.on_saved is not None:
+            with _POINT_LOCK:
+                self.on_saved()
 
     def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Run ``coro`` on the worker's event loop from a LangGraph thread; wait."""
@@ -234,6 +260,7 @@ def saver_classes() -> tuple[type, type]:
                 point("checkpoint.put.before")
                 out = self.inner.put(config, checkpoint, metadata, new_versions)
                 point("checkpoint.put.after")
+                self.hooks.saved()
                 return out
             finally:
                 reset_logical_task(token)
@@ -289,6 +316,7 @@ def saver_classes() -> tuple[type, type]:
                     point("checkpoint.put.before")
                     out = await self.inner.aput(config, checkpoint, metadata, new_versions)
                     point("checkpoint.put.after")
+                    self.hooks.saved()
                 return out
             finally:
                 reset_logical_task(token)
@@ -346,22 +374,42 @@ def judge(snapshot: Any, answer_of: Any) -> Judgement:
     return Judgement("failed", "no task left but the output is not a final answer", True)
 
 
-def _decide(role: str, before: Judgement | None, run_input: dict[str, Any],
-            call: str, none_recovery: bool = False) -> tuple[str, Any, tuple[str, str] | None]:
+def _decide(role: str, before: Judgement | None, run_input: Any,
+            call: str, none_recovery: bool = True) -> tuple[str, Any, tuple[str, str] | None]:
     """The resume protocol's choice: ``(action, what to invoke with, None)``, or
-    ``(.., .., (status, reason))`` when there is nothing to run. ``none_recovery``: a
-    thread waiting on an interrupt is continued with ``invoke(None)`` too (the
-    documented recovery after a failure, as a generic recovery loop does it), before any
-    answer is given."""
+    ``(.., .., (status, reason))`` when there is nothing to run. ``run_input``: the
+    input, or a callable returning it, called only when the thread has no checkpoint
+    (a resumer reads the rest from the thread; under ``input-once`` the callable
+    raises ``InputWithheld`` for a worker not handed the input). ``none_recovery``
+    (default): a thread waiting on an interrupt is continued with ``invoke(None)`` too
+    (LangGraph's documented recovery after a failure, as a generic recovery loop does
+    it), before any answer is given; False answers it at once."""
+    def given() -> Any:
+        return run_input() if callable(run_input) else run_input
+
     if role == "start" or before is None:
-        return f"{call}(input)", run_input, None
+        return f"{call}(input)", given(), None
     if before.status == "absent":
-        return f"{call}(input): no checkpoint", run_input, None
+        return f"{call}(input): no checkpoint", given(), None
     if before.status == "needs_human" and none_recovery:
         return f"{call}(None): recovery of a thread waiting on an interrupt", None, None
     if before.status in ("needs_human", "completed", "failed"):
         return "", None, (before.status, f"nothing to do: {before.reason}")
     return f"{call}(None)", None, None
+
+
+def graph_drained() -> type[BaseException]:
+    """LangGraph's ``GraphDrained`` (what a drained run raises; ``RunControl`` came with
+    it), or, on a LangGraph without a drain, an exception nothing raises: the adapters
+    that do not drain run on those releases too (docs/findings.md, "Reach back")."""
+    try:
+        from langgraph.errors import GraphDrained
+    except ImportError:
+        class NoDrain(Exception):
+            """Never raised: this LangGraph has no ``RunControl`` drain."""
+
+        return NoDrain
+    return GraphDrained
 
 
 def _invoke_kwargs(durability: str, control: Any) -> dict[str, Any]:
@@ -423,17 +471,19 @@ def _operator_points(answers: list[Any], label: str) -> None:
             reset_logical_task(token)
 
 
-def drive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], durability: str, role: str,
-          answer_of: Any, control: Any = None, script: Any = None, none_recovery: bool = False) -> tuple[str, str]:
+def drive(graph: Any, config: dict[str, Any], run_input: Any, durability: str, role: str,
+          answer_of: Any, control: Any = None, script: Any = None, none_recovery: bool = True,
+          found: Any = None) -> tuple[str, str]:
     """Start (``role="start"``) or resume a thread; return ``(status, action)``.
     ``control``: a ``langgraph.runtime.RunControl`` the caller may drain (SIGTERM); a
     drained run ends ``GraphDrained``, and its status is judged like any other.
     ``script``: the workload's operator (:class:`crashmatrix.harness.human.OperatorScript`):
     each interrupt the thread waits on is answered with ``Command(resume=...)``, the
     operator's turn labelled (``human.wait``, ``human.answer.before/after``), until the
-    run ends or waits on an interrupt the script does not answer. ``none_recovery``:
-    see :func:`_decide`."""
-    from langgraph.errors import GraphDrained
+    run ends or waits on an interrupt the script does not answer. ``run_input`` and
+    ``none_recovery``: see :func:`_decide`. ``found()``: called when a resumed thread
+    already has a checkpoint (the run is durable: the adapter acknowledges it)."""
+    GraphDrained = graph_drained()  # noqa: N806 - a class
     from langgraph.types import Command
 
     from crashmatrix.harness.human import ANSWER_AFTER
@@ -448,6 +498,8 @@ def drive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], durabil
         return True
 
     before = None if role == "start" else judge(graph.get_state(config), answer_of)
+    if found is not None and before is not None and before.has_checkpoint:
+        found()
     action, run_with, done = _decide(role, before, run_input, "invoke", none_recovery)
     if done and not (done[0] == "needs_human" and script is not None):
         return done
@@ -469,11 +521,11 @@ def drive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], durabil
     return judge(graph.get_state(config), answer_of).status, action
 
 
-async def adrive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], durability: str, role: str,
+async def adrive(graph: Any, config: dict[str, Any], run_input: Any, durability: str, role: str,
                  answer_of: Any, control: Any = None, script: Any = None,
-                 none_recovery: bool = False) -> tuple[str, str]:
+                 none_recovery: bool = True, found: Any = None) -> tuple[str, str]:
     """:func:`drive` with LangGraph's async API (``aget_state``, ``ainvoke``)."""
-    from langgraph.errors import GraphDrained
+    GraphDrained = graph_drained()  # noqa: N806 - a class
     from langgraph.types import Command
 
     from crashmatrix.harness.human import ANSWER_AFTER
@@ -488,6 +540,8 @@ async def adrive(graph: Any, config: dict[str, Any], run_input: dict[str, Any], 
         return True
 
     before = None if role == "start" else judge(await graph.aget_state(config), answer_of)
+    if found is not None and before is not None and before.has_checkpoint:
+        found()
     action, run_with, done = _decide(role, before, run_input, "ainvoke", none_recovery)
     if done and not (done[0] == "needs_human" and script is not None):
         return done
@@ -532,8 +586,9 @@ class LangGraphAdapter(Adapter):
     drain = False
     #: a resumed thread that waits on an interrupt is first continued with
     #: ``invoke(None)``, the documented recovery after a failure, before the operator
-    #: answers (:func:`_decide`; the ``-none`` variants of the interrupt workloads)
-    none_recovery = False
+    #: answers (:func:`_decide`); False answers it at once (the person-in-the-loop
+    #: adapters without ``-none``, :mod:`crashmatrix.scenarios.realworld.langgraph_human`)
+    none_recovery = True
 
     requires = ("langgraph.checkpoint.base", "langgraph.checkpoint.sqlite", "psycopg")
     extra = "langgraph"
@@ -560,8 +615,11 @@ class LangGraphAdapter(Adapter):
 
     @staticmethod
     def sqlite_path(env: Environment, run_id: str) -> Path:
-        """One SQLite file per run (parallel cases never share a writer lock)."""
-        return Path(env.workdir) / "langgraph" / f"{run_id}.sqlite"
+        """One SQLite file per run (parallel cases never share a writer lock); in a
+        ``discovery`` case one per recovery scope (``env.options["recovery_scope"]``),
+        the store a recovering worker that knows no run id opens."""
+        name = env.options.get("recovery_scope") or run_id
+        return Path(env.workdir) / "langgraph" / f"{name}.sqlite"
 
     @contextlib.contextmanager
     def open_saver(self, env: Environment, run_id: str, application_name: str,
@@ -680,37 +738,81 @@ class LangGraphAdapter(Adapter):
         finally:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
+    async def recover(self, ctx: RunContext) -> str:
+        """Recovery without a run id (resume policy ``discovery``), as a LangGraph
+        service restarted after a crash does it: list the threads filed under
+        ``ctx.scope`` (their checkpoints carry it as metadata, ``SCOPE_KEY``, from the
+        run's config) and resume each with the resume protocol (:func:`drive`: a thread
+        with work left is continued with ``invoke(None)``; no input is needed, none is
+        given). LangGraph has no lease (``lease_seconds`` None): every thread found that
+        is not finished is taken. A run killed before its first checkpoint is in no
+        thread, so nothing finds it (it was never acknowledged either). Returns
+        ``"recovered N thread(s) ...: <status of each>"``; raises ``RecoveryByIdOnly``
+        without a scope."""
+        from ..adapter import RecoveryByIdOnly
+
+        if ctx.scope is None:
+            raise RecoveryByIdOnly("this LangGraph worker was given no scope to look for threads in")
+        scope = ctx.scope
+
+        def threads() -> list[str]:
+            with self.open_saver(ctx.env, scope, ctx.worker_id, create=False) as saver:
+                if saver is None:
+                    return []
+                return sorted({c.config["configurable"]["thread_id"] for c in saver.list(None, filter={SCOPE_KEY: scope})})
+
+        found = await asyncio.to_thread(threads)
+        statuses = [f"{t}: {await self._run(dataclasses.replace(ctx, run_id=t), 'resume')}" for t in found]
+        return f"recovered {len(found)} thread(s) filed under {scope}" + (f" ({', '.join(statuses)})" if statuses else "")
+
     async def _run(self, ctx: RunContext, role: str) -> str:
+        """Start or resume thread ``ctx.run_id``. The input is read only when the
+        thread has no checkpoint (``ctx.run_input()``: under ``input-once`` a resumer
+        of an acknowledged run is not handed it, and needs none). The run is
+        acknowledged (``ctx.accepted()``) when its first checkpoint is written, or at
+        once when a resumer finds one: from then on the thread holds the request."""
         loop = asyncio.get_running_loop()
         CrashpointSaver, AsyncCrashpointSaver = saver_classes()  # noqa: N806 - classes
         async with aiohttp.ClientSession() as session:
             clients = ctx.workload.clients(session, ctx.env.providers, ctx.worker_id, ctx.conversation, ctx.run_id)
             clients.script = getattr(ctx.workload, "model_script", None) or clients.script
-            hooks = NodeHooks(loop, clients, ctx.on_step, launch_label=self.drain)
-            config = self.thread_config(ctx.run_id)
-            run_input = ctx.workload.run_input(ctx.conversation)
+            hooks = NodeHooks(loop, clients, ctx.on_step, launch_label=self.drain, on_saved=ctx.accepted)
+            config = self.thread_config(ctx.run_id, self._scope(ctx.env))
             script = getattr(ctx.workload, "operator_script", None)  # a person in the loop (harness/human.py)
             with self._drain_on_sigterm(loop) as control:
                 if self.aio:
                     async with self.open_async_saver(ctx.env, ctx.run_id, ctx.worker_id) as saver:
                         graph = ctx.workload.compile(self.api, hooks, AsyncCrashpointSaver(saver, hooks), aio=True)
-                        status, _ = await adrive(graph, config, run_input, self.durability, role,
-                                                 self._answer_of(ctx), control, script, self.none_recovery)
+                        status, _ = await adrive(graph, config, ctx.run_input, self.durability, role,
+                                                 self._answer_of(ctx), control, script, self.none_recovery,
+                                                 found=hooks.saved)
                         return status
 
                 def body() -> str:
                     with self.open_saver(ctx.env, ctx.run_id, ctx.worker_id) as saver:
                         assert saver is not None
                         graph = ctx.workload.compile(self.api, hooks, CrashpointSaver(saver, hooks))
-                        status, _ = drive(graph, config, run_input, self.durability, role, self._answer_of(ctx),
-                                          control, script, self.none_recovery)
+                        status, _ = drive(graph, config, ctx.run_input, self.durability, role, self._answer_of(ctx),
+                                          control, script, self.none_recovery, found=hooks.saved)
                         return status
 
                 return await anyio.to_thread.run_sync(body)
 
     @staticmethod
-    def thread_config(run_id: str) -> dict[str, Any]:
-        return {"configurable": {"thread_id": run_id}, "recursion_limit": 100}
+    def _scope(env: Environment) -> str | None:
+        """The case's recovery scope (a ``discovery`` case), else None."""
+        scope = env.options.get("recovery_scope")
+        return str(scope) if scope else None
+
+    @staticmethod
+    def thread_config(run_id: str, scope: str | None = None) -> dict[str, Any]:
+        """The run's config: thread ``run_id``; with a recovery ``scope``, also the
+        metadata ``SCOPE_KEY`` (LangGraph copies ``config["metadata"]`` into every
+        checkpoint's metadata, which ``list(None, filter=...)`` searches)."""
+        config: dict[str, Any] = {"configurable": {"thread_id": run_id}, "recursion_limit": 100}
+        if scope:
+            config["metadata"] = {SCOPE_KEY: scope}
+        return config
 
     # -- controller side ----------------------------------------------------------
 

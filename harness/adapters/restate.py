@@ -20,7 +20,9 @@ on a loopback port kept for the run (``<workdir>/restate/runs/<run id>.json``, a
 below the ephemeral range reserved under ``<workdir>/restate/ports/``), registers that
 URL as a deployment with the admin API (idempotent), submits the workflow with the run
 id as its key (``/send``: a second submission of the same key is answered
-``PreviouslyAccepted``), and attaches to it until it ends. Restate pins an invocation to
+``PreviouslyAccepted``; a resume that finds the invocation on the server submits
+nothing, so it needs no input), acknowledges the run (``ctx.accepted()``: the server
+answered Accepted), and attaches to it until it ends. Restate pins an invocation to
 its deployment (the URL), so after a kill the server retries the invocation against the
 same URL (every 20-250 ms: :data:`~crashmatrix.harness.services.restate.RETRY_POLICY`)
 until the resume worker serves it again, and replays the journal to it: "another machine
@@ -82,6 +84,10 @@ CANCELLED_WAIT_SECONDS = 30.0
 SERVE_TIMEOUT = 10.0  # seconds until the endpoint answers its health check
 STATUS_MAP = {"completed": "completed", "pending": "pending", "scheduled": "pending", "ready": "pending",
               "running": "pending", "backing-off": "pending", "suspended": "pending", "paused": "needs_human"}
+QUERY_RETRIES = 50
+QUERY_RETRY_SECONDS = 0.1
+"""How a worker asks a server that is still starting whether it holds the run
+(:meth:`RestateAdapter._submitted`): at most 5 s."""
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _POINT_LOCK = threading.Lock()
 point = point_under(_POINT_LOCK)
@@ -217,10 +223,15 @@ class RestateAdapter(ServerBackedAdapter):
             try:
                 await self._until_serving(session, port, serving)
                 await self._register(session, server["admin_url"], port)
-                url = f"{server['ingress_url']}/{service}/{ctx.run_id}/run/send"
-                async with session.post(url, json=ctx.workload.run_input(ctx.conversation)) as resp:
-                    if resp.status not in (200, 202):
-                        raise RuntimeError(f"restate submit {resp.status}: {(await resp.text())[:300]}")
+                # the server holds a submitted invocation: a resume that finds it needs
+                # no input (``--resume input-once``); one that does not submits again
+                if not await self._submitted(session, server["admin_url"], service, ctx.run_id):
+                    url = f"{server['ingress_url']}/{service}/{ctx.run_id}/run/send"
+                    async with session.post(url, json=ctx.run_input()) as resp:
+                        if resp.status not in (200, 202):
+                            raise RuntimeError(f"restate submit {resp.status}: {(await resp.text())[:300]}")
+                with _POINT_LOCK:
+                    ctx.accepted()  # the server answered Accepted (or holds the invocation)
                 attach = f"{server['ingress_url']}/restate/workflow/{service}/{ctx.run_id}/attach"
                 try:
                     await self._attach(session, attach)
@@ -267,6 +278,19 @@ class RestateAdapter(ServerBackedAdapter):
     async def _attach(session: aiohttp.ClientSession, url: str) -> None:
         async with session.get(url) as resp:
             await resp.read()  # 200: the output; 4xx/5xx: the terminal failure (status read after)
+
+    @classmethod
+    async def _submitted(cls, session: aiohttp.ClientSession, admin_url: str, service: str, run_id: str) -> bool:
+        """Whether the server holds the run's invocation. A fresh server answers its SQL
+        API with 500 ("node lookup for partition 0 failed") until its partitions are up:
+        asked again every :data:`QUERY_RETRY_SECONDS`, at most :data:`QUERY_RETRIES`
+        times, then False (the submission is idempotent: ``PreviouslyAccepted``)."""
+        for _ in range(QUERY_RETRIES):
+            try:
+                return bool(await cls._invocation(session, admin_url, service, run_id))
+            except RuntimeError:
+                await asyncio.sleep(QUERY_RETRY_SECONDS)
+        return False
 
     @staticmethod
     async def _invocation(session: aiohttp.ClientSession, admin_url: str, service: str,

@@ -36,6 +36,16 @@ from .common import Clients, FlavouredCheckout, effect_key
 
 MAX_TURNS = 20
 WORKFLOW_NAME = "crashmatrix_checkout"
+MAX_RECOVERY_ATTEMPTS = 5
+"""The checkout workflow's ``max_recovery_attempts`` (DBOS's default is 100): a team
+bounds a crash loop to what its on-call can look at; a workflow recovered more often is
+dead-lettered (``MAX_RECOVERY_ATTEMPTS_EXCEEDED``) and waits for ``resume_workflow``."""
+QUEUE_NAME = "crashmatrix_checkout_queue"
+"""The DBOS queue the ``queued`` workloads enqueue their workflow on. DBOS keeps queues
+in its system database (``DBOS.register_queue`` after launch, dbos 2.x and 3.x), so the
+adapter registers it in each worker. A worker of the run's application version dequeues
+the workflow; after a crash, launch-time recovery puts a dequeued ``PENDING`` workflow
+back on its queue (DBOS's queued recovery path), and an ``ENQUEUED`` one waits there."""
 
 
 @dataclass
@@ -115,7 +125,7 @@ async def tool_step(flavour: str, conversation: str, call: dict[str, Any]) -> di
     return await tool_call(flavour, conversation, call)
 
 
-@DBOS.workflow(name=WORKFLOW_NAME)
+@DBOS.workflow(name=WORKFLOW_NAME, max_recovery_attempts=MAX_RECOVERY_ATTEMPTS)
 async def checkout(flavour: str, run_input: dict[str, Any]) -> dict[str, Any]:
     conversation = run_input["conversation"]
     messages = list(run_input["messages"])
@@ -194,5 +204,16 @@ class DBOSCheckout(FlavouredCheckout):
         return transcript(run_input_, steps, self.model_step, self.as_message)
 
 
+class DBOSQueuedCheckout(DBOSCheckout):
+    """The checkout enqueued on a DBOS ``Queue`` (:data:`QUEUE`) instead of started
+    directly: how a service hands work to its workers."""
+
+    prefix = "dbos-checkout-queued"
+    #: the queue the adapter registers and enqueues the workflow on (``enqueue_async``)
+    queue_name = QUEUE_NAME
+
+
 NAIVE = DBOSCheckout("naive")
 KEYED = DBOSCheckout("keyed")
+QUEUED_NAIVE = DBOSQueuedCheckout("naive")
+QUEUED_KEYED = DBOSQueuedCheckout("keyed")

@@ -78,3 +78,37 @@ def test_a_worker_that_lost_its_database_runs_its_step_effect(naive: Any) -> Non
     case = naive.cases[2]
     assert case.failed == {"provider.payment.ledger_equal", "effects.applied_once"}, case.why()
     assert case.extra("payment") == 1
+
+
+def test_cancel_api_cancels_through_cancel_task_and_says_why_it_cannot_resume(matrix_cases: Any) -> None:
+    """``cancel-api``: the adapter cancels with Absurd's ``cancel_task`` while the worker
+    is stopped after the charge; the woken worker stops (its next checkpoint write is
+    refused), the step in flight is left unrecorded with its effect for the next attempt
+    (``cancel.step_recorded`` passes). Absurd's cancel is final (``retry_task`` refuses
+    a task that is not failed), so ``resume_cancelled`` raises saying so and the case
+    ends there; the harness has no outcome for a final cancel."""
+    from crashmatrix.harness.explorer import Options
+    from crashmatrix.harness.plan import Case
+    from crashmatrix.harness.session import open_session
+    import asyncio
+
+    async def main() -> Any:
+        async with open_session(ADAPTER, f"{WL}:KEYED", options=Options()) as explorer:
+            golden = await explorer.golden("conv1")
+            result = await explorer.run_case(Case.parse(f"{WL}:KEYED/conv1/cancel-api@step.after[tool-4.0]#1"), golden)
+            return result, await explorer.observe(result.run_id) if hasattr(explorer, "observe") else None
+
+    result, _ = asyncio.run(main())
+    assert result.outcome == "harness-error" and "Absurd's cancel is final" in (result.error or ""), result.error
+    checks = {v.check: v for v in result.verdicts}
+    assert checks["cancel.step_recorded"].valid, checks["cancel.step_recorded"].details
+    assert "payment charge" in checks["cancel.step_recorded"].details
+
+
+def test_input_once_the_task_row_holds_the_params(matrix_cases: Any) -> None:
+    """The run is acknowledged once the task is spawned; a resume finds the task in its
+    queue and needs no input (``--resume input-once``)."""
+    s = matrix_cases(ADAPTER, f"{WL}:KEYED", ["kill@step.after[tool-4.0]#1/input-once"])
+    [case] = s.cases
+    assert case.result.outcome == "pass", case.why()
+    assert {v.check: v.valid for v in case.result.verdicts}["run.acknowledged_durable"] is True

@@ -96,3 +96,17 @@ def test_burr_itself_saves_a_cancelled_action_as_completed(tmp_path) -> None:
             f"now saves {rows}: Burr changed how it records a cancelled action"
 
     asyncio.run(main())
+
+
+def test_input_once_and_discovery_on_the_keyed_app(matrix_cases: Any) -> None:
+    """A resume reads the saved rows before the input (``--resume input-once``), and a
+    worker given no run id finds the app through Burr's ``list_app_ids`` under the
+    case's scope (``--resume discovery``)."""
+    s = matrix_cases(ADAPTER, f"{WL}:KEYED", ["kill@step.after[tool-4.0]#1/input-once",
+                                              "kill@step.after[tool-4.0]#1/discovery"])
+    once, found = s.cases
+    for case in s.cases:
+        assert case.result.outcome == "pass", case.why()
+    assert {v.check: v.valid for v in once.result.verdicts}["run.acknowledged_durable"] is True
+    [verdict] = [v for v in found.result.verdicts if v.check == "discovery.found"]
+    assert verdict.valid and "recovered 1 app(s)" in verdict.details, verdict.details

@@ -257,3 +257,100 @@ def test_a_person_answers_through_set_event_recv_and_send_across_a_crash(matrix_
         assert {v.check: v.valid for v in case.result.verdicts}["interrupt.answers"] is True
     golden = s.cases[0].golden.evidence.observation
     assert [m["interrupt"] for m in golden.state["transcript"] if m.get("role") == "human"] == ["review#1", "review#2"]
+
+
+# -- what a production DBOS deployment declares and does ------------------------------------------
+
+
+def test_recurring_crash_loop_ends_dead_lettered(matrix_cases: Any) -> None:
+    """``--resume recurring``: the same kill in every worker. The checkout workflow
+    declares ``max_recovery_attempts=5``; DBOS dead-letters it
+    (``MAX_RECOVERY_ATTEMPTS_EXCEEDED``, reported ``needs_human``, the adapter's
+    ``crash_loop_status``) after the 6th recovery, well inside the harness's own bound;
+    a kill after the step's output was committed is not reached again."""
+    from crashmatrix.harness.adapters.dbos import DBOSAdapter, default_max_recovery_attempts, max_recovery_attempts
+    from crashmatrix.scenarios.realworld.dbos_checkout import MAX_RECOVERY_ATTEMPTS, checkout
+
+    assert DBOSAdapter.crash_loop_status == "needs_human"
+    assert max_recovery_attempts(checkout) == MAX_RECOVERY_ATTEMPTS == 5
+    assert default_max_recovery_attempts() == 100, "DBOS's default max_recovery_attempts changed: update docs/findings.md"
+    s = matrix_cases(SUBJECT, f"{WL}:KEYED", ["kill@step.after[tool-4]#1/recurring",
+                                              "kill@log.append.after[tool-4]#1/recurring"])
+    looped, committed = s.cases
+    for case in s.cases:
+        assert case.result.outcome == "pass", case.why()
+    bounded = {v.check: v.details for v in looped.result.verdicts}["recurring.bounded"]
+    assert "gave up after 7 worker(s): needs_human" in bounded, bounded
+    assert looped.evidence.observation.status == "needs_human"
+    assert "point was not reached again" in {v.check: v.details for v in committed.result.verdicts}["recurring.bounded"]
+
+
+def test_queued_checkout_recovers_through_its_queue(matrix_cases: Any) -> None:
+    """The checkout enqueued on a DBOS queue (``QUEUED_KEYED``, PostgreSQL): killed with
+    the workflow dequeued and running, launch-time recovery puts it back on its queue
+    and the next worker of the run's version dequeues it; it ends as the golden run."""
+    s = matrix_cases(f"{DB}:DBOSPostgresAdapter", f"{WL}:QUEUED_KEYED",
+                     ["kill@step.after[tool-4]#1", "kill@model.call.before[model-1]#1"])
+    for case in s.cases:
+        assert case.result.outcome == "pass", case.why()
+        assert case.evidence.observation.status == "completed"
+
+
+def test_a_build_with_other_workflow_code_leaves_the_run_pending(tmp_path: Path) -> None:
+    """The application version follows the build (DBOS's hash of the workflow source):
+    a run killed under build A and resumed under a build B whose workflow code differs
+    stays ``PENDING`` (DBOS recovers a workflow only in a process of its version), and
+    ``upgrade.migrated`` says so; the same code in both builds finishes it."""
+    import shutil
+
+    import crashmatrix.harness
+
+    src = Path(crashmatrix.harness.__file__).parent.parent  # the package's source tree
+    tree = tmp_path / "buildB" / "crashmatrix"
+    shutil.copytree(src, tree, ignore=shutil.ignore_patterns(".venv", ".git", "tests", "benchmarks", "docs",
+                                                             "*.egg-info", "__pycache__"))
+    wl = tree / "scenarios" / "realworld" / "dbos_checkout.py"
+    code = wl.read_text()
+    marker = '    messages = list(run_input["messages"])\n'
+    assert marker in code
+    wl.write_text(code.replace(marker, marker.rstrip("\n") + "  # build B\n", 1))
+    case = f"{WL}:KEYED/conv1/kill@step.after[tool-4]#1/upgrade:A>B"
+    a = f"A={DB}:DBOSPostgresAdapter"
+    cli = [sys.executable, "-m", "crashmatrix.harness.cli", "replay", case, "--subject", a]
+    changed = subprocess.run([*cli, "--resume-with", f"B={DB}:DBOSPostgresAdapter@{tree.parent}"],
+                             capture_output=True, text=True, timeout=300)
+    assert changed.returncode == 1, changed.stdout[-3000:] + changed.stderr[-3000:]
+    assert "ended 'pending' under B" in changed.stdout, changed.stdout[-3000:]
+    same = subprocess.run([*cli, "--resume-with", f"B={DB}:DBOSPostgresAdapter"], capture_output=True, text=True,
+                          timeout=300)
+    assert same.returncode == 0 and "finished under B: completed" in same.stdout, same.stdout[-3000:]
+
+
+def test_input_once_the_workflow_row_holds_the_input(matrix_cases: Any) -> None:
+    """The run is acknowledged once ``start_workflow_async`` returned (the workflow row
+    and its input are committed); a resume reads the status first and needs the input
+    only when there is no row (``--resume input-once``)."""
+    s = matrix_cases(SUBJECT, f"{WL}:KEYED", ["kill@step.after[tool-4]#1/input-once",
+                                              "kill@run.accepted[run]#1/input-once"])
+    for case in s.cases:
+        assert case.result.outcome == "pass", case.why()
+        assert {v.check: v.valid for v in case.result.verdicts}["run.acknowledged_durable"] is True
+
+
+def test_the_build_version_is_the_same_before_and_after_dbos_is_made(tmp_path: Path) -> None:
+    """The application version goes into ``DBOS(config)``, so it must not change once
+    DBOS is made: dbos 2.x registers internal workflows then, and its own
+    ``compute_app_version`` changes with them; :func:`build_version` hashes the
+    application's workflows only."""
+    code = textwrap.dedent(f'''
+        import crashmatrix.scenarios.realworld.dbos_checkout
+        from crashmatrix.harness.adapters.dbos import APP_NAME, build_version
+        from dbos import DBOS
+        before = build_version()
+        DBOS(config={{"name": APP_NAME, "system_database_url": "sqlite:///{tmp_path / 'sys.sqlite'}",
+                      "log_level": "ERROR"}})
+        print(before == build_version(), len(before))
+        DBOS.destroy()
+    ''')
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["True", "12"], out.stdout + out.stderr[-2000:]

@@ -151,8 +151,43 @@ def test_pending_interrupt_is_needs_human() -> None:
     graph.invoke({"x": 0}, config, durability="sync")
     verdict = judge(graph.get_state(config), lambda v: None)
     assert verdict.status == "needs_human", verdict
+    # the adapter's default: invoke(None) first, as LangGraph documents recovery; the
+    # interrupt is raised again and the thread still waits
     assert drive(graph, config, {"x": 0}, "sync", "resume", lambda v: None) == (
+        "needs_human", "invoke(None): recovery of a thread waiting on an interrupt")
+    assert drive(graph, config, {"x": 0}, "sync", "resume", lambda v: None, none_recovery=False) == (
         "needs_human", "nothing to do: 1 pending interrupt(s)")
+
+
+def test_resume_reads_the_thread_before_the_input() -> None:
+    """A resumer of a thread with a checkpoint never asks for the input (input-once
+    withholds it); one of a thread without a checkpoint does, and only then."""
+    from crashmatrix.harness.adapter import InputWithheld
+
+    def withheld() -> dict[str, Any]:
+        raise InputWithheld("not handed the input")
+
+    saver = LosingSaver(sqlite3.connect(":memory:", check_same_thread=False))
+    saver.lose_step = 2  # the run stops with the model turn of step 1 saved, work left
+    hooks = NodeHooks(None, None, None)
+    graph = KEYED.compile("graph", hooks, saver)
+    config = {"configurable": {"thread_id": "t"}}
+    found: list[bool] = []
+
+    async def main() -> None:
+        hooks.loop = asyncio.get_running_loop()
+        hooks.clients = FakeClients()
+        with pytest.raises(InputWithheld):  # no checkpoint: the input is needed
+            await _in_thread(drive, graph, config, withheld, "sync", "resume", _answer)
+        with pytest.raises(LostCheckpoint):
+            await _in_thread(drive, graph, config, KEYED.run_input("conv1"), "sync", "start", _answer)
+        saver.lose_step = None
+        status, action = await _in_thread(drive, graph, config, withheld, "sync", "resume", _answer,
+                                          found=lambda: found.append(True))
+        assert (status, action) == ("completed", "invoke(None)")
+
+    asyncio.run(main())
+    assert found == [True]  # the adapter acknowledges the run there (ctx.accepted)
 
 
 API = pytest.mark.parametrize("aio", [False, True], ids=["invoke", "ainvoke"])
@@ -357,3 +392,23 @@ def test_aio_await_points_cancel_and_term(matrix_cases: Any) -> None:
     assert term.workers[0]["signal"] == 15 and "term.drained" in term.failed and term.extra("payment") == 1, (
         "LangGraph: SIGTERM no longer ends the worker as a kill does (does LangGraph install a handler now?): "
         f"{term.why()}, workers {term.workers}; update docs/findings.md")
+
+
+def test_sqlite_sync_keyed_input_once_and_discovery_pass(matrix_cases: Any) -> None:
+    """The production resume policies on a correct graph: the input handed to the first
+    worker only (the resumer reads the thread), and recovery that is given no run id
+    (the threads filed under the case's scope)."""
+    s = matrix_cases(f"{LG}:LangGraphSqliteSyncAdapter", f"{WL}:KEYED", [
+        "kill@run.accepted[checkpoint-s-1]#1/input-once",  # acknowledged, nothing run yet
+        "kill@step.after[tools-8]#1/input-once",           # the charge done, its writes not saved
+        "kill@step.after[tools-8]#1/discovery",
+        "kill@checkpoint.put.after[checkpoint-s3]#1/discovery",
+    ])
+    for case in s.cases:
+        assert case.result.outcome == "pass", (case.result.case.id, case.why())
+    for case in s.cases[:2]:
+        checks = {v.check: v.valid for v in case.result.verdicts}
+        assert checks.get("run.acknowledged_durable") is True, case.result.verdicts
+    for case in s.cases[2:]:
+        found = [v for v in case.result.verdicts if v.check == "discovery.found"]
+        assert found and found[0].valid and "recovered 1 thread(s)" in found[0].details, found

@@ -124,3 +124,13 @@ def test_sigterm_runs_the_invocation_to_its_end(keyed: Any) -> None:
     assert [(w["role"], w["returncode"], w["signal"]) for w in case.workers] == [("start", 0, None)], \
         "now the worker stops on SIGTERM?"
     assert case.evidence.observation.status == "completed"
+
+
+def test_input_once_a_resume_needs_no_input(matrix_cases: Any) -> None:
+    """``--resume input-once``: the run is acknowledged when the server accepted the
+    submission; a resume finds the invocation on the server and submits nothing, so the
+    withheld input is never asked for."""
+    s = matrix_cases(ADAPTER, f"{WL}:KEYED", ["kill@step.after[tool-4.0]#1/input-once"])
+    [case] = s.cases
+    assert case.result.outcome == "pass", case.why()
+    assert {v.check: v.valid for v in case.result.verdicts}["run.acknowledged_durable"] is True

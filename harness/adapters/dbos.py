@@ -260,18 +260,17 @@ class DBOSAdapter(Adapter):
         super().__init__()
         self._client: Any = None
         self._client_url: str | None = None
+        self._workflow_limit: int | None = None
 
     @property
     def recovery_attempts_limit(self) -> int | None:  # type: ignore[override]
-        """DBOS's own limit on a workflow's recoveries: the default of ``DBOS.workflow``'s
-        ``max_recovery_attempts`` in the installed dbos package (the workloads' workflows
-        take the default), read from its signature rather than assumed."""
-        import inspect
-
-        from dbos import DBOS
-
-        limit = inspect.signature(DBOS.workflow).parameters["max_recovery_attempts"].default
-        return limit if isinstance(limit, int) else None
+        """DBOS's own limit on a workflow's recoveries, as DBOS keeps it: the
+        ``max_recovery_attempts`` the workload's workflow was registered with (read at
+        ``prepare``, :func:`max_recovery_attempts`), else the installed package's default
+        (:func:`default_max_recovery_attempts`); read, never assumed."""
+        if self._workflow_limit is not None:
+            return self._workflow_limit
+        return default_max_recovery_attempts()
 
     # -- storage ------------------------------------------------------------------
 
@@ -307,6 +306,8 @@ class DBOSAdapter(Adapter):
         }
 
     async def prepare(self, env: Environment) -> None:
+        with contextlib.suppress(Exception):  # a workload without its own workflow: DBOS's default
+            self._workflow_limit = max_recovery_attempts(self.workload_of(env).workflow)
         if self.backend == "postgres":
             await asyncio.to_thread(migrate, self.system_database_url(env, "", "crashmatrix-prepare"))
         else:

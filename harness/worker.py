@@ -29,6 +29,7 @@ worker ends (:attr:`Recorder.lasting`, :mod:`.netfaults`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import threading
 import time
@@ -406,7 +407,11 @@ def _run_reporting(job: Job, runner: asyncio.Runner | None, fd: int) -> int:
             else:
                 Lead.follow(job.start_gate)
     try:
-        status = anyio.run(main) if runner is None else runner.run(main())
+        # a job of a long-lived worker runs in a fresh copy of the process's context, as a
+        # task a production consumer starts per message would: the Runner's own context is
+        # shared by every run() call, so a context variable a job set (the subject's logical
+        # task, a request id) would reach the next job
+        status = anyio.run(main) if runner is None else runner.run(main(), context=contextvars.copy_context())
     except BaseException as exc:  # reported, then the exit code says it
         recorder.emit(End("error", recorder.trace, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=20)))
         return 1

@@ -78,6 +78,9 @@ class BurrAdapter(Adapter):
     (``burr_checkout:KEYED`` or ``:NAIVE``)."""
 
     name = "burr"
+    #: a resume reads the run from the runtime's own store and needs the input only when
+    #: nothing was stored (then the harness still hands it: the run was never acknowledged)
+    expects_redelivery = False
     subject_packages = ("burr",)
     requires = ("burr.core.persistence",)
     extra = "burr"

@@ -571,6 +571,9 @@ class LangGraphAdapter(Adapter):
     """LangGraph StateGraph, SqliteSaver, ``sync`` durability."""
 
     name = "langgraph"
+    #: a resume reads the run from the runtime's own store and needs the input only when
+    #: nothing was stored (then the harness still hands it: the run was never acknowledged)
+    expects_redelivery = False
     #: an interrupt is answered from ``workload.operator_script`` with ``Command(resume=...)``
     answers_operator = ("operator_script",)
     api = "graph"

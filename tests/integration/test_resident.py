@@ -227,3 +227,17 @@ def test_same_worker_resumes_a_cancelled_run_in_the_process_its_cancellation_str
     assert [v.details for v in by_id[kill.id].verdicts if v.check == "same.worker"] == [
         "not applicable: a kill fault ends its worker's process; the resume ran in a fresh worker"]
     assert all(w.get("same") for r in clean.results if r.case.id != kill.id for w in r.workers[1:2])
+
+
+def test_a_context_variable_a_job_set_does_not_reach_the_next_job(subjects_on_path) -> None:
+    """A runtime that sets the logical task and never resets it (a context variable of
+    its job) passes cancel cases run in long-lived workers: each job runs in a fresh
+    copy of the worker's context. With one context shared by every job, the next job
+    started inside the leftover task and left the golden path (``worker.warm_path``)."""
+    from crashmatrix.harness.matrix import run_matrix
+
+    report = asyncio.run(run_matrix("checkout", "leaky.adapter:LeavesLogicalTask", kinds=("cancel",),
+                                    conversations=("conv1",), replay_failures=0))
+    resident = [w for r in report.results for w in r.workers if w.get("resident")]
+    failed = [(r.case.id, r.error) for r in report.results if r.outcome not in ("pass", "not-run")]
+    assert len(resident) > 20 and failed == [], failed[:3]

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from crashmatrix.harness.adapter import RunContext
+from crashmatrix.harness.crashpoint import set_logical_task
 from crashmatrix.harness.adapters.reference import ReferenceAdapter
 
 KEPT: list[object] = []
@@ -177,3 +178,20 @@ class KeepsGraphAfterCancel(ReferenceAdapter):
 
     def make_runtime(self, db: Any, agent: Any, ctx: RunContext) -> Runtime:
         return KeepsGraphRuntime(db, agent, worker_id=ctx.worker_id, on_step=ctx.on_step, blobs=blob_store(ctx.env))
+
+
+class LeavesLogicalTask(ReferenceAdapter):
+    """Enters a logical task of its own after each run and never leaves it, as a runtime
+    that sets the task per step without resetting it does (a context variable of the
+    job, not a leak of the process): a long-lived worker runs each job in a fresh copy of
+    its context, so the next job's first crash points are not filed under this task."""
+
+    async def start(self, ctx: RunContext) -> str:
+        status = await super().start(ctx)
+        set_logical_task("leftover")
+        return status
+
+    async def resume(self, ctx: RunContext) -> str:
+        status = await super().resume(ctx)
+        set_logical_task("leftover")
+        return status

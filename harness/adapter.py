@@ -20,6 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
+FENCED = "fenced"
+"""The status a worker returns when its runtime refused it (its lease taken by another
+worker, its write fenced): like raising, it marks the refused one of concurrent resumers
+(``concurrent.loser_fenced``), never a second owner."""
+
+
 @dataclass(frozen=True)
 class Environment:
     """The services a case runs against. Crosses process boundaries as JSON.

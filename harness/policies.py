@@ -75,7 +75,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import human, oracle
-from .adapter import Adapter
+from .adapter import FENCED, Adapter
 from .history import Trace, WorkerReport, labels_of
 from .plan import Fault, FaultPlan, Resume
 
@@ -291,7 +291,7 @@ class Concurrent(Policy):
             return first is not None and any(e.source == "label" and e.name == human.WAIT for e in trace[first:])
 
         owners = [i for i, (r, e) in enumerate(zip(reports, exits))
-                  if e.returncode == 0 and r.end is not None and r.end.status != "error" and ran_steps(r)]
+                  if e.returncode == 0 and r.end is not None and r.end.status not in ("error", FENCED) and ran_steps(r)]
         if len(owners) > 1 and all(waited(reports[i]) for i in owners):
             # each owner stopped at the run's wait for a person, which hands the run over (its
             # lease given up durably), and took it up again after the answer: a hand-over,
@@ -303,8 +303,8 @@ class Concurrent(Policy):
             said = ", ".join(sorted({reports[i].end.status for i in owners if reports[i].end is not None}))
             return _verdict("concurrent.loser_fenced", False, f"{len(owners)} of {len(reports)} resumers ran steps and "
                             f"none of them was refused (they ended {said}): two owners at once, no loser fenced")
-        refused = [(r.end.error or "").split(":")[0] for r, e in zip(reports, exits)
-                   if r.end is not None and r.end.status == "error"]
+        refused = [(r.end.error or "").split(":")[0] if r.end.status == "error" else FENCED
+                   for r, e in zip(reports, exits) if r.end is not None and r.end.status in ("error", FENCED)]
         how = f"; refused: {', '.join(refused)}" if refused else ""
         return _verdict("concurrent.loser_fenced", True, f"{len(owners)} resumer(s) ran steps unrefused{how}")
 

@@ -60,18 +60,21 @@ def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
 
 
 def check_cancel_left_unknown(ev: CrashEvidence) -> Verdict:
-    """``cancel.left_unknown``: no effect left ``started``; a cancel during a tool request left it ``unknown``."""
+    """``cancel.left_unknown``: a cancel that landed during a tool request (at
+    ``tool.request.before``) left that request's effect ``unknown``: the live process
+    knows its request was interrupted and records it so, shielded from the cancellation
+    it records. A cancel elsewhere (the provider had answered, the outcome was being
+    recorded) may leave an effect ``started``: a resume resolves it by its probe, as
+    after a kill, and the end checks judge the outcome."""
     name = "cancel.left_unknown"
     if ev.observation.effects is None:
         return Verdict(name, "crash", True, "not applicable: the adapter exposes no effects ledger")
-    effects = ev.observation.effects
-    problems = [f"effect {e.tool} of {e.node_id} left started after the cancellation" for e in effects if e.status == "started"]
     point = ev.fault.point
-    if point.name == TOOL_REQUEST_BEFORE:
-        mine = [e for e in effects if e.node_id == point.task]
-        for e in mine:
-            if e.status != "unknown":
-                problems.append(f"cancel landed during the request of {e.tool} ({e.node_id}) but its effect is {e.status}, not unknown")
+    if point.name != TOOL_REQUEST_BEFORE:
+        return Verdict(name, "crash", True, f"not applicable: the cancel landed at {point.name}, not during a tool request")
+    mine = [e for e in ev.observation.effects if e.node_id == point.task]
+    problems = [f"cancel landed during the request of {e.tool} ({e.node_id}) but its effect is {e.status}, not unknown"
+                for e in mine if e.status != "unknown"]
     if problems:
         return Verdict(name, "crash", False, "; ".join(problems))
-    return Verdict(name, "crash", True, "no effect left started")
+    return Verdict(name, "crash", True, f"the interrupted request's effect is unknown ({len(mine)} effect(s) of {point.task})")

@@ -136,14 +136,20 @@ def test_cancel_left_unknown_valid() -> None:
 def test_cancel_left_unknown_not_applicable_without_effects_ledger() -> None:
     v = check_cancel_left_unknown(crash_ev("cancel", "tool.request.before", "turn-1.tool-0", None))
     assert v.valid is True and v.details.startswith("not applicable")
-    # an empty ledger is a ledger, not "not applicable"
-    assert not check_cancel_left_unknown(crash_ev("cancel", "log.append.before", "t", [])).details.startswith("not")
 
 
-def test_cancel_left_started_is_invalid() -> None:
-    ev = crash_ev("cancel", "log.append.before", "turn-1.tool-0", [eff("turn-2.tool-0", "started")])
+def test_cancel_during_request_left_started_is_invalid() -> None:
+    # the unknown write was cancelled by the cancellation it records (not shielded)
+    ev = crash_ev("cancel", "tool.request.before", "turn-2.tool-0", [eff("turn-2.tool-0", "started")])
     v = check_cancel_left_unknown(ev)
-    assert v.valid is False and "effect charge of turn-2.tool-0 left started" in v.details
+    assert v.valid is False and "is started, not unknown" in v.details
+
+
+def test_cancel_after_the_provider_answered_may_leave_started() -> None:
+    # the outcome was being recorded when the cancel landed: the resume's probe resolves it
+    ev = crash_ev("cancel", "log.append.before", "turn-2.tool-0", [eff("turn-2.tool-0", "started")])
+    v = check_cancel_left_unknown(ev)
+    assert v.valid is True and "not during a tool request" in v.details
 
 
 def test_cancel_during_request_not_unknown_is_invalid() -> None:

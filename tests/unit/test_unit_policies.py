@@ -74,6 +74,9 @@ def test_a_fenced_loser_and_two_owners() -> None:
     fenced = Concurrent._loser_fenced([_report("completed", True), _report("error", True, "LeaseLost: stale")],
                                       [_exit(0), _exit(1)], terminal)
     assert fenced.valid is True and "refused: LeaseLost" in fenced.details
+    # a runtime that says it was refused by returning "fenced" instead of raising
+    said = Concurrent._loser_fenced([_report("completed", True), _report("fenced", True)], [_exit(0), _exit(0)], terminal)
+    assert said.valid is True and "refused: fenced" in said.details
     late = Concurrent._loser_fenced([_report("completed", True), _report("completed", False)], [_exit(0), _exit(0)], terminal)
     assert late.valid is True  # the second found the run done and ran nothing
     both = Concurrent._loser_fenced([_report("completed", True), _report("completed", True)], [_exit(0), _exit(0)], terminal)

@@ -364,8 +364,13 @@ async def run_case_replayed(
     keeps outcome ``fail``; one whose replay disagrees becomes ``flaky`` (a race in the
     subject: a failure of the subject, not a deterministic one). The replays'
     own results are in ``result.replays``; the first run's verdicts stay the result's.
-    A harness error is not replayed (it is the harness's failure, not the subject's)."""
+    A harness error is not replayed (it is the harness's failure, not the subject's).
+    A passing case whose fault could not take effect is ``not-run``
+    (:func:`.coverage.mark_not_run`), whichever path ran it (the pytest plugin's too)."""
+    from .coverage import mark_not_run
+
     result = await explorer.run_case(case, golden)
+    mark_not_run(result)
     if result.outcome != "fail":
         return result
     for _ in range(replay_failures):

@@ -145,3 +145,27 @@ def test_stuck_verdict_names_the_bound_the_last_point_and_the_silence() -> None:
     assert "its whole grace (Options.term_grace=10 s)" in stuck_verdict(term, exit_, Options()).details
     assert exit_.to_dict()["stuck_s"] == 40.04 and "stuck, silent 40.0 s after tool.request" in exit_.describe()
     assert property_of("worker.stuck") == "resumability"
+
+
+def test_a_case_run_one_by_one_whose_fault_changed_nothing_is_not_run() -> None:
+    """The pytest plugin runs each case through ``run_case_replayed`` (no pruning): a
+    passing case whose first worker's fault took no effect is ``not-run`` there too, and
+    a plugin item of it a skip, never a pass."""
+    import asyncio
+
+    from crashmatrix.harness.explorer import CaseResult
+    from crashmatrix.harness.matrix import run_case_replayed
+    from crashmatrix.harness.plan import Case, CrashPoint, Fault, FaultPlan
+
+    case = Case("checkout", "conv1", FaultPlan((Fault("db-restart", CrashPoint("step", "step.after", "turn-1", 1)),)))
+
+    class Ran:  # the explorer's one method the function calls, as a case that passed
+        def __init__(self, took_effect: bool) -> None:
+            self.took_effect = took_effect
+
+        async def run_case(self, case: Case, golden: object) -> CaseResult:
+            return CaseResult(case, "run-1", "pass", workers=[{"took_effect": self.took_effect}])
+
+    nothing = asyncio.run(run_case_replayed(Ran(False), case, None))  # type: ignore[arg-type]
+    assert nothing.outcome == "not-run" and "could not take effect" in (nothing.error or "")
+    assert asyncio.run(run_case_replayed(Ran(True), case, None)).outcome == "pass"  # type: ignore[arg-type]

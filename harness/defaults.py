@@ -5,7 +5,7 @@
 from one :class:`DefaultMatrix`, built by :func:`default_matrix`:
 
 - :data:`.plan.DEFAULT_KINDS` (kill, term, cancel) at every crash point;
-- each of :data:`.plan.SAMPLED_KINDS` (pause, db-restart, net, cancel-edge) as a seeded
+- each of :data:`.plan.SAMPLED_KINDS` (pause, db-restart, net, cancel-edge, cancel-api) as a seeded
   sample of ``kind_sample`` cases (:func:`.matrix.sample_by_kind`); db-restart is left
   out on a user's PostgreSQL (``--dsn`` or ``$CRASHMATRIX_PG_DSN``): it crashes and
   restarts the server, which only the embedded one may be;

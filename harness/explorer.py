@@ -547,6 +547,8 @@ class Explorer:
                             f"{golden_failure([v.check for v in golden.broken])} ({invariants.summary(golden.broken)})")
             return result
         why = policies.policy_of(case.resume).not_applicable(self.adapter, self.options)
+        for fault in case.plan.faults:  # what each fault's kind needs the adapter to declare
+            why = why or faults.kind(fault.kind).not_applicable(self.adapter)
         if why is not None:  # the policy needs what the adapter does not declare: nothing to run
             result.outcome, result.error = coverage.NOT_APPLICABLE, f"not applicable: {why}"
             return result

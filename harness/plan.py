@@ -103,12 +103,13 @@ POINT_SOURCES = ("step", "label", "await")
 DEFAULT_KINDS = ("kill", "term", "cancel")
 """The fault kinds a matrix runs at every point when none are named (``crashmatrix run``,
 the plugin)."""
-SAMPLED_KINDS = ("pause", "db-restart", "net", "cancel-edge")
+SAMPLED_KINDS = ("pause", "db-restart", "net", "cancel-edge", "cancel-api")
 """The fault kinds the default matrix (:mod:`.defaults`: ``crashmatrix run``, ``run_matrix``,
 the pytest plugin) adds when no kinds are named, each as a seeded
 sample of :data:`DEFAULT_KIND_SAMPLE` cases (the kinds that find recovery bugs,
-a paused zombie, a lost acknowledgement, a restarted database, a cancelled task, at a
-bounded cost). ``--kinds`` names kinds to run whole instead."""
+a paused zombie, a lost acknowledgement, a restarted database, a cancelled task, a
+cancel the runtime's own API acknowledged, at a bounded cost; ``cancel-api`` is not
+applicable to an adapter without a cancel API). ``--kinds`` names kinds to run whole instead."""
 SAMPLED_POLICIES = ("concurrent", "warm-worker", "same-worker")
 """The resume policies the default matrix (:mod:`.defaults`) adds when no kinds or resume
 policy are named: :data:`DEFAULT_KIND_SAMPLE` cases each, resumed that way (kill cases resumed by

@@ -46,7 +46,7 @@ import contextlib
 import os
 import signal
 import time
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import Any, TYPE_CHECKING, ClassVar, TypeVar
 
 if TYPE_CHECKING:  # the worker imports this module: the controller's types stay lazy
     from ..adapter import Observation
@@ -79,6 +79,13 @@ class FaultKind:
     #: a toxic): its job may run in a long-lived worker (:mod:`..resident`); a kind that
     #: ends, signals or stops the process does not
     survives: ClassVar[bool] = False
+
+    def not_applicable(self, adapter: Any) -> str | None:
+        """Why a fault of this kind cannot test ``adapter``'s runtime, from what the
+        adapter declares (``cancel-api`` without a cancel API): its cases are then
+        ``not-applicable`` with this reason, never run, never counted failed. None:
+        applicable (the default)."""
+        return None
 
     def act(self, recorder: Recorder, fault: Fault) -> None:  # pragma: no cover - abstract
         """In the worker, right after ``fired`` was written: make the fault happen

@@ -61,12 +61,19 @@ class CancelApi(Stops, FaultKind):
     rank = 3
     reads_ledgers = True  # cancel.step_recorded
 
+    def not_applicable(self, adapter: object) -> str | None:
+        if _supports(adapter):
+            return None
+        name = getattr(adapter, "name", None) or type(adapter).__name__
+        return (f"cancel-api needs the runtime's own cancel: {name} declares no cancel API "
+                f"(Adapter.cancel_run and resume_cancelled: docs/adapters.md)")
+
     def act(self, recorder: Recorder, fault: Fault) -> None:
         signal_self(signal.SIGSTOP)
 
     async def at_stop(self, cx: CaseRun, w: WorkerRun) -> None:
         ex = cx.explorer
-        if not _supports(ex.adapter):
+        if not _supports(ex.adapter):  # run_case made such a case not applicable: a guard
             raise HarnessError(f"cancel-api: {ex.subject} declares no cancel API of its runtime "
                                f"(Adapter.cancel_run and resume_cancelled: docs/adapters.md)")
         bound = min(CANCEL_WAIT_S, ex.options.worker_timeout)

@@ -169,3 +169,16 @@ def test_a_case_run_one_by_one_whose_fault_changed_nothing_is_not_run() -> None:
     nothing = asyncio.run(run_case_replayed(Ran(False), case, None))  # type: ignore[arg-type]
     assert nothing.outcome == "not-run" and "could not take effect" in (nothing.error or "")
     assert asyncio.run(run_case_replayed(Ran(True), case, None)).outcome == "pass"  # type: ignore[arg-type]
+
+
+def test_a_fault_kind_the_adapter_cannot_serve_is_not_applicable() -> None:
+    """``cancel-api`` needs the runtime's own cancel: an adapter without one makes the
+    case not applicable, with the reason (it was a harness error at the stop)."""
+    from crashmatrix.harness import faults
+    from crashmatrix.harness.adapters.reference import ReferenceAdapter
+
+    kind = faults.kind("cancel-api")
+    why = kind.not_applicable(_Declares())
+    assert why is not None and "declares no cancel API" in why and "cancel_run" in why
+    assert kind.not_applicable(ReferenceAdapter()) is None
+    assert all(faults.kind(k).not_applicable(_Declares()) is None for k in ("kill", "term", "cancel", "pause"))

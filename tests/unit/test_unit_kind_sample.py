@@ -87,11 +87,11 @@ def test_the_default_matrix_is_defined_once_with_the_dsn_and_resume_rules(monkey
     monkeypatch.delenv("CRASHMATRIX_PG_DSN", raising=False)
     m = default_matrix()
     assert m == DefaultMatrix(("kill", "term", "cancel"),
-                              (("pause", 24), ("db-restart", 24), ("net", 24), ("cancel-edge", 24)),
+                              (("pause", 24), ("db-restart", 24), ("net", 24), ("cancel-edge", 24), ("cancel-api", 24)),
                               (("concurrent", 24), ("warm-worker", 24), ("same-worker", 24)))
-    assert m.all_kinds == ("kill", "term", "cancel", "pause", "db-restart", "net", "cancel-edge")
+    assert m.all_kinds == ("kill", "term", "cancel", "pause", "db-restart", "net", "cancel-edge", "cancel-api")
     on_dsn = default_matrix(dsn="postgresql://u@h/db")
-    assert [k for k, _ in on_dsn.sampled_kinds] == ["pause", "net", "cancel-edge"]
+    assert [k for k, _ in on_dsn.sampled_kinds] == ["pause", "net", "cancel-edge", "cancel-api"]
     monkeypatch.setenv("CRASHMATRIX_PG_DSN", "postgresql://u@h/db")
     assert default_matrix() == on_dsn
     monkeypatch.delenv("CRASHMATRIX_PG_DSN")
@@ -124,7 +124,7 @@ def test_cached_crash_states_draw_the_policy_sample_the_golden_runs_draw(monkeyp
     live, notes = m.cases("checkout", {"conv1": golden}, ("label",), seed=11, net=[])
     entries = {"conv1": {"trace": golden.trace, "net_cases": [], "states": states}}
     assert collected_cases("checkout", entries, m, ("label",), seed=11) == live
-    assert len(live) == 40 * 3 + 5 * 3 + 5 * 3  # net: no network section in this trace
+    assert len(live) == 40 * 3 + 5 * 4 + 5 * 3  # net: no network section in this trace
     assert "concurrent 5 of 20 crash states (40 kill cases)" in notes[1]
     # without cached states every point is its own state: another draw
     assert collected_cases("checkout", {"conv1": {**entries["conv1"], "states": []}}, m, ("label",), seed=11) != live

@@ -49,7 +49,7 @@ import asyncpg
 
 from . import coverage, faults, invariants, oracle, policies, registry
 from .adapter import Environment, Observation
-from .errors import GoldenRunRefused, HarnessError
+from .errors import CrashmatrixError, GoldenRunRefused, HarnessError
 from .faults import CaseSetting, Drains, ObservesBefore, SessionResource, Stops
 from .golden import GoldenRun, determinism_gate, golden_failure, provider_failure, trace_divergence
 from .history import End, Trace, WorkerReport, labels_of
@@ -435,6 +435,22 @@ class Explorer:
 
     # -- golden run ---------------------------------------------------------------------
 
+    async def _golden_evidence(self, conversation: str, run_id: str) -> oracle.Evidence:
+        """:meth:`evidence` of a golden run. The adapter's ``observe`` raising there is its
+        contract broken before any case could judge anything: :class:`AdapterContractError`
+        (exit 2), one line naming the method, the run and what it raised."""
+        try:
+            return await self.evidence(run_id)
+        except (asyncio.CancelledError, CrashmatrixError):
+            raise
+        except Exception as exc:
+            from .errors import AdapterContractError
+
+            what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            raise AdapterContractError(
+                f"{type(self.adapter).__name__}.observe raised reading the golden run of {conversation} "
+                f"(run {run_id}), which a worker had just ended: {what}") from None
+
     async def golden(self, conversation: str) -> GoldenRun:
         """Run ``conversation`` twice without faults, at once, in fresh workers with
         different run ids (the determinism gate, docs/design.md "Determinism"): learn its
@@ -450,7 +466,7 @@ class Explorer:
         # the two workers run at once; the evidence is read one run after the other (an
         # adapter's observe may set up its pools lazily, and need not be reentrant)
         runs = await asyncio.gather(self._golden_once(conversation), self._golden_once(conversation))
-        first, second = [GoldenRun(conversation, run_id, end.trace, await self.evidence(run_id), seconds)
+        first, second = [GoldenRun(conversation, run_id, end.trace, await self._golden_evidence(conversation, run_id), seconds)
                          for run_id, end, seconds, _ in runs]
         first.applied, first.refusals = await self.provider_answers(first.run_id, first.evidence)
         first.refusals += [r for r in (await self.provider_answers(second.run_id, second.evidence))[1]

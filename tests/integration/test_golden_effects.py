@@ -68,3 +68,18 @@ def test_the_command_lines_summary_says_how_many_effects_each_provider_applied(c
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "golden runs applied effects: payment 2 (conv3 2); mail 1 (conv3 1)" in proc.stdout, proc.stdout
     assert _leftovers(test_tag, tmp_path) == ([], [])
+
+
+def test_an_adapter_whose_observe_raises_is_one_line_naming_the_method(cli_env, test_tag, tmp_path) -> None:
+    """An ``observe`` that raises on the golden run: exit 2, one line naming the method,
+    the run and what it raised; no report, nothing left behind (it was a traceback)."""
+    env = dict(cli_env, PYTHONPATH=os.environ["PYTHONPATH"])
+    proc = subprocess.run([*CLI, "run", "checkout", "--conversation", "conv1", "--kinds", "kill",
+                           "--subject", "misbehaving.adapter:ObserveRaises", "--report", str(tmp_path / "r.json")],
+                          env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("crashmatrix: error: ObserveRaises.observe raised reading the "
+                                                   "golden run of conv1"), proc.stderr
+    assert "RuntimeError: column cm_runs.status2 does not exist" in lines[0]
+    assert not (tmp_path / "r.json").exists() and _leftovers(test_tag, tmp_path) == ([], [])

@@ -6,7 +6,7 @@ import signal
 import time
 from typing import Any
 
-from crashmatrix.harness.adapter import Adapter, Environment, RunContext
+from crashmatrix.harness.adapter import Adapter, Environment, Observation, RunContext
 from crashmatrix.harness.adapters.reference import ReferenceAdapter
 
 
@@ -64,3 +64,13 @@ class HangsOnCancel(ReferenceAdapter):
         except asyncio.CancelledError:
             while True:
                 time.sleep(3600)
+
+
+class ObserveRaises(ReferenceAdapter):
+    """Its ``observe`` raises (a query against a column its schema does not have): the
+    contract is broken before any case can be judged."""
+
+    name = "misbehaving-observe-raises"
+
+    async def observe(self, env: Environment, run_id: str) -> Observation:
+        raise RuntimeError("column cm_runs.status2 does not exist")

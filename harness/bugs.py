@@ -336,17 +336,21 @@ def load(path: Path) -> list[Result]:
 def read_report(path: Path) -> dict[str, Any]:
     """The figures of one ``crashmatrix run`` JSON report: ``cases``, ``failed``,
     ``harness_errors``, ``not_run``, ``checks`` (failing check name -> cases), ``first`` (the first
-    failing case's replay command) and ``first_line`` (its case id and checks). Raises
+    failing case's replay command), ``first_line`` (its case id and checks) and
+    ``first_error`` (the first harness error's case id and message, one line). Raises
     ``OSError``/``ValueError`` for a missing or malformed file."""
     data = json.loads(Path(path).read_text())
     reports = data.get("reports") or data.get("matrices") or [data]
     out: dict[str, Any] = {"cases": 0, "failed": 0, "harness_errors": 0, "not_run": 0, "checks": {}, "first": "",
-                           "first_line": ""}
+                           "first_line": "", "first_error": ""}
     for rep in reports:
         for c in rep.get("cases", []):
             out["cases"] += 1
             if c.get("outcome") == "harness-error":
                 out["harness_errors"] += 1
+                if not out["first_error"]:
+                    lines = str(c.get("error") or "no error recorded").splitlines() or [""]
+                    out["first_error"] = f"{c.get('id')}: {lines[0]}"
             if c.get("outcome") == "not-run":
                 out["not_run"] += 1
             if c.get("outcome") not in ("fail", "flaky"):
@@ -497,7 +501,8 @@ def run_side(entry: Entry, version: str, out_dir: Path, *, cache: Path | None = 
         side.status = "failed"
     else:
         side.status = "error"
-        side.detail = f"exit {side.exit}: {tail[-1] if tail else 'no output'}"[:300]
+        why = figures["first_error"] if figures and figures["first_error"] else (tail[-1] if tail else "no output")
+        side.detail = f"exit {side.exit}: {why}"[:300]
     side.seconds = round(time.monotonic() - t0, 1)
     return side
 

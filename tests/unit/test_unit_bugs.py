@@ -77,7 +77,7 @@ def test_read_report_counts_failing_checks(tmp_path):
         {"id": "a", "outcome": "fail", "replay": "crashmatrix replay a", "verdicts": [
             {"check": "effects.applied_once", "verdict": "invalid"}, {"check": "run.status", "verdict": "valid"}]},
         {"id": "b", "outcome": "pass", "verdicts": []},
-        {"id": "c", "outcome": "harness-error", "verdicts": []},
+        {"id": "c", "outcome": "harness-error", "verdicts": [], "error": "resume_cancelled failed: final\nmore"},
     ], "golden": {}}
     path = tmp_path / "r.json"
     path.write_text(json.dumps(report))
@@ -85,6 +85,7 @@ def test_read_report_counts_failing_checks(tmp_path):
     assert got["cases"] == 3 and got["failed"] == 1 and got["harness_errors"] == 1
     assert got["checks"] == {"effects.applied_once": 1}
     assert got["first"] == "crashmatrix replay a"
+    assert got["first_error"] == "c: resume_cancelled failed: final"
 
 
 def test_report_marks_a_regression_and_tabulates_every_entry(tmp_path):

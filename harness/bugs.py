@@ -337,7 +337,7 @@ def read_report(path: Path) -> dict[str, Any]:
     """The figures of one ``crashmatrix run`` JSON report: ``cases``, ``failed``,
     ``harness_errors``, ``not_run``, ``checks`` (failing check name -> cases), ``first`` (the first
     failing case's replay command), ``first_line`` (its case id and checks) and
-    ``first_error`` (the first harness error's case id and message, one line). Raises
+    ``first_error`` (the first harness error's message and case id, one line). Raises
     ``OSError``/``ValueError`` for a missing or malformed file."""
     data = json.loads(Path(path).read_text())
     reports = data.get("reports") or data.get("matrices") or [data]
@@ -350,7 +350,7 @@ def read_report(path: Path) -> dict[str, Any]:
                 out["harness_errors"] += 1
                 if not out["first_error"]:
                     lines = str(c.get("error") or "no error recorded").splitlines() or [""]
-                    out["first_error"] = f"{c.get('id')}: {lines[0]}"
+                    out["first_error"] = f"{lines[0]} (case {c.get('id')})"
             if c.get("outcome") == "not-run":
                 out["not_run"] += 1
             if c.get("outcome") not in ("fail", "flaky"):
@@ -383,6 +383,9 @@ def judge(entry: Entry, buggy: Side | None, fixed: Side | None) -> tuple[str, st
         if side.status == "install-conflict":
             return "not found", (f"needs the subject in its own environment: {entry.dist}=={side.release}'s pins "
                                  f"conflict with crashmatrix's ({side.detail})")
+        if side.status == "error" and side.cases and side.harness_errors == side.cases:
+            return "not found", (f"every case of the {which} release {side.release} was a harness error: "
+                                 f"{side.detail}")
         if side.status in ("install-failed", "error"):
             return "not found", f"the {which} release {side.release} did not run: {side.detail}"
     named = symptom_checks(entry, buggy.checks)

@@ -105,20 +105,25 @@ class Entry:
 
 
 D_SUBJECT = f"{AD}.dbos:DBOSSqliteAdapter"
-"""DBOS on SQLite: the PostgreSQL adapter's ``prepare`` calls ``DBOS.migrate``, which
-dbos 2.x does not have, so only the SQLite adapter runs the 2.x releases."""
+"""DBOS on SQLite, where most DBOS entries were measured; ``DBOSPostgresAdapter`` runs the
+2.x releases too (its ``migrate`` runs the 2.x CLI's migration), for an entry whose
+report names PostgreSQL."""
 D_WORKLOAD = f"{RW}.dbos_checkout:KEYED"
 """The keyed tools (idempotency keys from DBOS's own ids): a kill between a naive tool's
 request and its step record charges twice on any runtime, which would hide the bug."""
 D_SYMPTOM = ("concurrent.", "effects.", "provider.", "model.calls_billed")
 """A recovery that runs a workflow twice: a second owner, an effect or a model call
 applied twice."""
+D_QUEUED = f"{RW}.dbos_checkout:QUEUED_KEYED"
+"""The keyed checkout enqueued on a DBOS queue: DBOS recovers a queued workflow by handing
+it back to its queue (``clear_queue_assignment``) rather than running it in the recoverer,
+so two recoverers of one run meet the queued path, not the direct re-execution path."""
 DBOS = "dbos-inc/dbos-transact-py"
 
 ENTRIES: tuple[Entry, ...] = (
     Entry("dbos-742", "a second recoverer with a stale pending list runs a queued workflow another recoverer "
           "already handed back to its queue", DBOS, "issue 742", f"https://github.com/{DBOS}/issues/742",
-          f"https://github.com/{DBOS}/pull/744", "dbos", "2.25.0", "2.26.0", D_SUBJECT, D_WORKLOAD,
+          f"https://github.com/{DBOS}/pull/744", "dbos", "2.25.0", "2.26.0", D_SUBJECT, D_QUEUED,
           ("kill",), resume="concurrent", symptom=D_SYMPTOM),
     Entry("dbos-786", "recovery is not idempotent: two processes recovering one workflow both run its remaining "
           "steps (fixed by routing recovery through queues, conditioned on the workflow still naming a dead "
@@ -136,7 +141,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("dbos-703", "a workflow cancelled right before it completes moves on to SUCCESS or ERROR: cancellation "
           "is not terminal", DBOS, "PR 703", f"https://github.com/{DBOS}/pull/703", f"https://github.com/{DBOS}/pull/703",
           "dbos", "2.23.0", "2.24.0", D_SUBJECT, D_WORKLOAD, ("cancel-api",),
-          symptom=("cancel", "run.", "durable", "effects.", "provider.")),
+          symptom=("cancel", "run.", "durable", "effects.", "provider."), expect="found"),
     Entry("dbos-721", "a recv_async cancelled while its setup thread is in flight leaves its notifications entry "
           "behind: the next recv of that workflow and topic in the process fails as a concurrent execution", DBOS,
           "PR 721", f"https://github.com/{DBOS}/pull/721", f"https://github.com/{DBOS}/pull/721", "dbos", "2.23.0",
@@ -145,15 +150,22 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("dbos-716", "a PostgreSQL restart during recover_pending_workflows strands the dead executor's "
           "workflows in PENDING forever", DBOS, "issue 716", f"https://github.com/{DBOS}/issues/716",
           f"https://github.com/{DBOS}/pull/717", "dbos", "2.23.0", "2.24.0",
-          needs="a db-restart fault during a DBOS recovery: the DBOS adapter declares no lease and no "
-          "PostgreSQL restart (db-restart is not applicable to it), and depth-2 plans cannot put a db-restart "
-          "inside recover_pending_workflows"),
+          needs="a crash point inside DBOS's startup recovery: the fix retries get_pending_workflows and "
+          "clear_queue_assignment (a queued workflow handed back to its queue), so the outage must begin between "
+          "the pending list and the re-enqueue; a db-outage second fault (kill@P+db-outage@Q, --depth 2) lands at "
+          "a point of the recovering worker, and the first one there is a step of the workflow that recovery "
+          "already handed back (DBOS.launch runs the recovery loop before any step); and a recoverer of another "
+          "executor id that outlives the outage: every resume worker has the dead worker's executor id, so its "
+          "DBOS.launch recovers a stranded workflow anyway (measured on 2.23.0 with DBOSPostgresAdapter and "
+          "dbos_checkout:QUEUED_KEYED, --plan kill@step.after[model-1]#1+db-outage(3000ms)@run.accepted[run]#1: "
+          "the outage hit the first resume worker after its recovery loop, it exited 1, the next one completed "
+          "the run, the case passed)"),
     Entry("dbos-805", "a recovered queued workflow stays PENDING between completed steps and blocks a "
           "concurrency-1 queue", DBOS, "issue 805", f"https://github.com/{DBOS}/issues/805",
           f"https://github.com/{DBOS}/issues/805", "dbos", "2.26.0", "",
-          needs="a workload that enqueues its run on a user queue of concurrency 1 (the DBOS checkout workload "
-          "starts its workflow directly), and a fixing release: the closing change is not in the repository "
-          "snapshot read"),
+          needs="a fixing release: no change naming the issue is in the repository snapshot read (tags to 2.30.0, "
+          "main to 2026-08-21); the queued workload (dbos_checkout:QUEUED_KEYED) would carry the run, on a queue "
+          "without a concurrency limit"),
     Entry("dbos-804", "during a rolling restart the draining executor (same executor id) re-claims a queued "
           "workflow that the new executor's launch recovery just re-enqueued, stranding it PENDING", DBOS,
           "issue 804", f"https://github.com/{DBOS}/issues/804", f"https://github.com/{DBOS}/issues/804", "dbos",
@@ -167,6 +179,20 @@ ENTRIES: tuple[Entry, ...] = (
           f"https://github.com/{DBOS}/pull/732", "dbos", "2.25.0", "2.26.0",
           needs="a workload that starts a child workflow (the DBOS checkout workload has none), cancelled at "
           "the child's launch"),
+    Entry("dbos-740", "a database error retried inside a workflow operation increments its function id again "
+          "(get_result, child workflow start) or consumes a second message (recv): the recorded steps no longer "
+          "line up with the code on recovery", DBOS, "PR 740", f"https://github.com/{DBOS}/pull/740",
+          f"https://github.com/{DBOS}/pull/740", "dbos", "2.25.0", "2.26.0",
+          needs="a workload whose workflow awaits a child workflow's result or starts a child (the DBOS "
+          "workloads have none), and for recv a database fault that loses a commit's acknowledgement (the "
+          "transaction committed, the client sees the connection fail): db-outage and db-restart cut the link "
+          "at a crash point, between operations, never inside one commit"),
+    Entry("dbos-722", "DBOS.destroy deadlocks when called from the loop DBOS adopted while a workflow timeout "
+          "task is pending on it: a worker that shuts down never exits", DBOS, "PR 722",
+          f"https://github.com/{DBOS}/pull/722", f"https://github.com/{DBOS}/pull/722", "dbos", "2.24.0", "2.25.0",
+          needs="a workload that starts its workflow under a timeout (SetWorkflowTimeout) and an adapter that "
+          "launches and destroys DBOS on the event loop's own thread (the DBOS adapter launches and destroys it "
+          "in a worker thread, asyncio.to_thread, so destroy never waits on its own loop)"),
     Entry("pydantic-ai-6640", "ModelRetry raised by a tool through a DBOS step with retries allowed re-runs the "
           "side-effecting tool call up to max_attempts", "pydantic/pydantic-ai", "PR 6640",
           "https://github.com/pydantic/pydantic-ai/pull/6640", "https://github.com/pydantic/pydantic-ai/pull/6640",
@@ -208,9 +234,8 @@ ENTRIES: tuple[Entry, ...] = (
           "ending as terminal control flow", "earendil-works/absurd", "issue 95",
           "https://github.com/earendil-works/absurd/issues/95",
           "https://github.com/earendil-works/absurd/commit/4aec33eaa8f227249c3234f57a806b1fd7c9a6d1", "absurd-sdk",
-          "0.3.0", "0.4.0", pins=("absurdctl",),
-          needs="the Absurd adapter to wire Absurd's cancel_task as the runtime's cancel API (the cancel-api kind "
-          "is not applicable to it: no cancel of a run by id is wired)"),
+          "0.3.0", "0.4.0", f"{AD}.absurd:AbsurdAdapter", f"{RW}.absurd_checkout:KEYED", ("cancel-api",), pins=("absurdctl",),
+          symptom=("cancel.", "run.", "worker.", "resume.")),
     Entry("langgraph-6161", "on a nested (subgraph) resume, already-completed @task writes are not reused and the "
           "task re-executes", "langchain-ai/langgraph", "PR 6161", "https://github.com/langchain-ai/langgraph/pull/6161",
           "https://github.com/langchain-ai/langgraph/pull/6227", "langgraph", "0.6.7", "",
@@ -311,17 +336,21 @@ def load(path: Path) -> list[Result]:
 def read_report(path: Path) -> dict[str, Any]:
     """The figures of one ``crashmatrix run`` JSON report: ``cases``, ``failed``,
     ``harness_errors``, ``not_run``, ``checks`` (failing check name -> cases), ``first`` (the first
-    failing case's replay command) and ``first_line`` (its case id and checks). Raises
+    failing case's replay command), ``first_line`` (its case id and checks) and
+    ``first_error`` (the first harness error's message and case id, one line). Raises
     ``OSError``/``ValueError`` for a missing or malformed file."""
     data = json.loads(Path(path).read_text())
     reports = data.get("reports") or data.get("matrices") or [data]
     out: dict[str, Any] = {"cases": 0, "failed": 0, "harness_errors": 0, "not_run": 0, "checks": {}, "first": "",
-                           "first_line": ""}
+                           "first_line": "", "first_error": ""}
     for rep in reports:
         for c in rep.get("cases", []):
             out["cases"] += 1
             if c.get("outcome") == "harness-error":
                 out["harness_errors"] += 1
+                if not out["first_error"]:
+                    lines = str(c.get("error") or "no error recorded").splitlines() or [""]
+                    out["first_error"] = f"{lines[0]} (case {c.get('id')})"
             if c.get("outcome") == "not-run":
                 out["not_run"] += 1
             if c.get("outcome") not in ("fail", "flaky"):
@@ -354,6 +383,9 @@ def judge(entry: Entry, buggy: Side | None, fixed: Side | None) -> tuple[str, st
         if side.status == "install-conflict":
             return "not found", (f"needs the subject in its own environment: {entry.dist}=={side.release}'s pins "
                                  f"conflict with crashmatrix's ({side.detail})")
+        if side.status == "error" and side.cases and side.harness_errors == side.cases:
+            return "not found", (f"every case of the {which} release {side.release} was a harness error: "
+                                 f"{side.detail}")
         if side.status in ("install-failed", "error"):
             return "not found", f"the {which} release {side.release} did not run: {side.detail}"
     named = symptom_checks(entry, buggy.checks)
@@ -472,7 +504,8 @@ def run_side(entry: Entry, version: str, out_dir: Path, *, cache: Path | None = 
         side.status = "failed"
     else:
         side.status = "error"
-        side.detail = f"exit {side.exit}: {tail[-1] if tail else 'no output'}"[:300]
+        why = figures["first_error"] if figures and figures["first_error"] else (tail[-1] if tail else "no output")
+        side.detail = f"exit {side.exit}: {why}"[:300]
     side.seconds = round(time.monotonic() - t0, 1)
     return side
 

@@ -225,12 +225,13 @@ def migrate(system_database_url: str) -> None:
     if hasattr(DBOS, "migrate"):
         DBOS.migrate(system_database_url)
         return
-    import click
     from dbos.cli.migration import migrate_dbos_databases
 
     try:
         migrate_dbos_databases(system_database_url, None, "dbos")
-    except click.exceptions.Exit:  # it printed why ("DBOS migrations failed: ...")
+    except Exception as exc:  # the CLI's Exit (click's from 2.29, typer's before): it printed why
+        if type(exc).__name__ != "Exit":
+            raise
         raise RuntimeError("DBOS's `dbos migrate` of the system database failed (its reason is printed above; "
                            "dbos 2.x on PostgreSQL needs the uuid-ossp extension)") from None
 

@@ -61,6 +61,8 @@ def side(status, checks=None, cases=10, release="1.0"):
      "not found", "fails too"),
     (side("install-conflict"), side("passed", release="1.1"), "not found", "own environment"),
     (side("error"), side("passed", release="1.1"), "not found", "did not run"),
+    (bugs.Side(release="1.0", status="error", cases=4, harness_errors=4), side("passed", release="1.1"), "not found",
+     "every case of the buggy release 1.0 was a harness error"),
 ])
 def test_judge(buggy, fixed, outcome, why):
     got, text = bugs.judge(ENTRY, buggy, fixed)
@@ -77,7 +79,7 @@ def test_read_report_counts_failing_checks(tmp_path):
         {"id": "a", "outcome": "fail", "replay": "crashmatrix replay a", "verdicts": [
             {"check": "effects.applied_once", "verdict": "invalid"}, {"check": "run.status", "verdict": "valid"}]},
         {"id": "b", "outcome": "pass", "verdicts": []},
-        {"id": "c", "outcome": "harness-error", "verdicts": []},
+        {"id": "c", "outcome": "harness-error", "verdicts": [], "error": "resume_cancelled failed: final\nmore"},
     ], "golden": {}}
     path = tmp_path / "r.json"
     path.write_text(json.dumps(report))
@@ -85,6 +87,7 @@ def test_read_report_counts_failing_checks(tmp_path):
     assert got["cases"] == 3 and got["failed"] == 1 and got["harness_errors"] == 1
     assert got["checks"] == {"effects.applied_once": 1}
     assert got["first"] == "crashmatrix replay a"
+    assert got["first_error"] == "resume_cancelled failed: final (case c)"
 
 
 def test_report_marks_a_regression_and_tabulates_every_entry(tmp_path):

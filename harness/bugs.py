@@ -51,7 +51,7 @@ class Entry:
     """One public, since-fixed durability bug.
 
     ``name`` (``runtime-number``), ``title`` (the symptom in a line), ``repo``
-    (``owner/name``), ``ref`` (``issue 742`` / ``PR 6640``), ``url``, ``fix`` (the
+    (``owner/name``), ``ref`` (the upstream tracker's name, e.g. dbos-transact-py's ``issue 742``, ``PR 6640``), ``url``, ``fix`` (the
     fixing change, a link), ``dist`` (PyPI distribution), ``buggy`` and ``fixed``
     (releases; ``""`` when none exists), ``pins`` (further requirements of both venvs),
     ``subject`` (a registered subject or ``module:Adapter``), ``workload``, ``kinds``,

@@ -11,7 +11,7 @@ first for the approval of the amount, then for the shipping address, and records
 each returned (:func:`crashmatrix.harness.human.record`); ``pay`` charges the approved
 amount (payment provider), ``notify`` mails the receipt to the confirmed address (mail
 provider). LangGraph re-runs ``review`` from its top on each answer and matches the
-answers to its interrupts in order. Issue 8837: after the first answer, a thread whose
+answers to its interrupts in order. LangGraph issue 8837: after the first answer, a thread whose
 second interrupt is pending and is continued with ``invoke(None)`` gets the first answer
 again for the second interrupt (the ``-none`` adapters recover that way).
 
@@ -25,7 +25,7 @@ is LangGraph's prebuilt ``ToolNode``, given either the whole message (``whole``:
 call in one task, the shape of ``create_react_agent``'s default) or one call per task
 through the ``Send`` API (``send``: LangGraph PR 3126's fix). With the whole message, the
 node raises the interrupt and its completed sibling's result is not saved: after the
-answer every call of it runs again (issue 6626's comment; PR 3126's description).
+answer every call of it runs again (LangGraph issue 6626's comment; LangGraph PR 3126's description).
 
 Keys (``keyed`` flavour): ``sha256(thread:node:step:0)`` for ``pay`` and ``notify``,
 ``sha256(thread:tool:<tool call id>)`` for the tools (the call id is the model's, stable

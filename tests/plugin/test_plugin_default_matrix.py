@@ -12,6 +12,8 @@ from pathlib import Path
 
 from _plugin_support import crashmatrix_cli, run_pytest
 
+from crashmatrix.harness.plan import SAMPLED_KINDS, SAMPLED_POLICIES
+
 TEST_FILE = ("import pytest\n\n\n"
              "@pytest.mark.crashmatrix('checkout', subject='reference', conversations=['conv1'])\n"
              "def test_default(crashmatrix_case):\n"
@@ -44,9 +46,9 @@ def test_the_plugin_collects_the_cases_crashmatrix_run_runs(tmp_path: Path) -> N
 
     # every part of the default is there: the sampled kinds and the resume policies
     kinds = {cid.split("/")[2].split("@")[0].split(":")[0] for cid in ran}
-    assert kinds == {"kill", "term", "cancel", "pause", "db-restart", "net", "cancel-edge"}
+    assert kinds == {"kill", "term", "cancel", *SAMPLED_KINDS}
     policies = {cid.split("/")[3] for cid in ran if cid.count("/") == 3}
-    assert policies == {"concurrent", "warm-worker", "same-worker"}
+    assert policies == set(SAMPLED_POLICIES)
     assert sum(1 for cid in ran if cid.endswith("/concurrent")) == 24
 
     # another seed draws other samples; the kinds at every point stay
@@ -58,7 +60,7 @@ def test_the_plugin_collects_the_cases_crashmatrix_run_runs(tmp_path: Path) -> N
     for cid in sorted(ran - _every_point(ran)):
         firsts.setdefault(cid.split("/")[3] if cid.count("/") == 3 else cid.split("/")[2].split("@")[0].split(":")[0],
                           cid)
-    assert len(firsts) == 7, firsts
+    assert len(firsts) == len(SAMPLED_KINDS) + len(SAMPLED_POLICIES), firsts
     nodes = [f"test_default.py::test_default[{cid.split('/', 1)[1]}]" for cid in firsts.values()]
     run = run_pytest(project, "-q", *nodes, "--crashmatrix-report=items.json", timeout=600)
     assert run.returncode == 0, run.output[-3000:]

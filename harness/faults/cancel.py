@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..oracle import Verdict, run_check
 from ._base import FaultKind, register
 from ._cancelled import NAME as STEP_RECORDED, check_step_recorded
-from ..crashpoint import TOOL_REQUEST_BEFORE
+from ..crashpoint import TOOL_REQUEST_AFTER, TOOL_REQUEST_BEFORE
 
 if TYPE_CHECKING:
     from ..oracle import CrashEvidence
@@ -60,21 +60,27 @@ def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
 
 
 def check_cancel_left_unknown(ev: CrashEvidence) -> Verdict:
-    """``cancel.left_unknown``: a cancel that landed during a tool request (at
-    ``tool.request.before``) left that request's effect ``unknown``: the live process
-    knows its request was interrupted and records it so, shielded from the cancellation
-    it records. A cancel elsewhere (the provider had answered, the outcome was being
-    recorded) may leave an effect ``started``: a resume resolves it by its probe, as
-    after a kill, and the end checks judge the outcome."""
+    """``cancel.left_unknown``: a request the cancellation interrupted left its effect
+    ``unknown``, written shielded from the cancellation it records: the live process
+    knows its request was cut. An effect left ``started`` fails unless its request had
+    been answered before the cancel landed (the trace up to the fault shows the node's
+    ``tool.request.after``: the outcome was being recorded, and a resume resolves it by
+    its probe, as after a kill); a subject that labels no requests cannot tell, so any
+    ``started`` effect fails. A cancel at ``tool.request.before`` left that node's
+    effects ``unknown``, not ``succeeded`` or ``failed``."""
     name = "cancel.left_unknown"
     if ev.observation.effects is None:
         return Verdict(name, "crash", True, "not applicable: the adapter exposes no effects ledger")
+    effects = ev.observation.effects
+    answered = {e.task for e in ev.trace_at_fault if e.source == "label" and e.name == TOOL_REQUEST_AFTER}
+    problems = [f"effect {e.tool} of {e.node_id} left started after the cancellation (its request was not answered "
+                f"before the cancel: unknown expected)" for e in effects if e.status == "started" and e.node_id not in answered]
     point = ev.fault.point
-    if point.name != TOOL_REQUEST_BEFORE:
-        return Verdict(name, "crash", True, f"not applicable: the cancel landed at {point.name}, not during a tool request")
-    mine = [e for e in ev.observation.effects if e.node_id == point.task]
-    problems = [f"cancel landed during the request of {e.tool} ({e.node_id}) but its effect is {e.status}, not unknown"
-                for e in mine if e.status != "unknown"]
+    if point.name == TOOL_REQUEST_BEFORE:
+        problems += [f"cancel landed during the request of {e.tool} ({e.node_id}) but its effect is {e.status}, not unknown"
+                     for e in effects if e.node_id == point.task and e.status not in ("unknown", "started")]
     if problems:
         return Verdict(name, "crash", False, "; ".join(problems))
-    return Verdict(name, "crash", True, f"the interrupted request's effect is unknown ({len(mine)} effect(s) of {point.task})")
+    left = sum(1 for e in effects if e.status == "started")
+    return Verdict(name, "crash", True, "no interrupted request left started" + (
+        f" ({left} effect(s) answered before the cancel left started for the probe)" if left else ""))

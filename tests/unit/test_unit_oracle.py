@@ -11,6 +11,7 @@ import pytest
 from crashmatrix.harness import oracle
 from crashmatrix.harness.adapter import EffectEntry, LogEntry, Observation
 from crashmatrix.harness.faults.cancel import check_cancel_left_unknown
+from crashmatrix.harness.history import TraceEntry
 from crashmatrix.harness.faults.term import check_term_drained, untouched_by_worker
 from crashmatrix.harness.oracle import CrashEvidence, Evidence, Verdict
 from crashmatrix.harness.plan import CrashPoint, Fault
@@ -142,14 +143,19 @@ def test_cancel_during_request_left_started_is_invalid() -> None:
     # the unknown write was cancelled by the cancellation it records (not shielded)
     ev = crash_ev("cancel", "tool.request.before", "turn-2.tool-0", [eff("turn-2.tool-0", "started")])
     v = check_cancel_left_unknown(ev)
-    assert v.valid is False and "is started, not unknown" in v.details
+    assert v.valid is False and "effect charge of turn-2.tool-0 left started" in v.details
+    # no label tells whether the request was answered (an await point): started fails
+    ev = crash_ev("cancel", "log.append.before", "turn-1.tool-0", [eff("turn-2.tool-0", "started")])
+    assert check_cancel_left_unknown(ev).valid is False
 
 
 def test_cancel_after_the_provider_answered_may_leave_started() -> None:
     # the outcome was being recorded when the cancel landed: the resume's probe resolves it
-    ev = crash_ev("cancel", "log.append.before", "turn-2.tool-0", [eff("turn-2.tool-0", "started")])
+    answered = [TraceEntry("label", "tool.request.before", "turn-2.tool-0", 1),
+                TraceEntry("label", "tool.request.after", "turn-2.tool-0", 1)]
+    ev = crash_ev("cancel", "log.append.before", "turn-2.tool-0", [eff("turn-2.tool-0", "started")], trace=answered)
     v = check_cancel_left_unknown(ev)
-    assert v.valid is True and "not during a tool request" in v.details
+    assert v.valid is True and "answered before the cancel" in v.details
 
 
 def test_cancel_during_request_not_unknown_is_invalid() -> None:

@@ -31,7 +31,7 @@ import time
 
 import psutil
 
-from crashmatrix.harness import pruning
+from crashmatrix.harness import pruning, runner
 from crashmatrix.harness.enumeration import enumerate_cases
 from crashmatrix.harness.explorer import Options
 from crashmatrix.harness.session import open_session
@@ -106,7 +106,7 @@ async def main() -> None:
         db0 = await _db_stats(explorer)
         before = _snapshot(procs)
         t0 = time.monotonic()
-        results, _ = await pruning.run_pruned(explorer, cases, goldens, args.jobs,
+        results, _ = await runner.run_loop(explorer, cases, goldens, args.jobs,
                                               options=pruning.options_of(args.prune))
         seconds = time.monotonic() - t0
         after = _snapshot(procs)

@@ -42,7 +42,7 @@ import time
 import uuid
 from typing import Any
 
-from crashmatrix.harness import invariants, oracle, pruning
+from crashmatrix.harness import invariants, oracle, pruning, runner
 from crashmatrix.harness.enumeration import enumerate_cases
 from crashmatrix.harness.explorer import Explorer
 from crashmatrix.harness.plan import DEFAULT_KINDS, DEFAULT_SOURCES
@@ -141,7 +141,7 @@ async def crashmatrix(ex: Explorer, args: argparse.Namespace, matrix: str, jobs:
             fails.append((time.monotonic() - t0, {v.check for v in r.failed}))
 
     t1 = time.monotonic()
-    results, summary = await pruning.run_pruned(ex, cases, goldens, jobs or args.jobs, on_result)
+    results, summary = await runner.run_loop(ex, cases, goldens, jobs or args.jobs, on_result)
     seconds = time.monotonic() - t1
     return {"cases": len(results), "seconds": seconds, "with_golden": time.monotonic() - t0,
             "executed": pruning.executed(results), "fails": fails,

@@ -46,9 +46,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crashmatrix.harness import pruning
+from crashmatrix.harness import pruning, runner
 from crashmatrix.harness.enumeration import enumerate_cases, shard
-from crashmatrix.harness.explorer import CaseResult, Options
+from crashmatrix.harness.case import CaseResult
+from crashmatrix.harness.explorer import Options
 from crashmatrix.harness.plan import DEFAULT_KINDS, DEFAULT_SOURCES, Resume
 from crashmatrix.harness.session import open_session
 
@@ -127,7 +128,7 @@ async def run_subject(subject: str, args: argparse.Namespace, kinds: tuple[str, 
                         and any(v.check in spec.caught_by for v in r.failed)):
                     catch[mode] = time.monotonic() - t1
 
-            results, summary = await pruning.run_pruned(ex, cases, goldens, args.jobs, on_result, options=opts)
+            results, summary = await runner.run_loop(ex, cases, goldens, args.jobs, on_result, options=opts)
             seconds = time.monotonic() - t1
             runs[mode] = (results, summary, seconds)
             ran = pruning.executed(results)

@@ -58,7 +58,7 @@ from .adapter import Adapter, EffectEntry, Environment, InvocationEntry, LogEntr
 from .errors import HarnessError, InvalidArgument
 
 if TYPE_CHECKING:
-    from .explorer import CaseResult
+    from .case import CaseResult
     from .oracle import Evidence, Verdict
     from .plan import Case
     from .pool import WorkerExit

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from .explorer import CaseResult
+    from .case import CaseResult
     from .golden import GoldenRun
     from .history import End, Trace
 

@@ -19,7 +19,7 @@ from .errors import PlanError
 from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, Case, CrashPoint, Fault, FaultPlan, Resume
 
 if TYPE_CHECKING:
-    from .explorer import CaseResult
+    from .case import CaseResult
     from .golden import GoldenRun
 
 

@@ -1,30 +1,17 @@
-"""The crash-point explorer: golden runs and one case end to end.
+"""The crash-point explorer: one session's services, golden runs and case plumbing.
 
-For each conversation the explorer runs the workload once with no fault (the golden
-run) and records its crash-point trace; :func:`.enumeration.enumerate_cases` turns the
-trace into the matrix (every recorded point x every fault kind); :meth:`Explorer.run_case`
-runs one case:
-
-1. enter the setting of every fault kind of the plan that has one (a ``net`` fault's
-   link proxies, a ``db-restart`` fault's PostgreSQL of its own: :mod:`.faults`);
-2. start the run in a forked worker with the plan's first fault armed; the worker
-   reports ``fired`` before the fault acts (:mod:`.history`);
-3. check the fault fired and, for the first worker, that its trace equals the golden
-   trace up to the fault, per logical task (else: a harness error, never a pass);
-4. wait until the worker's database sessions are gone and no request of its is still
-   in flight at a provider (a COMMIT or a charge in flight can still land);
-5. read the crash state and run the crash-state checks (the generic ones, then the
-   fault kind's);
-6. resume in new workers until the run reaches a terminal status (bounded), fault
-   *i + 1* armed in the *i*-th resume; before each, the adapter's
-   ``between_crash_and_resume`` hook (the subject's background jobs acting on the
-   waiting run). A fault kind that stops its worker (pause, db-restart) acts while the
-   worker sleeps: a pause lets the next workers take the run over and finish it, then
-   wakes the zombie;
-7. read the final state (rehydrated) and the providers' ledgers, run the end checks.
-
-One generic runner (:meth:`Explorer._drive`) does this for every plan; what differs
-between kinds is the kinds' (:class:`.faults.FaultKind` and its abilities).
+An :class:`Explorer` holds what the cases of one subject and workload share: the
+environment (PostgreSQL, providers), the worker pool, the HTTP session, the fault
+proxy, the adapter (one instance per PostgreSQL server), the options. For each
+conversation it runs the workload once with no fault, twice at once (the golden run
+and its twin: :meth:`Explorer.golden`) and records its crash-point trace;
+:func:`.enumeration.enumerate_cases` turns the trace into the matrix (every recorded
+point x every fault kind). A case runs through :meth:`Explorer.run_case`, which hands
+it to :mod:`.case` (the case's own flow: its workers, its fault kinds' hooks, its
+resume policy, its verdicts); the case calls back only the session's services here:
+:meth:`Explorer.job` (a worker's job), :meth:`Explorer.quiesce`,
+:meth:`Explorer.evidence`, :meth:`Explorer.scoped` (a case's own environment, set by
+a fault kind's setting), :meth:`Explorer.terminal_statuses`.
 """
 
 from __future__ import annotations
@@ -34,29 +21,30 @@ import contextlib
 import contextvars
 import copy
 import dataclasses
-import re
-import shlex
-import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import asyncpg
 
-from . import coverage, faults, invariants, oracle, policies, registry
+from . import faults, invariants, oracle, registry
 from .adapter import Environment, Observation
 from .errors import CrashmatrixError, GoldenRunRefused, HarnessError
-from .faults import CaseSetting, Drains, ObservesBefore, SessionResource, Stops
-from .golden import GoldenRun, determinism_gate, golden_failure, provider_failure, trace_divergence
-from .history import End, Trace, WorkerReport, labels_of
+from .case import CaseResult, read_log, run_case, tail
+from .faults import SessionResource
+from .golden import GoldenRun, determinism_gate, provider_failure
+from .history import End, WorkerReport
 from .iostate import GoldenIo
-from .plan import Case, Fault, FaultPlan
+from .plan import Case, FaultPlan
 from .pool import STUCK_AFTER_S, WorkerExit, WorkerPool
 from .worker import Job
+
+if TYPE_CHECKING:
+    from .pruning import CrashStates
 
 _CASE_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("crashmatrix_case_env", default=None)
 #: the environment the case's *workers* get when it differs from the one the controller
@@ -71,6 +59,9 @@ _CASE_SCOPE: contextvars.ContextVar[str | None] = contextvars.ContextVar("crashm
 #: session's (a db-restart case's server: an instance of its own, prepared on it)
 _CASE_ADAPTER: contextvars.ContextVar[Any] = contextvars.ContextVar("crashmatrix_case_adapter", default=None)
 TERMINAL = ("completed", "failed", "needs_human", "limit_exceeded")
+RECURRING_BOUND = 12
+"""Resumes a ``recurring`` case runs before the harness stops it (its own bound, reported
+as such: ``recurring.bounded`` fails; :mod:`.policies`)."""
 
 
 @dataclass
@@ -95,7 +86,7 @@ class Options:
     prune: Any = None
     #: resumes a ``recurring`` case may start before the harness stops it (its own
     #: bound, reported as such: :mod:`.policies`)
-    recurring_bound: int = policies.RECURRING_BOUND
+    recurring_bound: int = RECURRING_BOUND
     #: run the jobs that may in long-lived workers (:mod:`.resident`); False: every job
     #: forks a worker of its own (``--fresh-workers``)
     long_lived: bool = True
@@ -106,170 +97,6 @@ class Options:
     #: milliseconds of the ``db-outage`` faults a matrix enumerates (None:
     #: ``plan.OUTAGE_WINDOW_MS``); a case given whole keeps its own (``--outage-window``)
     outage_window_ms: int | None = None
-
-
-@dataclass
-class CaseResult:
-    """One case's outcome: ``outcome`` is ``pass``, ``fail`` or ``harness-error``, or
-    ``flaky`` when the case failed and a replay of it on the same session did not
-    (:func:`.matrix.run_cases`; ``replays`` holds each replay's own result)."""
-
-    case: Case
-    subject: str
-    outcome: str
-    verdicts: list[oracle.Verdict] = field(default_factory=list)
-    error: str | None = None
-    workers: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-    run_id: str = ""
-    #: the trace of the last resume that ran without a fault: where double faults land
-    resume_trace: Trace = field(default_factory=list)
-    #: labels reached after the case's first fault fired (its faulted worker's rest,
-    #: every later worker): the recovery branches it exercised (:mod:`.coverage`)
-    reached: set[str] = field(default_factory=set)
-    #: the directory kept for a case that did not pass (``Options.keep_failed``): its
-    #: workers' event files (``cmw-*.jsonl``) and logs (``cmw-*.log``), ``plan.json``
-    #: and ``case.txt`` (id, subject, outcome, replay line); None when not kept
-    artifacts: str | None = None
-    #: replays of a failing case, in order (:func:`.matrix.run_cases`' ``replay_failures``)
-    replays: list[CaseResult] = field(default_factory=list)
-
-    @property
-    def failed(self) -> list[oracle.Verdict]:
-        return [v for v in self.verdicts if v.valid is not True]
-
-    @property
-    def replay(self) -> str:
-        return replay_command(self.case, self.subject)
-
-    def to_dict(self) -> dict[str, Any]:
-        first = self.failed[0] if self.failed else None
-        return {
-            "id": self.case.id,
-            "subject": self.subject,
-            "plan": self.case.plan.to_dict(),
-            "outcome": self.outcome,
-            "failed_check": first.check if first else None,
-            "diff": first.diff if first else [],
-            "error": self.error,
-            "verdicts": [v.to_dict() for v in self.verdicts],
-            "workers": self.workers,
-            "seconds": round(self.seconds, 4),
-            "run_id": self.run_id,
-            "replay": self.replay,
-            "artifacts": self.artifacts,
-        }
-
-
-def artifact_name(result: CaseResult) -> str:
-    """The name of a kept case directory: conversation, plan and the run id's tail,
-    with every character but letters, digits and ``.@+-`` as ``_`` (at most ~150
-    characters, so a long double-fault plan still makes a file name)."""
-    text = f"{result.case.conversation}--{result.case.plan.label()}"
-    safe = re.sub(r"[^A-Za-z0-9.@+-]+", "_", text).strip("_")[:140]
-    return f"{safe}--{result.run_id.removeprefix('cm-run-')[:8]}"
-
-
-def stuck_verdict(fault: Fault, exit_: WorkerExit, options: Options) -> oracle.Verdict:
-    """``worker.stuck`` (crash phase, invalid): the worker ``exit_`` SIGKILLed after it
-    stayed silent (no crash point passed, no exit) after ``fault`` for the time
-    ``options`` allows (``stuck_after``; a ``term`` fault's whole grace)."""
-    bound = (f"its whole grace (Options.term_grace={options.term_grace:g} s)" if fault.kind == "term"
-             else f"Options.stuck_after={options.stuck_after:g} s")
-    return oracle.Verdict("worker.stuck", "crash", False,
-                          f"after its {fault.kind} fault the worker neither passed a crash point nor exited for "
-                          f"{exit_.stuck_s:.1f} s ({bound}); the last point it passed: {exit_.last_point or '?'}; "
-                          f"SIGKILLed by the harness")
-
-
-def replay_command(case: Case, subject: str) -> str:
-    """The shell line that re-runs ``case`` on ``subject`` (a build pair's as
-    ``--subject A --resume-with B``: :func:`.builds.replay_options`), quoted for POSIX
-    shells."""
-    from .builds import replay_options
-
-    return shlex.join(["crashmatrix", "replay", case.id, *replay_options(subject)])
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
-
-
-def _tail(text: str, lines: int) -> str:
-    """The last ``lines`` lines of a worker's log or traceback, indented (worker logs
-    live in the session's directory, which is removed when the session ends)."""
-    return "\n".join("    " + line for line in text.strip().splitlines()[-lines:])
-
-
-@dataclass
-class WorkerRun:
-    """One faulted worker of a case, as the case runner and its fault kind's hooks see
-    it: ``index`` (0 starts the run, *i* is the *i*-th resume), the ``fault`` armed in
-    it, its ``job`` and log path, ``entry`` (its record in :attr:`CaseResult.workers`;
-    hooks add fields), the durable state ``before`` it started (when looked at), its
-    ``pid`` (once it stopped at its fault), how it ended (``exit``, ``report``) and,
-    for a stopped worker, the state and the providers' ledgers just before it was woken
-    (``woke``)."""
-
-    index: int
-    fault: Fault
-    job: Job
-    log: str
-    entry: dict[str, Any]
-    before: Observation | None = None
-    pid: int | None = None
-    exit: WorkerExit | None = None
-    report: WorkerReport = field(default_factory=WorkerReport)
-    woke: oracle.Evidence | None = None
-    taken_over: bool = True
-
-
-@dataclass
-class CaseRun:
-    """One case in progress: what the generic runner and the fault kinds' hooks share.
-
-    ``allowance``: node -> model calls in flight when a fault landed (the end check's
-    margin); ``resumes``: resume steps started so far; ``done``: the run was driven to
-    its end (no worker starts after); ``kind_state``: per fault kind (and resume
-    policy), what it keeps for this case (a net case's links); ``workdir``: the case's
-    own directory (its workers' event files and logs); ``acknowledged``: the subject
-    acknowledged the run."""
-
-    explorer: Explorer
-    case: Case
-    golden: GoldenRun
-    run_id: str
-    result: CaseResult
-    workdir: Path
-    allowance: dict[str, int] = field(default_factory=dict)
-    resumes: int = 0
-    done: bool = False
-    kind_state: dict[str, Any] = field(default_factory=dict)
-    #: with the pruning hook (``Explorer.crash_states``): the crash state after the last
-    #: faulted worker, read whole (ledgers too), and a final state taken from an equal
-    #: crash state's resume (:mod:`.pruning`)
-    crash: oracle.Evidence | None = None
-    final: oracle.Evidence | None = None
-    #: with the pruning hook: the first faulted worker's trace up to its fault
-    first_trace: Trace | None = None
-    #: some worker reported that the subject acknowledged the run (``RunContext.accepted``)
-    acknowledged: bool = False
-    #: the case's exit stack while its workers run (a policy's held process ends with it)
-    stack: contextlib.AsyncExitStack | None = None
-
-    async def observe(self) -> Observation:
-        """The run's durable state now (the adapter's ``observe`` on the case's env)."""
-        return await self.explorer.adapter.observe(self.explorer.case_env, self.run_id)
-
-    async def drive(self, index: int, status: str) -> str:
-        """Run the case's workers from ``index`` on until the run is terminal
-        (:meth:`Explorer._drive`); a stopping kind's hook calls it while its worker
-        sleeps. Returns the last status."""
-        return await self.explorer._drive(self, index, status)
 
 
 class Explorer:
@@ -302,9 +129,6 @@ class Explorer:
         self._n = 0
         #: the session's fault proxy (:class:`.netfaults.FaultProxyService`), for net faults
         self.fault_proxy: Any = None
-        #: the pruning hook while :func:`.pruning.run_pruned` runs cases on this explorer
-        #: (:class:`.pruning.CrashStates`): crash states read whole, resumes shared
-        self.crash_states: Any = None
 
     @property
     def adapter(self) -> Any:
@@ -338,14 +162,15 @@ class Explorer:
 
     @contextlib.contextmanager
     def scoped(self, *, env: Environment | None = None, worker_env: Environment | None = None,
-               db: asyncpg.Pool | None = None, adapter: Any = None) -> Iterator[None]:
+               db: asyncpg.Pool | None = None, adapter: Any = None, scope: str | None = None) -> Iterator[None]:
         """Within the block, in this task: the case's environment (what the controller
         reads: :attr:`case_env`), its workers' environment (links through a proxy), the
         controller's pool on the case's PostgreSQL (:meth:`quiesce`) and the adapter
-        instance prepared on that server (:attr:`adapter`). A fault kind's setting uses
+        instance prepared on that server (:attr:`adapter`); the recovery ``scope`` the
+        case's jobs file its run under (a discovery case's). A fault kind's setting uses
         it (:class:`.faults.CaseSetting`)."""
         pairs: tuple[tuple[contextvars.ContextVar[Any], Any], ...] = (
-            (_CASE_ENV, env), (WORKER_ENV, worker_env), (_CASE_DB, db), (_CASE_ADAPTER, adapter))
+            (_CASE_ENV, env), (WORKER_ENV, worker_env), (_CASE_DB, db), (_CASE_ADAPTER, adapter), (_CASE_SCOPE, scope))
         tokens = [(var, var.set(value)) for var, value in pairs if value is not None]
         try:
             yield
@@ -353,10 +178,15 @@ class Explorer:
             for var, token in reversed(tokens):
                 var.reset(token)
 
-    def _job(self, role: str, conversation: str, run_id: str, plan: FaultPlan, directory: Path, *,
-             input_given: bool = True, clock_offset_s: float = 0.0, start_gate: str = "",
-             gate_parties: int = 0, hold_at: tuple[str, str] | None = None, lead: bool = False
-             ) -> tuple[Job, str]:
+    def job(self, role: str, conversation: str, run_id: str, plan: FaultPlan, directory: Path, *,
+            input_given: bool = True, clock_offset_s: float = 0.0, start_gate: str = "",
+            gate_parties: int = 0, hold_at: tuple[str, str] | None = None, lead: bool = False
+            ) -> tuple[Job, str]:
+        """A worker's job (``role``: ``start``, ``resume``, ``recover``) for run ``run_id``
+        of ``conversation`` with ``plan`` armed, and its log path; its event file and log
+        go to ``directory``. The worker id is new; the job runs the build of its role
+        (a build pair's), in the environment of the case running in this task (its
+        workers' links), filed under the case's recovery scope."""
         self._n += 1
         worker_id = f"cmw-{self._n}-{uuid.uuid4().hex[:8]}"
         base = directory / worker_id
@@ -373,7 +203,7 @@ class Explorer:
                   hold_at=hold_at, lead=lead)
         return job, f"{base}.log"
 
-    async def _worker(self, job: Job, log: str) -> tuple[WorkerExit, WorkerReport]:
+    async def run_worker(self, job: Job, log: str) -> tuple[WorkerExit, WorkerReport]:
         """Run a worker without a fault (a golden run, a plain resume) to its end."""
         exit_ = await self.pool.run(job, log, timeout=self.options.worker_timeout)
         return exit_, WorkerReport.from_file(job.result_path)
@@ -489,7 +319,7 @@ class Explorer:
             return first
         first.io = GoldenIo.of(runs[0][1], runs[1][1])
         first.identifiers = determinism_gate(first, second, self.identifier_fields(), where)
-        first.verdicts = invariants.end_invariants(first.evidence) + self._human_checks(first.evidence, None, 0)
+        first.verdicts = invariants.end_invariants(first.evidence) + self.human_checks(first.evidence, None, 0)
         first.seconds = time.monotonic() - t0
         return first
 
@@ -533,298 +363,33 @@ class Explorer:
         Raises :class:`HarnessError` when the worker left no end report (it vanished)."""
         t0 = time.monotonic()
         run_id = f"cm-run-{uuid.uuid4().hex[:16]}"
-        job, log = self._job("start", conversation, run_id, FaultPlan(), self.workdir)
+        job, log = self.job("start", conversation, run_id, FaultPlan(), self.workdir)
         job = dataclasses.replace(job, record_io=True)
-        exit_, report = await self._worker(job, log)
+        exit_, report = await self.run_worker(job, log)
         end = report.end
         if end is None:
-            tail = _tail(_read(log), 12)
+            last = tail(read_log(log), 12)
             raise HarnessError(
                 f"golden run of {self.workload_name}/{conversation} on {self.subject} did not complete: "
-                f"{exit_.describe()}" + (f"\n{tail}" if tail else ""))
+                f"{exit_.describe()}" + (f"\n{last}" if last else ""))
         why = None
         if end.status != "completed" or exit_.returncode != 0:
             why = f"it raised {end.error}" if end.error else f"it ended {end.status!r}"
-            tail = _tail(end.traceback or "", 6)
-            why += f"\n{tail}" if tail else ""
+            last = tail(end.traceback or "", 6)
+            why += f"\n{last}" if last else ""
         return run_id, end, time.monotonic() - t0, why
 
     # -- one case -----------------------------------------------------------------------
 
-    async def run_case(self, case: Case, golden: GoldenRun) -> CaseResult:
-        """Run ``case`` end to end (module docstring); never raises for a case's own
-        failure: harness problems become ``harness-error`` results."""
-        t0 = time.monotonic()
-        run_id = f"cm-run-{uuid.uuid4().hex[:16]}"
-        result = CaseResult(case, self.subject, "pass", run_id=run_id)
-        if golden.broken:  # not a baseline: judging a case against it would be meaningless
-            result.outcome, result.verdicts = "fail", list(golden.broken)
-            result.error = (f"not run: the golden run of {case.conversation} "
-                            f"{golden_failure([v.check for v in golden.broken])} ({invariants.summary(golden.broken)})")
-            return result
-        why = policies.policy_of(case.resume).not_applicable(self.adapter, self.options)
-        for fault in case.plan.faults:  # what each fault's kind needs the adapter to declare
-            why = why or faults.kind(fault.kind).not_applicable(self.adapter)
-        if why is not None:  # the policy needs what the adapter does not declare: nothing to run
-            result.outcome, result.error = coverage.NOT_APPLICABLE, f"not applicable: {why}"
-            return result
-        directory = self.workdir / run_id
-        try:
-            await self._run_case(case, golden, run_id, result, directory)
-        except HarnessError as exc:
-            result.outcome, result.error = "harness-error", str(exc)
-        except Exception as exc:
-            result.outcome, result.error = "harness-error", f"{type(exc).__name__}: {exc}"
-        if self.crash_states is not None:
-            self.crash_states.judged(result)
-        result.seconds = time.monotonic() - t0
-        await asyncio.to_thread(self._keep_or_remove, result, directory)
-        return result
+    async def run_case(self, case: Case, golden: GoldenRun, hook: CrashStates | None = None) -> CaseResult:
+        """Run ``case`` end to end on this session (:func:`.case.run_case`; ``hook``: a
+        case loop's pruning hook); never raises for a case's own failure: harness
+        problems become ``harness-error`` results."""
+        return await run_case(self, case, golden, hook)
 
-    def _keep_or_remove(self, result: CaseResult, directory: Path) -> None:
-        """Remove a passing case's directory; keep a failing one's, with its plan and a
-        note, under ``Options.keep_failed`` (named after the case, :func:`artifact_name`)
-        and name it in ``result.artifacts``. A directory that cannot be kept stays where
-        it is (the session removes it) and the failure to keep it is the artifacts'
-        field: ``"not kept: ..."``."""
-        if result.outcome == "pass" or not directory.exists():
-            shutil.rmtree(directory, ignore_errors=True)
-            return
-        (directory / "plan.json").write_text(result.case.plan.to_json() + "\n")
-        (directory / "case.txt").write_text(
-            f"{result.case.id}\nsubject: {result.subject}\nrun: {result.run_id}\noutcome: {result.outcome}\n"
-            f"replay: {result.replay}\n")
-        keep = self.options.keep_failed
-        if keep is None:
-            return
-        try:
-            Path(keep).mkdir(parents=True, exist_ok=True)
-            target = Path(keep) / artifact_name(result)
-            shutil.move(str(directory), str(target))
-        except OSError as exc:
-            result.artifacts = f"not kept: {exc}"
-            return
-        result.artifacts = str(target)
-
-    async def _run_case(self, case: Case, golden: GoldenRun, run_id: str, result: CaseResult, directory: Path) -> None:
-        """Every plan's one path: the settings of the plan's kinds, the workers
-        (:meth:`_drive`), the kinds' end-of-case checks, the end checks. The workers'
-        files go to ``directory``."""
-        directory.mkdir(parents=True, exist_ok=True)
-        cx = CaseRun(self, case, golden, run_id, result, directory)
-        policy = policies.policy_of(case.resume)
-        used = {f.kind for f in case.plan.faults}
-        settings = [k for name, k in faults.KINDS.items() if name in used and isinstance(k, CaseSetting)]
-        scope = policies.scope_of(run_id) if case.resume.policy == "discovery" else None
-        token = _CASE_SCOPE.set(scope)
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                cx.stack = stack
-                if scope is not None:  # the controller's reads see it too (an adapter may file runs by it)
-                    env = self.case_env
-                    stack.enter_context(self.scoped(env=dataclasses.replace(
-                        env, options={**env.options, policies.SCOPE_OPTION: scope})))
-                for kind in settings:  # registry order: a db-restart's server before a net case's links to it
-                    await stack.enter_async_context(kind.setting(cx))
-                await self._drive(cx, 0, "absent")
-                for kind in settings:
-                    await kind.case_end(cx)
-                await policy.finish(self, cx)
-        finally:
-            _CASE_SCOPE.reset(token)
-        result.outcome = "pass" if oracle.merge(result.verdicts) is True else "fail"
-
-    async def _drive(self, cx: CaseRun, index: int, status: str) -> str:
-        """Run workers ``index``, ``index + 1``, ... of the case until the run is
-        terminal: worker *i* gets the plan's fault *i* (:meth:`_faulted_worker`), or runs
-        fault-free once the plan is used up (:meth:`_plain_resume`). Before each resume
-        the adapter's ``between_crash_and_resume``; the case's resume policy
-        (:mod:`.policies`) says which fault each worker gets, how a fault-free resume
-        runs and how many may run (default: ``max_resumes`` beyond the plan's later
-        faults, else ``run.ends`` fails). Marks the case done and returns the last
-        status."""
-        plan = cx.case.plan.faults
-        policy = policies.policy_of(cx.case.resume)
-        while not cx.done:
-            if index > 0:
-                if status in self.terminal_statuses():
-                    break
-                if cx.resumes >= policy.bound(self.options, plan):
-                    cx.result.verdicts.append(policy.over_bound(cx, status))
-                    break
-                if index == len(plan) and self.crash_states is not None and await self.crash_states.share_resume(cx):
-                    break  # an equal crash state was resumed already: its final state stands for this one's
-                cx.resumes += 1
-                await self.adapter.between_crash_and_resume(self.case_env, cx.run_id)
-            fault = policy.fault_for(plan, index)
-            if fault is not None:
-                status = await self._faulted_worker(cx, index, fault)
-            else:
-                status, ran = await policy.resume(self, cx)
-                if not ran:
-                    break
-            index += 1
-        cx.done = True
-        return status
-
-    async def _faulted_worker(self, cx: CaseRun, index: int, fault: Fault) -> str:
-        """Worker ``index`` with ``fault`` armed, through its kind's hooks: the state
-        before it (:class:`.faults.ObservesBefore`), its run (with the drain grace,
-        :class:`.faults.Drains`; the kind acting while it is stopped,
-        :class:`.faults.Stops`), what it left (``after_worker``), that the fault fired
-        (and for the first worker, that the run followed the golden run up to it), quiet
-        (:meth:`quiesce`), the crash state and its checks, the model calls it left in
-        flight. Returns the crash state's status. Raises :class:`HarnessError`."""
-        kind = faults.kind(fault.kind)
-        role = "start" if index == 0 else "resume"
-        if index == 0:
-            before: Observation | None = Observation(cx.run_id, "absent")  # each case runs a run id of its own
-        else:
-            before = await cx.observe() if isinstance(kind, ObservesBefore) else None
-        job, log = self._job(role, cx.case.conversation, cx.run_id, FaultPlan((fault,)), cx.workdir,
-                             input_given=policies.hands_input(self.adapter, cx.case.resume, index, cx.acknowledged))
-        entry: dict[str, Any] = {"role": (kind.role if isinstance(kind, Stops) else None) or role}
-        cx.result.workers.append(entry)
-        w = WorkerRun(index, fault, job, log, entry, before)
-
-        async def at_stop(pid: int) -> None:  # the worker sleeps at its fault: check it got there, then act
-            assert isinstance(kind, Stops)
-            w.pid = pid
-            w.report = WorkerReport.from_file(job.result_path)
-            self._fired(w, cx.golden if index == 0 else None)
-            await kind.at_stop(cx, w)
-
-        held = await policies.policy_of(cx.case.resume).holds_worker(self, cx, index, job)
-        if held is not None:  # the policy keeps this worker's process for a later one (same-worker)
-            w.exit = await held(job, log, self.options.worker_timeout)
-        else:
-            w.exit = await self.pool.run(
-                job, log, timeout=self.options.worker_timeout,
-                term_grace=self.options.term_grace if isinstance(kind, Drains) else None,
-                at_stop=at_stop if isinstance(kind, Stops) else None, stuck_after=self.options.stuck_after)
-        entry.update(w.exit.to_dict())
-        if w.exit.stuck_s is not None:  # the subject's failure, not the harness's deadline
-            cx.result.verdicts.append(stuck_verdict(fault, w.exit, self.options))
-        w.report = WorkerReport.from_file(job.result_path)
-        cx.acknowledged = cx.acknowledged or w.report.accepted
-        await kind.after_worker(cx, w)
-        if w.report.fired is None and policies.policy_of(cx.case.resume).optional(cx.case.plan.faults, index):
-            # a repeated fault whose point this worker did not reach: it gave up, or got past it
-            status, ran = await self._without_fault(cx, job, log, w.exit, w.report)
-            cx.done = cx.done or not ran
-            return status
-        try:
-            at_fault = self._fired(w, cx.golden if index == 0 else None)
-        except HarnessError as exc:
-            if not (index == 0 and w.exit is not None and w.exit.resident and w.exit.jobs_before):
-                raise
-            # the golden pair, each in a fresh worker, agreed: a long-lived worker that had
-            # run other jobs took the run elsewhere, which is the subject's state, not ours
-            cx.result.verdicts.append(oracle.Verdict(
-                "worker.warm_path", "crash", False,
-                f"started in a long-lived worker that had run {w.exit.jobs_before} other job(s) of this matrix, the "
-                f"run left the golden run's path before its fault ({exc}); the golden pair, each in a fresh worker, "
-                f"followed it: state those runs left in the process changed this one"))
-            await self.quiesce(job.worker_id, live=w.exit.live)
-            cx.done = True
-            return (await cx.observe()).status
-        full = w.report.end.trace if w.report.end is not None else at_fault
-        cx.result.reached |= labels_of(full[len(at_fault):] if index == 0 else full)
-        if index == 0:  # a fault that changed nothing makes the case not-run (:mod:`.coverage`)
-            entry["took_effect"] = coverage.took_effect(fault.kind, cx.golden, w.report.end, w.exit.returncode, at_fault)
-        await self.quiesce(job.worker_id, database=kind.quiesce_database if isinstance(kind, Stops) else True,
-                           live=w.exit.live)
-        ledgers = None
-        if kind.reads_ledgers or self.crash_states is not None:  # the pruning hook compares crash states
-            if index == 0 and self.crash_states is not None:
-                cx.first_trace = list(at_fault)
-            crash = cx.crash = await self.evidence(cx.run_id)
-            obs, ledgers = crash.observation, crash.ledgers if kind.reads_ledgers else None
-        else:
-            obs = await cx.observe()
-        evidence = oracle.CrashEvidence(fault, at_fault, full, w.exit.returncode, w.exit.signal, w.exit.timed_out, obs,
-                                        before, end=w.report.end, woke=w.woke, taken_over=w.taken_over, ledgers=ledgers,
-                                        acknowledged=cx.acknowledged,
-                                        signalled_at=w.report.signalled.at if w.report.signalled else None)
-        cx.result.verdicts += oracle.crash_checks(evidence)
-        # a cancel lands after it fires (at the next await): what was in flight is what
-        # the faulted worker's whole trace shows unfinished (the kind decides: a drain
-        # that had time to finish its nodes leaves nothing to pay again)
-        for node, n in kind.allowance(evidence).items():
-            cx.allowance[node] = cx.allowance.get(node, 0) + n
-        return await kind.settle(cx, w, obs)
-
-    async def _plain_resume(self, cx: CaseRun) -> tuple[str, bool]:
-        """A resume without a fault; its trace becomes the case's ``resume_trace``.
-        Returns its status and whether it ran (exit 0 with an ``end`` report; else
-        ``resume.runs`` fails and the status is read from the store)."""
-        job, log = self._job("resume", cx.case.conversation, cx.run_id, FaultPlan(), cx.workdir,
-                             input_given=policies.hands_input(self.adapter, cx.case.resume, cx.resumes, cx.acknowledged))
-        exit_, report = await self._worker(job, log)
-        cx.result.workers.append({"role": "resume", **exit_.to_dict()})
-        cx.acknowledged = cx.acknowledged or report.accepted
-        return await self._without_fault(cx, job, log, exit_, report)
-
-    async def _without_fault(self, cx: CaseRun, job: Job, log: str, exit_: WorkerExit,
-                             report: WorkerReport) -> tuple[str, bool]:
-        """A resume that ran without a fault firing: its trace becomes the case's
-        ``resume_trace``; its status, and whether it ran (else ``resume.runs`` fails)."""
-        end = report.end
-        if end is not None:
-            cx.result.resume_trace = end.trace
-            cx.result.reached |= labels_of(end.trace)
-        if exit_.returncode != 0 or end is None:
-            await self.quiesce(job.worker_id, live=exit_.live)
-            detail = (end.error if end is not None else None) or f"{exit_.describe()}; {_tail(_read(log), 3)}"
-            cx.result.verdicts.append(oracle.Verdict("resume.runs", "end", False, f"resume {cx.resumes} failed: {detail}"))
-            return (await cx.observe()).status, False
-        return end.status, True
-
-    def _fired(self, w: WorkerRun, golden: GoldenRun | None) -> Trace:
-        """The trace up to the fault; raises :class:`HarnessError` if the fault never
-        fired or (given the ``golden`` run) the run diverged from it before the fault."""
-        fired = w.report.fired
-        if fired is None:
-            end = w.report.end
-            where = f" (in resume {w.index})" if w.index else ""
-            how = (f"the run ended {end.status!r}" if end is not None else
-                   f"the worker ended ({w.exit.describe() if w.exit else '?'}) without a report")
-            raise HarnessError(f"fault {w.fault.label()}{where} never fired: its point was not reached; {how}")
-        if golden is not None:
-            divergence = trace_divergence(golden.trace, fired.trace)
-            if divergence:
-                raise HarnessError(f"the faulted run diverged from the golden run before the fault: {divergence}")
-        return fired.trace
-
-    async def final_evidence(self, cx: CaseRun) -> oracle.Evidence:
-        """The case's final state: read from its run, or an equal crash state's resume's
-        when the pruning hook gave one (``cx.final``); handed to the hook."""
-        final = cx.final or await self.evidence(cx.run_id)
-        if self.crash_states is not None:
-            self.crash_states.finished(cx, final)
-        return final
-
-    def end_verdicts(self, cx: CaseRun, final: oracle.Evidence) -> list[oracle.Verdict]:
-        """The end checks against the golden run (identifiers renamed as the golden pair
-        taught), the invariants, on ``final`` with the case's model-call allowance; the
-        human-in-the-loop checks; and for a build pair (:mod:`.builds`) ``upgrade.migrated``:
-        the run A left, resumed by B."""
-        golden, result = cx.golden, cx.result
-        verdicts = oracle.end_checks(golden.evidence, final, cx.allowance, golden.identifiers)
-        verdicts += invariants.end_invariants(final, cx.allowance)
-        verdicts += self._human_checks(final, golden.evidence, len(result.case.plan.faults))
-        if self.upgrade is not None:
-            from .builds import check_migrated
-
-            declared = tuple(getattr(self.adapter, "cannot_migrate_statuses", ()) or ())
-            upgrade = self.upgrade
-            verdicts.append(oracle.run_check("upgrade.migrated", "end", lambda: check_migrated(
-                golden.evidence, final, result, upgrade, declared)))
-        return verdicts
-
-    def _human_checks(self, final: oracle.Evidence, golden: oracle.Evidence | None, faults: int) -> list[oracle.Verdict]:
+    def human_checks(self, final: oracle.Evidence, golden: oracle.Evidence | None, faults: int) -> list[oracle.Verdict]:
         """A workload with a scripted operator: what the run did with its answers
-        (:mod:`.human`); none for a workload without one."""
+        (:mod:`.human`), after ``faults`` faults; none for a workload without one."""
         script = getattr(self.workload, "operator_script", None)
         if script is None:
             return []
@@ -840,7 +405,7 @@ class Explorer:
         (``open_session(preload=...)``). Raises ``RegistryError`` for an unknown name."""
         other = copy.copy(self)  # the session's services (db, fault proxy, ...), shared
         other.subject, other.adapter = subject, registry.subject(subject)
-        other.fault_state, other._n, other.crash_states = {}, 0, None
+        other.fault_state, other._n = {}, 0
         await other.adapter.prepare(self.env)
         try:
             yield other

@@ -62,7 +62,7 @@ from hypothesis import strategies as st
 from . import faults as _faults
 from . import plan as _plan
 from .errors import InvalidArgument
-from .explorer import CaseResult
+from .case import CaseResult
 from .golden import GoldenRun
 from .history import Trace
 from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, Case, CrashPoint, Fault, FaultPlan, NetToxic

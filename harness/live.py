@@ -24,7 +24,8 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import HarnessError
-from .explorer import CaseResult, Explorer, Options
+from .case import CaseResult
+from .explorer import Explorer, Options
 from .golden import GoldenRun
 from .plan import Case
 

@@ -13,18 +13,22 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import faults
 from .errors import GoldenRunRefused, InvalidArgument, PlanError
 from .defaults import DefaultMatrix, default_matrix
 from .enumeration import double_fault_cases, double_fault_note, enumerate_cases, shard, validate_case
-from .explorer import CaseResult, Explorer, Options
+from .case import CaseResult
+from .explorer import Explorer, Options
 from .golden import GoldenRun, golden_effects, golden_failure
 from .names import Names, resolve
 from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, Case, FaultPlan, Resume
 from .policies import policy_of
 from .session import open_session
+
+if TYPE_CHECKING:
+    from .pruning import CrashStates
 
 
 OUTCOMES = ("pass", "fail", "flaky", "harness-error", "not-run", "not-applicable")
@@ -263,14 +267,9 @@ async def run_matrix(
             raise GoldenRunRefused(refused)
         notes += effect_lines
         notes += [n for p in getattr(explorer.pool, "pools", {}).values() or [explorer.pool] for n in getattr(p, "notes", ())]
-        restarts = (any(f.kind == "db-restart" for c in cases for f in c.plan.faults) if cases is not None
-                    else "db-restart" in matrix.all_kinds)
-        if restarts and healthy and explorer.start_restartable_pg is not None:  # observe reads that server too
-            from .faults.db_restart import DbRestart
-
-            restart = faults.kind("db-restart")
-            assert isinstance(restart, DbRestart)
-            await restart.check_observe(explorer, next(iter(healthy)))
+        used = ({f.kind for c in cases for f in c.plan.faults} if cases is not None else set(matrix.all_kinds))
+        for name in [k for k in faults.KINDS if k in used] if healthy else []:  # each kind's checks before any case
+            await faults.kind(name).before_matrix(explorer, next(iter(healthy)))
         if cases is None:
             notes.append(f"kinds at every crash point: {', '.join(kinds) or 'none'}; sources: {', '.join(sources)}")
             found, lines = matrix.cases(workload, healthy, sources, resume, seed)
@@ -311,10 +310,11 @@ async def run_matrix(
             if on_result:
                 on_result(result)
 
-        from .pruning import executed, run_pruned, workers_forked, workers_run
+        from .pruning import executed, workers_forked, workers_run
+        from .runner import run_loop
 
-        results, report.pruning = await run_pruned(explorer, cases, goldens, jobs, finished,
-                                                   replay_failures=replay_failures)
+        results, report.pruning = await run_loop(explorer, cases, goldens, jobs, finished,
+                                                 replay_failures=replay_failures)
         report.results[:] = results
         at = {r.case.id: i for i, r in enumerate(results)}
         report.notes += report.pruning.lines()
@@ -356,7 +356,7 @@ def golden_result(workload: str, subject: str, golden: GoldenRun) -> CaseResult:
 
 
 async def run_case_replayed(
-    explorer: Explorer, case: Case, golden: GoldenRun, replay_failures: int = 0,
+    explorer: Explorer, case: Case, golden: GoldenRun, replay_failures: int = 0, hook: CrashStates | None = None,
 ) -> CaseResult:
     """Run ``case`` against ``golden``; when it fails an oracle check, run it again (the
     same case id, the same plan, on the same session) up to ``replay_failures`` times,
@@ -366,15 +366,17 @@ async def run_case_replayed(
     own results are in ``result.replays``; the first run's verdicts stay the result's.
     A harness error is not replayed (it is the harness's failure, not the subject's).
     A passing case whose fault could not take effect is ``not-run``
-    (:func:`.coverage.mark_not_run`), whichever path ran it (the pytest plugin's too)."""
+    (:func:`.coverage.mark_not_run`), whichever path ran it (the pytest plugin's too).
+    ``hook``: the case loop's pruning hook (:class:`.pruning.CrashStates`), given to
+    every run of the case."""
     from .coverage import mark_not_run
 
-    result = await explorer.run_case(case, golden)
+    result = await explorer.run_case(case, golden, hook)
     mark_not_run(result)
     if result.outcome != "fail":
         return result
     for _ in range(replay_failures):
-        again = await explorer.run_case(case, golden)
+        again = await explorer.run_case(case, golden, hook)
         result.replays.append(again)
         if again.outcome != "fail":
             result.outcome = "flaky"
@@ -490,7 +492,7 @@ async def run_cases(
     it finishes (after its replays); once ``stop(result)`` returns True no further case
     starts (those in flight finish and are returned). ``replay_failures``: replays of
     each failing case (:func:`run_case_replayed`; 0: none). Pruned as
-    ``explorer.options.prune`` says (:func:`.pruning.run_pruned`: kill cases grouped by
+    ``explorer.options.prune`` says (:func:`.runner.run_loop`: kill cases grouped by
     crash state, resumes shared); ``Options.prune`` :data:`.pruning.OFF` runs every case
     whole.
 
@@ -498,7 +500,7 @@ async def run_cases(
     cases in flight have unwound; what finished before was given to ``on_result``."""
     if replay_failures < 0:
         raise PlanError(f"replay_failures={replay_failures!r} must be >= 0")
-    from .pruning import run_pruned
+    from .runner import run_loop
 
-    results, _ = await run_pruned(explorer, cases, goldens, jobs, on_result, stop=stop, replay_failures=replay_failures)
+    results, _ = await run_loop(explorer, cases, goldens, jobs, on_result, stop=stop, replay_failures=replay_failures)
     return results

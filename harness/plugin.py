@@ -96,7 +96,9 @@ if TYPE_CHECKING:  # the explorer (asyncpg, aiohttp) is imported on first use: e
     # pytest run in an environment with crashmatrix installed loads this module
     import concurrent.futures
 
-    from .explorer import CaseResult, GoldenRun
+    from .case import CaseResult
+
+    from .golden import GoldenRun
     from .live import LiveHarness
     from .services.postgres import PostgresService
 

@@ -20,7 +20,7 @@ from .defaults import DEFAULT_SEED, DefaultMatrix
 from .plan import Case, Resume
 
 if TYPE_CHECKING:
-    from .explorer import GoldenRun
+    from .golden import GoldenRun
     from .plugin_services import Services
     from .sources import SourceSet
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from .explorer import CaseResult
+    from .case import CaseResult
 
 P = TypeVar("P")
 

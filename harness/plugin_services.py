@@ -27,7 +27,8 @@ from .errors import CrashmatrixError
 from .plan import Case
 
 if TYPE_CHECKING:
-    from .explorer import CaseResult, GoldenRun
+    from .case import CaseResult
+    from .golden import GoldenRun
     from .live import LiveHarness
     from .services.matrixpg import MatrixPostgres, Workdir
     from .services.postgres import PostgresService

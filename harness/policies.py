@@ -5,13 +5,14 @@ run id and, unless the adapter says its runtime reads it from its own store, the
 input, and runs resumers one after another up to ``Options.max_resumes``. Production
 does none of that, and recovery bugs live there. Each policy below changes one thing;
 a case carries one (:class:`.plan.Resume`, the last component of its id; ``crashmatrix
-run --resume``), and the case runner (:meth:`.explorer.Explorer._drive`) asks it:
+run --resume``), and the case runner (:meth:`.case.CaseRun.drive`) asks it:
 
 - which fault worker *i* gets (:meth:`Policy.fault_for`: the plan's, or for
   ``recurring`` its last fault again in every later worker);
 - how many resumes may run before the case is stopped, and what that means
   (:meth:`Policy.bound`, :meth:`Policy.over_bound`);
-- how a fault-free resume runs (:meth:`Policy.resume`: one worker by id;
+- how a fault-free resume runs (:meth:`Policy.resume`: one worker by id, the case's
+  own :meth:`.case.CaseRun.resume`;
   ``concurrent``: N workers at once, held at a start gate until all are forked,
   :func:`.worker.wait_at_gate`; ``discovery``: a worker given no run id that runs
   the runtime's own recovery, :meth:`.adapter.Adapter.recover`; ``warm-worker``: the
@@ -22,8 +23,9 @@ run --resume``), and the case runner (:meth:`.explorer.Explorer._drive`) asks it
 - whether a worker is handed the input (:func:`hands_input`: ``input-once`` only until
   the subject acknowledged the run, ``redelivery`` always, else the adapter's
   ``expects_redelivery``);
-- how the case ends (:meth:`Policy.finish`: the end checks against the golden run;
-  ``recurring`` judges a run the runtime gave up on by its own checks instead).
+- how the case is judged at its end (:meth:`Policy.judge`: the policy's own end
+  verdicts, and whether the end checks against the golden run apply too; ``recurring``
+  judges a run the runtime gave up on by its own checks instead).
 
 Checks (phase ``resume``, beside the crash and end checks of docs/design.md):
 
@@ -77,16 +79,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from . import human, oracle
 from .adapter import FENCED, Adapter
 from .history import Trace, WorkerReport, labels_of
-from .plan import Fault, FaultPlan, Resume
+from .plan import Fault, Resume
 
 if TYPE_CHECKING:
-    from .explorer import CaseRun, Explorer, Options
+    from .case import CaseRun
+    from .explorer import Explorer, Options
     from .pool import WorkerExit
     from .worker import Job
 
-RECURRING_BOUND = 12
-"""Resumes a ``recurring`` case runs before the harness stops it (its own bound, reported
-as such: ``recurring.bounded`` fails)."""
 CLOCK_MARGIN_S = 1.0
 """Seconds added to the runtime's declared lease when the harness advances a recovering
 worker's clock (``discovery``)."""
@@ -135,7 +135,7 @@ class Policy:
     def __init__(self, spec: Resume) -> None:
         self.spec = spec
 
-    async def holds_worker(self, ex: Explorer, cx: CaseRun, index: int,
+    async def holds_worker(self, cx: CaseRun, index: int,
                            job: Job) -> Callable[[Job, str, float], Awaitable[WorkerExit]] | None:
         """How faulted worker ``index`` runs when this policy keeps its process for a
         later worker (``same-worker``): a runner ``run(job, log, timeout)``; None (every
@@ -164,15 +164,16 @@ class Policy:
     def over_bound(self, cx: CaseRun, status: str) -> oracle.Verdict:
         return oracle.Verdict("run.ends", "end", False, f"the run did not end after {cx.resumes} resume(s); last status {status!r}")
 
-    async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
-        """One fault-free resume step; its status and whether it ran."""
-        return await ex._plain_resume(cx)
+    async def resume(self, cx: CaseRun) -> tuple[str, bool] | None:
+        """One fault-free resume step of the policy's own: its status and whether it
+        ran; None: the case's plain resume by id (:meth:`.case.CaseRun.resume`) runs."""
+        return None
 
-    async def finish(self, ex: Explorer, cx: CaseRun) -> None:
-        """The end checks against the golden run and the invariants
-        (:meth:`.explorer.Explorer.end_verdicts`) on the final state."""
-        final = await ex.final_evidence(cx)
-        cx.result.verdicts += ex.end_verdicts(cx, final)
+    def judge(self, cx: CaseRun, final: oracle.Evidence) -> tuple[list[oracle.Verdict], bool]:
+        """The policy's own end verdicts on the ``final`` state, and whether the case's
+        end checks against the golden run apply too (:meth:`.case.CaseRun.end_verdicts`,
+        which composes them). Default: none of its own, and they apply."""
+        return [], True
 
 
 class InputOnce(Policy):
@@ -223,9 +224,10 @@ class Concurrent(Policy):
 
     name = "concurrent"
 
-    async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
+    async def resume(self, cx: CaseRun) -> tuple[str, bool] | None:
+        ex = cx.explorer
         if cx.kind_state.get("concurrent-done"):  # one round at once, then as usual
-            return await ex._plain_resume(cx)
+            return None
         cx.kind_state["concurrent-done"] = True
         n = self.spec.workers
         gate = cx.workdir / f"start-gate-{cx.resumes}"  # they wait there for each other (worker.wait_at_gate)
@@ -233,10 +235,7 @@ class Concurrent(Policy):
         # the first may hold in the node it takes up again while the others resume (worker.Lead)
         fault = cx.case.plan.faults[0].point.key if cx.case.plan.faults else None
         hold = hold_point(cx.case.id, cx.golden.trace, fault)
-        jobs = [ex._job("resume", cx.case.conversation, cx.run_id, FaultPlan(), cx.workdir,
-                        input_given=hands_input(ex.adapter, cx.case.resume, cx.resumes, cx.acknowledged),
-                        start_gate=str(gate), gate_parties=n, hold_at=hold, lead=i == 0)
-                for i in range(n)]
+        jobs = [cx.job("resume", start_gate=str(gate), gate_parties=n, hold_at=hold, lead=i == 0) for i in range(n)]
         exits = await asyncio.gather(*(ex.pool.run(job, log, timeout=ex.options.worker_timeout) for job, log in jobs))
         reports = [WorkerReport.from_file(job.result_path) for job, _ in jobs]
         for (job, _), exit_, report in zip(jobs, exits, reports):
@@ -352,27 +351,29 @@ class Recurring(Policy):
                         f"still {status!r}; the case was stopped by the harness's own bound (Options.recurring_bound="
                         f"{cx.explorer.options.recurring_bound}), not by the runtime")
 
-    async def finish(self, ex: Explorer, cx: CaseRun) -> None:
-        final = await ex.final_evidence(cx)
+    def judge(self, cx: CaseRun, final: oracle.Evidence) -> tuple[list[oracle.Verdict], bool]:
+        """``recurring.bounded`` (unless the harness stopped the case: :meth:`over_bound`
+        gave it) and ``recurring.effects_once``; the end checks apply only when the run
+        finished as the golden run did."""
         status, golden = final.observation.status, cx.golden.evidence.observation.status
-        declared = ex.adapter.crash_loop_status
+        declared = cx.explorer.adapter.crash_loop_status
         stopped = any(v.check == "recurring.bounded" for v in cx.result.verdicts)
+        verdicts: list[oracle.Verdict] = []
         if not stopped:
             attempts = cx.resumes + 1
             if status == golden:
-                cx.result.verdicts.append(_verdict("recurring.bounded", True, f"the run ended {status} after {attempts} "
-                                                   f"worker(s): the fault's point was not reached again"))
+                verdicts.append(_verdict("recurring.bounded", True, f"the run ended {status} after {attempts} "
+                                         f"worker(s): the fault's point was not reached again"))
             elif declared is not None and status == declared:
-                cx.result.verdicts.append(_verdict("recurring.bounded", True, f"the runtime gave up after {attempts} worker(s): "
-                                                   f"{status} (its crash-loop status)"))
+                verdicts.append(_verdict("recurring.bounded", True, f"the runtime gave up after {attempts} worker(s): "
+                                         f"{status} (its crash-loop status)"))
             else:
                 want = f"its declared crash-loop status {declared!r}" if declared else "a crash-loop status (the adapter declares none)"
-                cx.result.verdicts.append(_verdict("recurring.bounded", False, f"the run ended {status!r} after {attempts} "
-                                                   f"worker(s): neither {golden!r} nor {want}"))
-        cx.result.verdicts.append(oracle.run_check("recurring.effects_once", "resume", lambda: check_effects_once(
+                verdicts.append(_verdict("recurring.bounded", False, f"the run ended {status!r} after {attempts} "
+                                         f"worker(s): neither {golden!r} nor {want}"))
+        verdicts.append(oracle.run_check("recurring.effects_once", "resume", lambda: check_effects_once(
             "recurring.effects_once", cx.golden.evidence.ledgers, final.ledgers)))
-        if status == golden:  # it finished: judge it as any case
-            cx.result.verdicts += ex.end_verdicts(cx, final)
+        return verdicts, status == golden  # it finished: judged as any case too
 
 
 class Discovery(Policy):
@@ -387,15 +388,15 @@ class Discovery(Policy):
                     "resumes a run only when a caller gives its id)")
         return None
 
-    async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
+    async def resume(self, cx: CaseRun) -> tuple[str, bool] | None:
+        ex = cx.explorer
         if cx.kind_state.get("discovery-done"):
-            return await ex._plain_resume(cx)
+            return None
         cx.kind_state["discovery-done"] = True
         before = await cx.observe()
         lease = ex.adapter.lease_seconds
         offset = (lease + CLOCK_MARGIN_S) if lease is not None else 0.0
-        job, log = ex._job("recover", cx.case.conversation, "", FaultPlan(), cx.workdir, input_given=False,
-                           clock_offset_s=offset)
+        job, log = cx.job("recover", run_id="", input_given=False, clock_offset_s=offset)
         exit_ = await ex.pool.run(job, log, timeout=ex.options.worker_timeout)
         report = WorkerReport.from_file(job.result_path)
         cx.result.workers.append({"role": "recover", **exit_.to_dict()})
@@ -433,24 +434,25 @@ class WarmWorker(Policy):
     def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
         return _needs_long_lived(self.name, adapter, options)
 
-    async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
+    async def resume(self, cx: CaseRun) -> tuple[str, bool] | None:
+        ex = cx.explorer
         if cx.kind_state.get("warm-done"):
-            return await ex._plain_resume(cx)
+            return None
         cx.kind_state["warm-done"] = True
         residents = _residents(ex)
         if residents is None:
             cx.result.verdicts.append(_verdict("warm.worker", True, f"not applicable: {FORKS_ONLY}; the resume ran in "
                                                "a fresh worker"))
-            return await ex._plain_resume(cx)
+            return None
         from .errors import HarnessError
 
         conversation = cx.case.conversation
         order = list(ex.workload.conversations)
         others = order[order.index(conversation) + 1:] + order[:order.index(conversation)] if conversation in order else []
-        warm_ups = [ex._job("start", conv, f"cm-run-warm{n}-{cx.run_id.removeprefix('cm-run-')}", FaultPlan(), cx.workdir)
+        warm_ups = [cx.job("start", conversation=conv, run_id=f"cm-run-warm{n}-{cx.run_id.removeprefix('cm-run-')}",
+                           input_given=True)
                     for n, conv in enumerate([*others[:1], conversation])]
-        job, log = ex._job("resume", conversation, cx.run_id, FaultPlan(), cx.workdir,
-                           input_given=hands_input(ex.adapter, cx.case.resume, cx.resumes, cx.acknowledged))
+        job, log = cx.job("resume")
         terminal = ex.terminal_statuses()
         ran = []
         assert ex.pool.residents_dir is not None  # type: ignore[union-attr]
@@ -467,7 +469,7 @@ class WarmWorker(Policy):
             except HarnessError as exc:
                 cx.result.verdicts.append(_verdict("warm.worker", True, f"not applicable: the resume ran in a fresh "
                                                    f"worker: {exc}"))
-                return await ex._plain_resume(cx)
+                return None
         for _, first, _ in ran:
             cx.result.workers.append({"role": "warm-up", **first.to_dict()})
         cx.result.workers.append({"role": "resume", "warm": True, **exit_.to_dict()})
@@ -476,7 +478,7 @@ class WarmWorker(Policy):
         before = ", then ".join(f"{warm.run_id} ({warm.conversation}) to {status}" for warm, _, status in ran)
         cx.result.verdicts.append(_verdict("warm.worker", True, f"the resume ran in worker {exit_.pid}, which had just "
                                            f"run {before}"))
-        return await ex._without_fault(cx, job, log, exit_, report)
+        return await cx.without_fault(job, log, exit_, report)
 
 
 class SameWorker(Policy):
@@ -498,13 +500,14 @@ class SameWorker(Policy):
     def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
         return _needs_long_lived(self.name, adapter, options)
 
-    async def holds_worker(self, ex: Explorer, cx: CaseRun, index: int,
+    async def holds_worker(self, cx: CaseRun, index: int,
                            job: Job) -> Callable[[Job, str, float], Awaitable[WorkerExit]] | None:
         from . import faults
         from .resident import eligible
 
         if index != 0:
             return None
+        ex = cx.explorer
         residents = _residents(ex)
         if residents is None:
             cx.kind_state["same-why"] = FORKS_ONLY
@@ -524,27 +527,27 @@ class SameWorker(Policy):
         cx.kind_state["same-run"] = (run, held)
         return run
 
-    async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
+    async def resume(self, cx: CaseRun) -> tuple[str, bool] | None:
         from .errors import HarnessError
 
+        ex = cx.explorer
         if cx.kind_state.get("same-done"):
-            return await ex._plain_resume(cx)
+            return None
         cx.kind_state["same-done"] = True
         kept = cx.kind_state.pop("same-run", None)
         if kept is None:
             why = cx.kind_state.get("same-why", "no faulted worker's process was held")
             cx.result.verdicts.append(_verdict("same.worker", True, f"not applicable: {why}; the resume ran in a "
                                                "fresh worker"))
-            return await ex._plain_resume(cx)
+            return None
         run, held = kept
-        job, log = ex._job("resume", cx.case.conversation, cx.run_id, FaultPlan(), cx.workdir,
-                           input_given=hands_input(ex.adapter, cx.case.resume, cx.resumes, cx.acknowledged))
+        job, log = cx.job("resume")
         try:
             exit_ = await run(job, log, ex.options.worker_timeout)
         except HarnessError as exc:
             cx.result.verdicts.append(_verdict("same.worker", True, f"not applicable: the faulted worker's process "
                                                f"did not outlive its job ({exc}); the resume ran in a fresh worker"))
-            return await ex._plain_resume(cx)
+            return None
         finally:
             await held.aclose()
         cx.result.workers.append({"role": "resume", "same": True, **exit_.to_dict()})
@@ -553,7 +556,7 @@ class SameWorker(Policy):
         kind = cx.case.plan.faults[0].kind
         cx.result.verdicts.append(_verdict("same.worker", True, f"the resume ran in worker {exit_.pid}, the process "
                                            f"the {kind} fault struck, after its job had ended"))
-        return await ex._without_fault(cx, job, log, exit_, report)
+        return await cx.without_fault(job, log, exit_, report)
 
 
 def _name(adapter: Adapter) -> str:

@@ -37,8 +37,8 @@ elsewhere keeps its own verdicts (its resume ran), its state shares no more, and
 summary names it and the cases that had taken the shared resume (found by a blind
 trial: a runtime that resumes from a projection its adapter does not observe).
 
-:func:`run_pruned` runs a list of cases this way (:func:`.matrix.run_cases` calls it);
-:class:`PruneSummary` is what the report says: ``kill: 1,089 points -> 214 crash
+:class:`Pruner` is this as a strategy the case loop (:mod:`.runner`) runs every list
+of cases with; :class:`PruneSummary` is what the report says: ``kill: 1,089 points -> 214 crash
 states, all pass; sample 22/22 agree``, and the groups in the JSON report.
 """
 
@@ -46,16 +46,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import json
 import math
 import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from . import coverage, faults, invariants, oracle
+from . import faults, invariants, oracle
 from .adapter import Observation
 from .history import TraceEntry
 from .iostate import IoMark
@@ -63,7 +62,7 @@ from .normalize import IdentifierModel, Renamer
 from .plan import Case
 
 if TYPE_CHECKING:
-    from .explorer import CaseResult, CaseRun, Explorer
+    from .case import CaseResult, CaseRun
     from .golden import GoldenRun
 
 PRUNED_KINDS = ("kill",)
@@ -376,7 +375,7 @@ def order_free(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _pruned_result_class() -> type:
-    from .explorer import CaseResult
+    from .case import CaseResult
 
     @dataclass
     class PrunedResult(CaseResult):
@@ -443,14 +442,14 @@ def shareable(case: Case) -> bool:
 
 
 class CrashStates:
-    """The explorer's hook while :func:`run_pruned` runs (``Explorer.crash_states``):
-    the explorer reads every faulted worker's crash state whole (ledgers too) into
+    """The case runner's hook while a case loop runs with pruning (:attr:`Pruner.hook`,
+    :attr:`.case.CaseRun.hook`): the case reads every faulted worker's crash state whole (ledgers too) into
     ``CaseRun.crash``, asks :meth:`share_resume` before the first fault-free resume and
     calls :meth:`finished` with the final state.
 
     A case's :class:`Record` (its crash and final states: up to a few MB for a long run)
     is kept only while something may still read it: its group's members are not all
-    derived or compared (:func:`run_pruned` calls :meth:`group_over`), it owns one of the
+    derived or compared (:class:`Pruner` calls :meth:`group_over`), it owns one of the
     ``options.keep`` most recent shareable resumes of its conversation, or a sampled
     sharer is still to be compared with it. Before, every record lived until the matrix
     ended (long_run's controller: 6.9 GB after 8,424 cases, docs/benchmarks.md)."""
@@ -731,246 +730,186 @@ class PruneSummary:
         }
 
 
-WAITING_LANES = 2
-"""How many cases of a kind that mostly waits (``FaultKind.mostly_waits``: ``db-restart``,
-``net``) run beside the ``jobs`` slots when ``jobs`` is more than 1."""
+class Sink(Protocol):
+    """What the strategy reports to: the case loop (:class:`.runner.CaseLoop`)."""
+
+    def emit(self, result: CaseResult) -> None:
+        """``result`` is final: the loop's result for its case."""
+
+    def has(self, case_id: str) -> bool:
+        """Whether ``case_id``'s result is final already."""
 
 
-def _kind_flag(case: Case, flag: str) -> bool:
-    return any(getattr(faults.KINDS.get(f.kind), flag, False) for f in case.plan.faults)
+class Pruner:
+    """The pruning strategy of a case loop (module docstring): which cases run
+    (:meth:`runs`), what each case that ran settles once it is over (:meth:`over`:
+    derived members, sampled members compared, derived passes held until their
+    conversation's sample is compared), which run whole after the first round
+    (:meth:`left_over`) and which again after a shared resume was found unsound
+    (:meth:`reruns`). ``hook`` is what the case runner reads crash states into and
+    shares resumes through (None when neither pruning nor sharing is on); ``summary``
+    what the report says. Results go to the loop (:class:`Sink`)."""
 
+    def __init__(self, options: PruneOptions, cases: list[Case], goldens: dict[str, GoldenRun]) -> None:
+        self.options, self.goldens = options, goldens
+        self.plan = plan = plan_cases(cases, goldens, options) if options.prune else Plan()
+        self.summary = PruneSummary(options, plan)
+        self.hook = CrashStates(options, plan, goldens) if (options.prune or options.share) else None
+        self.waiting: dict[str, CaseResult] = {}  # sampled members whose representative is not done
+        self.fallback: list[Case] = []  # members of a representative that left no record: they run
+        # a conversation's derived passes wait for its sample: one disagreement anywhere and
+        # they run whole instead (escalation), as does every member derived after it
+        self.unchecked = Counter(plan.group_of[m].conversation for m in plan.sampled)
+        self.held: dict[str, list[CaseResult]] = {}
+        # a group's records are read until its representative ended and every sampled member
+        # was compared with it (CrashStates.group_over lets them go)
+        self.sampled_left = Counter({g.representative.id: sum(m.id in plan.sampled for m in g.cases[1:])
+                                     for g in plan.groups})
 
-class CaseLanes:
-    """The order a case loop takes ``cases`` in, and how many run at once.
+    def runs(self, case: Case) -> bool:
+        """Whether ``case`` runs in the first round (:meth:`Plan.runs`)."""
+        return self.plan.runs(case)
 
-    ``jobs`` slots take the cases in the order given; up to :data:`WAITING_LANES` more
-    lanes (none when ``jobs`` is 1) take, in that order too, only the cases of a kind
-    that mostly waits, so their waits overlap the other cases instead of trailing them
-    (checkout's default matrix puts its sampled kinds last, and its last 13 s ran with
-    the 2 cores half idle: docs/benchmarks.md); an order that puts them first
-    (``selftest --fast``'s likely catchers) still has every slot on them. A case of a
-    ``one_at_a_time`` kind never starts while another is in flight. ``take(waiting_lane)``
-    returns the next case or None (nothing a worker of that sort may start now: it
-    ends); ``done(case)`` after each."""
+    def over(self, result: CaseResult, out: Sink) -> None:
+        """A case that ran is over (its replays too): the hook hears it; an ungrouped
+        case's result is final; a sampled member's is compared with its representative
+        once that one is over; a representative's settles its group's members."""
+        if self.hook is not None:
+            self.hook.case_over(result)
+        group = self.plan.group_of.get(result.case.id)
+        if group is None:
+            out.emit(result)
+        elif result.case is not group.representative:
+            self._member_over(result, group, out)
+        else:
+            out.emit(result)
+            self._representative_over(result, group, out)
 
-    def __init__(self, cases: list[Case], jobs: int) -> None:
-        self._seqs = (list(cases), [c for c in cases if _kind_flag(c, "mostly_waits")])
-        self._heads = [0, 0]
-        self._serial = {id(c) for c in cases if _kind_flag(c, "one_at_a_time")}
-        self._taken: set[int] = set()
-        self._serial_busy = False
-        self.slots = min(jobs, max(1, len(cases)))
-        self.waiting_lanes = min(WAITING_LANES if jobs > 1 else 0, len(self._seqs[1]))
-
-    def take(self, waiting_lane: bool) -> Case | None:
-        which = int(waiting_lane)
-        seq, taken = self._seqs[which], self._taken
-        head = self._heads[which]
-        while head < len(seq) and id(seq[head]) in taken:
-            head += 1
-        self._heads[which] = head
-        for case in itertools.islice(seq, head, None):
-            key = id(case)
-            if key in taken or (key in self._serial and self._serial_busy):
-                continue
-            taken.add(key)
-            if key in self._serial:
-                self._serial_busy = True
-            return case
-        return None
-
-    def done(self, case: Case) -> None:
-        if id(case) in self._serial:
-            self._serial_busy = False
-
-
-async def run_pruned(
-    explorer: Explorer, cases: list[Case], goldens: dict[str, GoldenRun], jobs: int,
-    on_result: Callable[[CaseResult], None] | None = None, *, stop: Callable[[CaseResult], bool] | None = None,
-    options: PruneOptions | None = None, replay_failures: int = 0,
-) -> tuple[list[CaseResult], PruneSummary]:
-    """Run ``cases`` ``jobs`` at a time as :func:`.matrix.run_cases` does, pruned
-    (module docstring; ``options``: default the explorer's ``Options.prune``). Results
-    in case order, derived ones included; ``on_result`` sees each once it is final (a
-    derived one when its representative ended, a sampled one once compared); once
-    ``stop(result)`` is True no further case starts. A case that runs and fails is
-    replayed up to ``replay_failures`` times (:func:`.matrix.run_case_replayed`); a member
-    whose derived result fails runs whole instead (a failure is always shown by a run of
-    its own, and a racy subject's is told flaky by its replays)."""
-    from .matrix import run_case_replayed
-
-    opts = options or explorer.options.prune or PruneOptions()
-    plan = plan_cases(cases, goldens, opts) if opts.prune else Plan()
-    summary = PruneSummary(opts, plan)
-    hook = CrashStates(opts, plan, goldens) if (opts.prune or opts.share) else None
-    index = {c.id: i for i, c in enumerate(cases)}
-    results: list[CaseResult | None] = [None] * len(cases)
-    stopped = False
-    waiting: dict[str, CaseResult] = {}  # sampled members whose representative is not done
-    fallback: list[Case] = []  # members of a representative that left no record: they run
-    # a conversation's derived passes wait for its sample: one disagreement anywhere and
-    # they run whole instead (escalation), as does every member derived after it
-    unchecked = Counter(plan.group_of[m].conversation for m in plan.sampled)
-    held: dict[str, list[CaseResult]] = {}
-
-    def escalate(case: Case) -> None:
-        summary.escalated.append(case.id)
-        fallback.append(case)
-
-    def release(conversation: str) -> None:
-        for derived in held.pop(conversation, []):
-            if summary.unsound:
-                escalate(derived.case)
-            else:
-                emit(derived)
-
-    def concluded(member: CaseResult) -> None:  # a sampled member was compared, or cannot be
-        conv = member.case.conversation
-        unchecked[conv] -= 1
-        if unchecked[conv] <= 0:
-            release(conv)
-
-    def emit(result: CaseResult) -> None:
-        nonlocal stopped
-        results[index[result.case.id]] = result
-        if on_result:
-            on_result(result)
-        if stop is not None and stop(result):
-            stopped = True
-
-    def compare(member: CaseResult, rep: str) -> None:
-        assert hook is not None
-        mine, theirs = hook.records.get(member.case.id), hook.records.get(rep)
-        if mine is None or mine.crash is None or theirs.crash is None or member.outcome == "harness-error":
+    def _member_over(self, result: CaseResult, group: CaseGroup, out: Sink) -> None:
+        rep = group.representative
+        if not out.has(rep.id):
+            self.waiting[result.case.id] = result
             return
-        if not followed_golden(mine.trace, goldens[member.case.conversation].trace, member.case):
+        self._compare(result, rep.id, out)
+        self._sampled_over(result, rep.id, out)
+
+    def _sampled_over(self, member: CaseResult, rep: str, out: Sink) -> None:
+        """A sampled member was compared (or cannot be): its result is final, and its
+        conversation's held passes go once its whole sample is."""
+        out.emit(member)
+        conv = member.case.conversation
+        self.unchecked[conv] -= 1
+        if self.unchecked[conv] <= 0:
+            self._release(conv, out)
+        if self.hook is not None:
+            self.hook.group_over(member.case.id)
+            self.sampled_left[rep] -= 1
+            if self.sampled_left[rep] <= 0 and out.has(rep):
+                self.hook.group_over(rep)
+
+    def _representative_over(self, result: CaseResult, group: CaseGroup, out: Sink) -> None:
+        rep = group.representative
+        record = self.hook.records.get(rep.id) if self.hook is not None else None
+        usable = (record is not None and record.crash is not None and result.outcome not in ("harness-error", "flaky")
+                  and followed_golden(record.trace, self.goldens[rep.conversation].trace, rep))
+        for member in group.cases[1:]:
+            if member.id in self.plan.sampled:
+                if member.id in self.waiting:
+                    sampled = self.waiting.pop(member.id)
+                    if usable:
+                        self._compare(sampled, rep.id, out)
+                    self._sampled_over(sampled, rep.id, out)
+            elif self.summary.unsound:
+                self._escalate(member)
+            elif usable:
+                assert record is not None
+                derived = derive(member, record, self.goldens[member.conversation])
+                if derived.outcome != "pass":  # a failure is shown by a run of its own (and replayed)
+                    self.fallback.append(member)
+                elif self.unchecked[member.conversation] > 0:
+                    self.held.setdefault(member.conversation, []).append(derived)
+                else:
+                    out.emit(derived)
+            else:
+                self.fallback.append(member)
+        if self.hook is not None and self.sampled_left[rep.id] <= 0:
+            self.hook.group_over(rep.id)
+
+    def _escalate(self, case: Case) -> None:
+        self.summary.escalated.append(case.id)
+        self.fallback.append(case)
+
+    def _release(self, conversation: str, out: Sink) -> None:
+        """``conversation``'s held derived passes: final, or run whole after an
+        unsound grouping."""
+        for derived in self.held.pop(conversation, []):
+            if self.summary.unsound:
+                self._escalate(derived.case)
+            else:
+                out.emit(derived)
+
+    def _compare(self, member: CaseResult, rep: str, out: Sink) -> None:
+        """A sampled member's crash state against its representative's; a difference
+        marks the grouping unsound (no member is derived any more: the held ones run
+        whole)."""
+        assert self.hook is not None
+        mine, theirs = self.hook.records.get(member.case.id), self.hook.records.get(rep)
+        if mine is None or mine.crash is None or theirs is None or theirs.crash is None \
+                or member.outcome == "harness-error":
+            return
+        golden = self.goldens[member.case.conversation]
+        if not followed_golden(mine.trace, golden.trace, member.case):
             return  # its siblings finished in another order: a crash state of another interleaving
-        golden = goldens[member.case.conversation]
         diffs = state_differences(state_document(theirs.crash, golden.identifiers),
                                   state_document(mine.crash, golden.identifiers))
-        summary.checked.append((member.case.id, rep, diffs))
+        self.summary.checked.append((member.case.id, rep, diffs))
         if diffs:  # its own run's verdicts stand; no member is derived any more
             note = (f"crash-state grouping unsound: {member.case.id} was grouped with {rep} (the golden run sent "
                     f"nothing between their points) but its crash state differs: {'; '.join(diffs)}; the "
                     f"members not yet derived run whole")
             member.error = f"{member.error}; {note}" if member.error else note
-            if not summary.unsound:
-                summary.unsound = True
-                for conv in list(held):
-                    release(conv)
+            if not self.summary.unsound:
+                self.summary.unsound = True
+                for conv in list(self.held):
+                    self._release(conv, out)
 
-    def over(result: CaseResult) -> None:
-        coverage.mark_not_run(result)
-        if hook is not None:
-            hook.case_over(result)
-        group = plan.group_of.get(result.case.id)
-        if group is None:
-            emit(result)
-            return
-        rep = group.representative
-        if result.case is not rep:  # a sampled member
-            if results[index[rep.id]] is None:
-                waiting[result.case.id] = result
-                return
-            compare(result, rep.id)
-            emit(result)
-            concluded(result)
-            sampled_done(result.case.id, rep.id)
-            return
-        emit(result)
-        record = hook.records.get(rep.id) if hook is not None else None
-        usable = (record is not None and record.crash is not None and result.outcome not in ("harness-error", "flaky")
-                  and followed_golden(record.trace, goldens[rep.conversation].trace, rep))
-        for member in group.cases[1:]:
-            if member.id in plan.sampled:
-                if member.id in waiting:
-                    sampled = waiting.pop(member.id)
-                    if usable:
-                        compare(sampled, rep.id)
-                    emit(sampled)
-                    concluded(sampled)
-                    sampled_done(member.id, rep.id)
-            elif summary.unsound:
-                escalate(member)
-            elif usable:
-                assert record is not None
-                derived = derive(member, record, goldens[member.conversation])
-                if derived.outcome != "pass":  # a failure is shown by a run of its own (and replayed)
-                    fallback.append(member)
-                elif unchecked[member.conversation] > 0:
-                    held.setdefault(member.conversation, []).append(derived)
-                else:
-                    emit(derived)
-            else:
-                fallback.append(member)
-        if hook is not None and sampled_left[rep.id] <= 0:
-            hook.group_over(rep.id)
+    def left_over(self, out: Sink) -> list[Case]:
+        """After the first round: sampled members whose representative never ran
+        (stopped) stand alone, held passes go; returns the members that run whole now
+        (their representative left no usable record, their derived result failed, or the
+        grouping was unsound), taken out of their groups."""
+        for result in list(self.waiting.values()):
+            out.emit(result)
+        for conv in list(self.held):
+            self._release(conv, out)
+        for case in self.fallback:
+            self.plan.group_of.pop(case.id, None)
+        return list(self.fallback)
 
-    # a group's records are read until its representative ended and every sampled member
-    # was compared with it (CrashStates.group_over lets them go)
-    sampled_left = Counter({g.representative.id: sum(m.id in plan.sampled for m in g.cases[1:])
-                            for g in plan.groups})
+    def reruns(self, cases: list[Case], final: Callable[[str], CaseResult | None]) -> list[Case] | None:
+        """After a shared resume was found unsound for this subject: every case judged on
+        one (and every member derived from such a representative's final state, ``final``
+        giving each case's result so far), taken out of its group, to run again whole;
+        None when no shared resume was unsound."""
+        if self.hook is None or not self.hook.unsound:
+            return None
+        took = set(self.hook.took)
+        again = [c for c in cases if c.id in took or (
+            c.id in self.plan.group_of and self.plan.group_of[c.id].representative.id in took
+            and (r := final(c.id)) is not None and not r.workers)]
+        self.summary.reran = [c.id for c in again]
+        for case in again:
+            self.plan.group_of.pop(case.id, None)
+        return again
 
-    def sampled_done(member: str, rep: str) -> None:
-        if hook is None:
-            return
-        hook.group_over(member)
-        sampled_left[rep] -= 1
-        if sampled_left[rep] <= 0 and results[index[rep]] is not None:
-            hook.group_over(rep)
-
-    async def run(todo: list[Case]) -> None:
-        lanes = CaseLanes(todo, jobs)
-
-        async def worker(waiting_lane: bool) -> None:
-            while not stopped:
-                # asked to stop (Ctrl-C, SIGTERM) but still here: a library swallowed the
-                # CancelledError (Python 3.11's asyncio.wait_for, CPython gh-86296); the
-                # request still stands (Task.cancelling), so no further case starts
-                if (me := asyncio.current_task()) is not None and me.cancelling():
-                    raise asyncio.CancelledError
-                case = lanes.take(waiting_lane)
-                if case is None:
-                    return
-                try:
-                    result = await run_case_replayed(explorer, case, goldens[case.conversation], replay_failures)
-                finally:
-                    lanes.done(case)
-                over(result)
-
-        await asyncio.gather(*(worker(False) for _ in range(lanes.slots)),
-                             *(worker(True) for _ in range(lanes.waiting_lanes)))
-
-    explorer.crash_states = hook
-    try:
-        await run([c for c in cases if plan.runs(c)])
-        for result in list(waiting.values()):  # representative never ran (stopped): stands alone
-            emit(result)
-        for conv in list(held):  # a sampled member never ran (stopped)
-            release(conv)
-        if fallback and not stopped:
-            for case in fallback:
-                plan.group_of.pop(case.id, None)
-            await run(fallback)
-        if hook is not None and hook.unsound and not stopped:
-            # a shared resume was unsound for this subject: every case judged on one (and
-            # every member derived from such a representative's final state) runs again whole
-            took = set(hook.took)
-            again = [c for c in cases if c.id in took or (
-                c.id in plan.group_of and plan.group_of[c.id].representative.id in took
-                and (r := results[index[c.id]]) is not None and not r.workers)]
-            summary.reran = [c.id for c in again]
-            for case in again:
-                plan.group_of.pop(case.id, None)
-            await run(again)
-    finally:
-        explorer.crash_states = None
-    if hook is not None:
-        summary.shared = len(hook.took)
-        summary.shared_from = dict(hook.took)
-        summary.share_checked = hook.share_checked
-    summary.results = [r for r in results if r is not None]
-    return summary.results, summary
+    def finish(self, results: list[CaseResult]) -> PruneSummary:
+        """The summary of the loop that ended with ``results`` (case order)."""
+        if self.hook is not None:
+            self.summary.shared = len(self.hook.took)
+            self.summary.shared_from = dict(self.hook.took)
+            self.summary.share_checked = self.hook.share_checked
+        self.summary.results = results
+        return self.summary
 
 
 def options_of(prune: bool = True, sample: float = DEFAULT_SAMPLE, seed: int = 0) -> PruneOptions:

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .explorer import CaseResult, replay_command
+from .case import CaseResult, replay_command
 from .golden import golden_failure
 from .plan import Resume
 from .matrix import FAILING, NON_EVENTS, OUTCOMES, MatrixReport

@@ -45,7 +45,8 @@ from typing import Any
 from . import registry
 from .errors import CrashmatrixError, HarnessError, InvalidArgument, PlanError, RegistryError
 from .enumeration import enumerate_cases, validate_case
-from .explorer import CaseResult, Explorer, Options
+from .case import CaseResult
+from .explorer import Explorer, Options
 from .golden import GoldenRun, first_departures, per_task
 from .matrix import NON_EVENTS, run_cases
 from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, FAULT_KINDS, POINT_SOURCES, RESUME_POLICIES, Case, Resume
@@ -444,10 +445,11 @@ async def _run_workload(
                                                           Resume(policy))]
                     report_case = (lambda r, b=b: on_case(b, r)) if on_case else None
                     if fast:  # each catch run whole on the clean runtime: a handful, never pruned
-                        from .pruning import OFF, run_pruned
+                        from .pruning import OFF
+                        from .runner import run_loop
 
-                        outcome.results, _ = await run_pruned(clean[b], cases, clean_goldens[b], jobs, report_case,
-                                                              options=OFF)
+                        outcome.results, _ = await run_loop(clean[b], cases, clean_goldens[b], jobs, report_case,
+                                                            options=OFF)
                     else:
                         outcome.results = await run_cases(clean[b], cases, clean_goldens[b], jobs, report_case)
                 outcome.seconds = time.monotonic() - t0

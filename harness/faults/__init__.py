@@ -3,7 +3,7 @@
 
 The interface, its abilities and :func:`register` are :mod:`._base`'s; each kind's
 module owns its worker-side action, its controller hooks, its crash-state checks and
-its rank for shrinking. The generic case runner (:meth:`.explorer.Explorer.run_case`)
+its rank for shrinking. The generic case runner (:class:`.case.CaseRun`)
 drives any plan through them. Importing this package registers the kinds below, in
 this order (the order of ``plan.FAULT_KINDS``).
 """

@@ -3,7 +3,7 @@
 A fault kind is one small interface, as a toxic is in the fault proxy
 (:mod:`crashmatrix.harness.faultproxy._toxics`): a class with a ``name``, a ``rank``
 and one worker-side method, :meth:`FaultKind.act`. What only some kinds need is a
-separate ability, a mixin the case runner (:meth:`.explorer.Explorer.run_case`)
+separate ability, a mixin the case runner (:class:`.case.CaseRun`)
 tests with ``isinstance``:
 
 * :class:`UnderLock`: the worker acts while it holds the recorder's lock, so no other
@@ -50,7 +50,8 @@ from typing import Any, TYPE_CHECKING, ClassVar, TypeVar
 
 if TYPE_CHECKING:  # the worker imports this module: the controller's types stay lazy
     from ..adapter import Observation
-    from ..explorer import CaseRun, Explorer, WorkerRun
+    from ..case import CaseRun, WorkerRun
+    from ..explorer import Explorer
     from ..oracle import CrashEvidence, Verdict
     from ..plan import Fault
     from ..worker import Recorder
@@ -69,11 +70,11 @@ class FaultKind:
     reads_ledgers: ClassVar[bool] = False
     #: its cases spend most of their wall time waiting, not on the CPU (a server's
     #: restart, a toxic's delay): the case loop runs them in lanes beside the ``jobs``
-    #: slots (:class:`.pruning.CaseLanes`)
+    #: slots (:class:`.runner.CaseLanes`)
     mostly_waits: ClassVar[bool] = False
     #: its cases hold a session-wide resource for their whole run (``db-restart``'s
     #: PostgreSQL), so no two run at once: the case loop never starts a second one
-    #: while one is in flight (:class:`.pruning.CaseLanes`)
+    #: while one is in flight (:class:`.runner.CaseLanes`)
     one_at_a_time: ClassVar[bool] = False
     #: the worker outlives the fault and ends as a fault-free one does (a cancellation,
     #: a toxic): its job may run in a long-lived worker (:mod:`..resident`); a kind that
@@ -86,6 +87,13 @@ class FaultKind:
         ``not-applicable`` with this reason, never run, never counted failed. None:
         applicable (the default)."""
         return None
+
+    async def before_matrix(self, ex: Explorer, conversation: str) -> None:
+        """Once a matrix with faults of this kind is about to run on ``ex``'s session,
+        after the golden runs, ``conversation`` a healthy one: what the kind checks of
+        the subject before any case (``db-restart``: that ``observe`` reads the server it
+        is given). Raises :class:`~.errors.CrashmatrixError` subclasses (one line). The
+        default checks nothing."""
 
     def act(self, recorder: Recorder, fault: Fault) -> None:  # pragma: no cover - abstract
         """In the worker, right after ``fired`` was written: make the fault happen

@@ -31,7 +31,7 @@ from ._cancelled import NAME, check_step_recorded
 
 if TYPE_CHECKING:
     from ..adapter import Observation
-    from ..explorer import CaseRun, WorkerRun
+    from ..case import CaseRun, WorkerRun
     from ..oracle import CrashEvidence
     from ..plan import Fault
     from ..worker import Recorder

@@ -47,7 +47,7 @@ from ._base import CaseSetting, FaultKind, Stops, register, signal_self
 
 if TYPE_CHECKING:
     from ..adapter import Observation
-    from ..explorer import CaseRun, WorkerRun
+    from ..case import CaseRun, WorkerRun
     from ..oracle import CrashEvidence
     from ..plan import Case
     from ..worker import Recorder

@@ -29,7 +29,8 @@ from ..errors import HarnessError
 from ._base import CaseSetting, FaultKind, SessionResource, Stops, register, signal_self
 
 if TYPE_CHECKING:
-    from ..explorer import CaseRun, Explorer, WorkerRun
+    from ..case import CaseRun, WorkerRun
+    from ..explorer import Explorer
     from ..plan import Fault
     from ..worker import Recorder
 
@@ -94,10 +95,12 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
                 state.pg.dsn, min_size=0, max_size=2, server_settings={"application_name": "crashmatrix-controller"})
             await carry_sequences(ex.db, state.db)
 
-    async def check_observe(self, ex: Explorer, conversation: str) -> None:
-        """Before any case: run ``conversation`` once, with no fault, on the second
-        server and read it back with that server's adapter instance: ``observe`` must
-        see what the worker wrote there. Raises :class:`AdapterContractError` (one line
+    async def before_matrix(self, ex: Explorer, conversation: str) -> None:
+        """Before any case, where the session can restart its PostgreSQL (not a DSN of
+        the user's: then every case is a harness error of its own): run
+        ``conversation`` once, with no fault, on the second server and read it back
+        with that server's adapter instance: ``observe`` must see what the worker wrote
+        there. Raises :class:`AdapterContractError` (one line
         naming the method, exit 2) when it reads the run as ``absent``, or another status
         than the terminal one the worker returned (an ``observe`` that
         reads a server other than ``env.dsn``'s: a DSN of its own, a pool shared by
@@ -106,14 +109,16 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
         from ..explorer import TERMINAL
         from ..plan import FaultPlan
 
+        if ex.start_restartable_pg is None:
+            return
         state = self._state(ex)
         async with state.lock:
             await self._ensure(ex, state)
             env = dataclasses.replace(ex.env, dsn=state.pg.dsn)
             with ex.scoped(env=env, db=state.db, adapter=state.adapter):
                 run_id = f"cm-run-{uuid.uuid4().hex[:16]}"
-                job, log = ex._job("start", conversation, run_id, FaultPlan(), ex.workdir)
-                exit_, report = await ex._worker(job, log)
+                job, log = ex.job("start", conversation, run_id, FaultPlan(), ex.workdir)
+                exit_, report = await ex.run_worker(job, log)
                 if report.end is None:
                     raise HarnessError(f"db-restart's check run of {conversation} on its PostgreSQL left no report: "
                                        f"{exit_.describe()}")

@@ -18,7 +18,7 @@ from ..services.process import sigkill_group
 from ._base import FaultKind, Stops, register, signal_self
 
 if TYPE_CHECKING:
-    from ..explorer import CaseRun, WorkerRun
+    from ..case import CaseRun, WorkerRun
     from ..plan import Fault
     from ..worker import Recorder
 

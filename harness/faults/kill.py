@@ -14,7 +14,7 @@ from ..errors import HarnessError
 from ._base import FaultKind, UnderLock, die_now, register
 
 if TYPE_CHECKING:
-    from ..explorer import CaseRun, WorkerRun
+    from ..case import CaseRun, WorkerRun
     from ..plan import Fault
     from ..worker import Recorder
 

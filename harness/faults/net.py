@@ -27,7 +27,7 @@ from ._base import CaseSetting, FaultKind, register
 
 if TYPE_CHECKING:
     from ..adapter import Observation
-    from ..explorer import CaseRun, WorkerRun
+    from ..case import CaseRun, WorkerRun
     from ..oracle import CrashEvidence
     from ..plan import Fault
     from ..worker import Recorder

@@ -25,7 +25,7 @@ from ._base import FaultKind, Stops, register, signal_self
 
 if TYPE_CHECKING:
     from ..adapter import Observation
-    from ..explorer import CaseRun, WorkerRun
+    from ..case import CaseRun, WorkerRun
     from ..oracle import CrashEvidence
     from ..plan import Fault
     from ..worker import Recorder

@@ -50,7 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from crashmatrix.harness.enumeration import enumerate_cases
-from crashmatrix.harness.explorer import CaseResult, Explorer, Options
+from crashmatrix.harness.case import CaseResult
+from crashmatrix.harness.explorer import Explorer, Options
 from crashmatrix.harness.golden import GoldenRun
 from crashmatrix.harness.matrix import run_cases
 from crashmatrix.harness.pruning import OFF

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from crashmatrix.harness.explorer import CaseResult
+from crashmatrix.harness.case import CaseResult
 from crashmatrix.harness.netfaults import net_cases
 from crashmatrix.harness.plan import Case
 from crashmatrix.harness.session import open_session

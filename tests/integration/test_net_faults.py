@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from crashmatrix.harness.explorer import CaseResult
+from crashmatrix.harness.case import CaseResult
 from crashmatrix.harness.matrix import run_matrix
 from crashmatrix.harness.netfaults import NET_DEFAULTS, net_cases
 from crashmatrix.harness.plan import Case

@@ -10,7 +10,8 @@ import asyncio
 import math
 
 from crashmatrix.harness.enumeration import enumerate_cases
-from crashmatrix.harness.pruning import PruneOptions, run_pruned, shard_by_crash_state
+from crashmatrix.harness.pruning import PruneOptions, shard_by_crash_state
+from crashmatrix.harness.runner import run_loop
 from crashmatrix.harness.session import open_session
 
 TASKS = ("turn-1", "turn-1.tool-0")  # a model turn and a tool: 14 points, 4 crash states
@@ -26,14 +27,14 @@ def test_pruned_kill_cases_agree_and_an_unsound_grouping_is_escalated() -> None:
             goldens = {"conv1": await ex.golden("conv1")}
             cases = [c for c in enumerate_cases("checkout", goldens, ("kill",)) if c.plan.faults[0].point.task in TASKS]
             shards = [shard_by_crash_state(cases, goldens, f"{k}/3") for k in (1, 2, 3)]
-            whole = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(sample=1.0, share=False))
-            derived = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(sample=0.0, share=False))
+            whole = await run_loop(ex, cases, goldens, 4, options=PruneOptions(sample=1.0, share=False))
+            derived = await run_loop(ex, cases, goldens, 4, options=PruneOptions(sample=0.0, share=False))
             # groups by the sockets opened only: across the model call's and the appends' bytes
             def opened(a, b):
                 return a.opened == b.opened
 
-            unsound = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(sample=1.0, share=False, same=opened))
-            escalated = await run_pruned(ex, cases, goldens, 4, options=PruneOptions(sample=0.3, share=False, same=opened))
+            unsound = await run_loop(ex, cases, goldens, 4, options=PruneOptions(sample=1.0, share=False, same=opened))
+            escalated = await run_loop(ex, cases, goldens, 4, options=PruneOptions(sample=0.3, share=False, same=opened))
         return cases, shards, whole, derived, unsound, escalated
 
     cases, shards, (whole, s_whole), (derived, s_derived), (unsound, s_unsound), (escalated, s_esc) = asyncio.run(main())

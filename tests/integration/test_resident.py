@@ -25,7 +25,7 @@ LEAKY = ("leaky.adapter:LeavesDescriptor", "leaky.adapter:LeavesThread", "leaky.
 
 
 async def _resume(ex: Explorer, run_id: str, plan: FaultPlan = FaultPlan()) -> tuple[WorkerExit, WorkerReport]:
-    job, log = ex._job("resume", "conv1", run_id, plan, ex.workdir)
+    job, log = ex.job("resume", "conv1", run_id, plan, ex.workdir)
     exit_ = await ex.pool.run(job, log, timeout=ex.options.worker_timeout)
     return exit_, WorkerReport.from_file(job.result_path)
 
@@ -45,7 +45,7 @@ def test_resumes_and_cancelled_workers_run_in_one_long_lived_worker_and_kills_fo
             at = CrashPoint(point[0], point[1], point[2], point[3])
             ran = {}
             for kind in ("cancel", "kill"):
-                job, log = ex._job("start", "conv1", f"cm-run-{kind}-{os.getpid()}", FaultPlan((Fault(kind, at),)), ex.workdir)
+                job, log = ex.job("start", "conv1", f"cm-run-{kind}-{os.getpid()}", FaultPlan((Fault(kind, at),)), ex.workdir)
                 ran[kind] = (await ex.pool.run(job, log, timeout=30), WorkerReport.from_file(job.result_path))
             (cancelled, report), (killed, _) = ran["cancel"], ran["kill"]
             assert report.fired is not None and report.end is not None and cancelled.returncode == 0
@@ -83,7 +83,7 @@ def test_what_a_production_process_keeps_stays_and_an_idle_pooled_connection_is_
                             "leaky.adapter:KeepsConnection"):
                 async with ex.for_subject(subject) as other:
                     golden = await other.golden("conv1")
-                    job, log = other._job("resume", "conv1", golden.run_id, FaultPlan(), other.workdir)
+                    job, log = other.job("resume", "conv1", golden.run_id, FaultPlan(), other.workdir)
                     first = await other.pool.run(job, log, timeout=30)
                     second, _ = await _resume(other, f"cm-run-{subject[-6:]}-{os.getpid()}")  # another run
                     assert first.resident and first.live and second.pid == first.pid, (subject, first, second)
@@ -101,11 +101,11 @@ def test_tasks_and_timers_a_job_left_are_ended_as_a_forked_workers_exit_would_an
     async def main() -> None:
         async with open_session("leaky.adapter:LeavesTask", "checkout", preload=LEAKY) as ex:
             golden = await ex.golden("conv1")
-            job, log = ex._job("resume", "conv1", golden.run_id, FaultPlan(), ex.workdir)
+            job, log = ex.job("resume", "conv1", golden.run_id, FaultPlan(), ex.workdir)
             first = await ex.pool.run(job, log, timeout=30)
             second, _ = await _resume(ex, f"cm-run-next-{os.getpid()}")  # another run: the same worker may take it
             async with ex.for_subject("leaky.adapter:LeavesTimer") as other:
-                timed = other._job("resume", "conv1", golden.run_id, FaultPlan(), other.workdir)
+                timed = other.job("resume", "conv1", golden.run_id, FaultPlan(), other.workdir)
                 timer = await other.pool.run(*timed, timeout=30)
                 await asyncio.sleep(1.5)  # past the task's and the timer's second, had they gone on
             workdir = Path(ex.env.workdir)
@@ -130,7 +130,7 @@ def test_a_worker_that_dies_or_hangs_in_a_job_is_reported_as_a_forked_one_and_re
                 assert again.returncode == 3 and again.pid != died.pid
             async with ex.for_subject("leaky.adapter:HangsInResume") as other:
                 golden = await other.golden("conv1")
-                job, log = other._job("resume", "conv1", golden.run_id, FaultPlan(), other.workdir)
+                job, log = other.job("resume", "conv1", golden.run_id, FaultPlan(), other.workdir)
                 t0 = time.monotonic()
                 hung = await other.pool.run(job, log, timeout=1.0)
                 assert hung.resident and hung.timed_out and hung.signal == 9, hung

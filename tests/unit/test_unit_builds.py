@@ -13,7 +13,7 @@ import pytest
 from crashmatrix.harness import builds
 from crashmatrix.harness.adapter import EffectEntry, InvocationEntry, LogEntry, Observation
 from crashmatrix.harness.errors import InvalidArgument, PlanError
-from crashmatrix.harness.explorer import replay_command
+from crashmatrix.harness.case import replay_command
 from crashmatrix.harness.oracle import Evidence
 from crashmatrix.harness.plan import Case, CrashPoint, Fault, FaultPlan
 

@@ -16,7 +16,7 @@ from crashmatrix.harness.conformance import (
     to_markdown, write,
 )
 from crashmatrix.harness.errors import InvalidArgument
-from crashmatrix.harness.explorer import CaseResult
+from crashmatrix.harness.case import CaseResult
 from crashmatrix.harness.oracle import Verdict
 from crashmatrix.harness.plan import Case
 

@@ -9,7 +9,7 @@ from crashmatrix.harness import coverage
 from crashmatrix.harness.adapter import Observation
 from crashmatrix.harness.adapters.reference import ReferenceAdapter
 from crashmatrix.harness.errors import InvalidArgument
-from crashmatrix.harness.explorer import CaseResult
+from crashmatrix.harness.case import CaseResult
 from crashmatrix.harness.golden import GoldenRun
 from crashmatrix.harness.history import End, TraceEntry
 from crashmatrix.harness.oracle import Evidence

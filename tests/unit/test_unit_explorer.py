@@ -7,7 +7,7 @@ import pytest
 from crashmatrix.harness.adapter import Observation
 from crashmatrix.harness.enumeration import enumerate_cases, validate_case
 from crashmatrix.harness.errors import PlanError
-from crashmatrix.harness.explorer import replay_command
+from crashmatrix.harness.case import replay_command
 from crashmatrix.harness.golden import GoldenRun, trace_divergence
 from crashmatrix.harness.oracle import Evidence
 from crashmatrix.harness.plan import DEFAULT_KINDS, Case, CrashPoint, Fault, FaultPlan

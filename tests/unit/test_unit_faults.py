@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from crashmatrix.harness import faults, plan
 from crashmatrix.harness.enumeration import double_fault_cases, double_fault_note
-from crashmatrix.harness.explorer import CaseResult
+from crashmatrix.harness.case import CaseResult
 from crashmatrix.harness.faults.pause import check_zombie_effects
 from crashmatrix.harness.fuzz import order_kinds
 from crashmatrix.harness.plan import Case

@@ -166,7 +166,7 @@ def test_enumerate_cases_adds_the_network_section_for_kind_net() -> None:
 
 
 def test_double_faults_never_draw_a_second_net() -> None:
-    from crashmatrix.harness.explorer import CaseResult
+    from crashmatrix.harness.case import CaseResult
 
     first = net_cases("checkout", {"conv1": _golden()}, ("payment", "mail", "model"))[0]
     result = CaseResult(first, "reference", "pass", resume_trace=[("label", "log.append.before", "turn-2", 1)])

@@ -11,7 +11,8 @@ import pytest
 
 from crashmatrix.harness.adapter import Adapter
 from crashmatrix.harness.errors import InvalidArgument
-from crashmatrix.harness.explorer import Options, stuck_verdict
+from crashmatrix.harness.case import stuck_verdict
+from crashmatrix.harness.explorer import Options
 from crashmatrix.harness.faults.cancel_api import check_cancel_honoured
 from crashmatrix.harness.history import Fired, Passed, Silence, TraceEntry, encode
 from crashmatrix.harness.plan import Case, Resume
@@ -153,7 +154,7 @@ def test_a_case_run_one_by_one_whose_fault_changed_nothing_is_not_run() -> None:
     a plugin item of it a skip, never a pass."""
     import asyncio
 
-    from crashmatrix.harness.explorer import CaseResult
+    from crashmatrix.harness.case import CaseResult
     from crashmatrix.harness.matrix import run_case_replayed
     from crashmatrix.harness.plan import Case, CrashPoint, Fault, FaultPlan
 
@@ -163,7 +164,7 @@ def test_a_case_run_one_by_one_whose_fault_changed_nothing_is_not_run() -> None:
         def __init__(self, took_effect: bool) -> None:
             self.took_effect = took_effect
 
-        async def run_case(self, case: Case, golden: object) -> CaseResult:
+        async def run_case(self, case: Case, golden: object, hook: object = None) -> CaseResult:
             return CaseResult(case, "run-1", "pass", workers=[{"took_effect": self.took_effect}])
 
     nothing = asyncio.run(run_case_replayed(Ran(False), case, None))  # type: ignore[arg-type]

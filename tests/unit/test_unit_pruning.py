@@ -3,9 +3,9 @@ derived results). The grouping's soundness on real runs is tests/integration/tes
 
 from __future__ import annotations
 
-from crashmatrix.harness import pruning
+from crashmatrix.harness import pruning, runner
 from crashmatrix.harness.adapter import EffectEntry, LogEntry, Observation
-from crashmatrix.harness.explorer import CaseResult
+from crashmatrix.harness.case import CaseResult
 from crashmatrix.harness.golden import GoldenRun
 from crashmatrix.harness.iostate import GoldenIo, IoMark
 from crashmatrix.harness.normalize import IdentifierModel
@@ -183,7 +183,7 @@ def _share_run(hook: pruning.CrashStates, case: Case, outcome: str = "pass"):
     import types
     from pathlib import Path
 
-    from crashmatrix.harness.explorer import CaseRun
+    from crashmatrix.harness.case import CaseRun
 
     g = golden()
     result = CaseResult(case, "reference", outcome, run_id=f"cm-run-{case.id[-8:]}")
@@ -258,7 +258,7 @@ def test_cases_of_kinds_that_mostly_wait_run_in_lanes_beside_the_slots_and_one_a
     extra lane."""
     plain = [kill(i) for i in range(4)]
     restart = [kill(i, "db-restart") for i in range(3)]
-    lanes = pruning.CaseLanes(plain + restart, jobs=2)
+    lanes = runner.CaseLanes(plain + restart, jobs=2)
     assert (lanes.slots, lanes.waiting_lanes) == (2, 2)
     first = lanes.take(True)
     assert first is restart[0]
@@ -273,10 +273,10 @@ def test_cases_of_kinds_that_mostly_wait_run_in_lanes_beside_the_slots_and_one_a
     assert lanes.take(True) is None and lanes.take(False) is None
 
     # an order that puts them first (selftest --fast's likely catchers): the slots take them first too
-    lanes = pruning.CaseLanes(restart[:1] + plain, jobs=4)
+    lanes = runner.CaseLanes(restart[:1] + plain, jobs=4)
     assert lanes.take(False) is restart[0] and lanes.take(False) is plain[0] and lanes.take(True) is None
 
-    assert (pruning.CaseLanes(plain + restart, jobs=1).waiting_lanes) == 0
-    assert (pruning.CaseLanes(plain, jobs=4).waiting_lanes) == 0
-    only_waits = pruning.CaseLanes(restart, jobs=4)
+    assert (runner.CaseLanes(plain + restart, jobs=1).waiting_lanes) == 0
+    assert (runner.CaseLanes(plain, jobs=4).waiting_lanes) == 0
+    only_waits = runner.CaseLanes(restart, jobs=4)
     assert (only_waits.slots, only_waits.waiting_lanes) == (3, 2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from crashmatrix.harness.explorer import CaseResult
+from crashmatrix.harness.case import CaseResult
 from crashmatrix.harness.matrix import MatrixReport
 from crashmatrix.harness.plan import Case
 from crashmatrix.harness.report import case_dict, summary_table

@@ -11,7 +11,7 @@ import pytest
 from crashmatrix.harness import oracle, registry
 from crashmatrix.harness.adapter import EffectEntry, Observation
 from crashmatrix.harness.errors import InvalidArgument, RegistryError
-from crashmatrix.harness.explorer import CaseResult
+from crashmatrix.harness.case import CaseResult
 from crashmatrix.harness.golden import GoldenRun
 from crashmatrix.harness.plan import Case, CrashPoint, Fault, FaultPlan
 from crashmatrix.harness.selftest import (

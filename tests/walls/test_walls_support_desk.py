@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from crashmatrix.harness.enumeration import validate_case
-from crashmatrix.harness.explorer import CaseResult
+from crashmatrix.harness.case import CaseResult
 from crashmatrix.harness.golden import GoldenRun
 from crashmatrix.harness.plan import Case, CrashPoint, Fault, FaultPlan
 from crashmatrix.harness.session import open_session

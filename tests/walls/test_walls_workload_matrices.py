@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from crashmatrix.harness.enumeration import validate_case
-from crashmatrix.harness.explorer import CaseResult, Explorer, Options
+from crashmatrix.harness.case import CaseResult
+from crashmatrix.harness.explorer import Explorer, Options
 from crashmatrix.harness.plan import Case, CrashPoint, Fault, FaultPlan
 from crashmatrix.harness.session import open_session
 

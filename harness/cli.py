@@ -206,8 +206,9 @@ def run(
     input (one line on stderr); 3 harness errors only; 130 interrupted (Ctrl-C), 143
     SIGTERM: the cases that finished are written to --report/--html marked incomplete.
     """
-    from .matrix import MatrixReport, run_matrix
+    from .matrix import MatrixReport, run
     from .pruning import options_of
+    from .settings import RunSettings
     from .report import print_failures, print_summary
     from .names import Names, resolve
     from .defaults import default_matrix
@@ -279,17 +280,18 @@ def run(
 
         console.print(f"crashmatrix: starting services for {workload} on {names.subject} ...")
         try:
-            result = _run_async(run_matrix(
+            settings = RunSettings.of(
                 names, cases=cases, jobs=jobs or None, dsn=dsn,
                 options=Options(worker_timeout=worker_timeout, term_grace=term_grace, stuck_after=stuck_after, proxy_seed=seed,
                                 outage_window_ms=outage_window,
                                 keep_failed=_keep_dir(keep_failed, report), prune=options_of(prune, prune_sample, seed),
                                 long_lived=not fresh_workers),
-                on_start=on_start, on_result=on_result, depth=depth, sample=sample, seed=seed, shard_spec=shard,
-                replay_failures=replay_failures, on_report=on_report,
+                depth=depth, sample=sample, seed=seed, shard=shard,
+                replay_failures=replay_failures,
                 require_coverage=require_coverage,
                 resume=resume_p, matrix=shape,
-            ))
+            )
+            result = _run_async(run(settings, on_start=on_start, on_result=on_result, on_report=on_report))
         except CrashmatrixError as exc:
             progress.stop()
             raise typer.Exit(_fail(exc)) from None
@@ -353,17 +355,18 @@ def replay(
     fresh_workers: Annotated[bool, typer.Option("--fresh-workers", help=FRESH_WORKERS_HELP)] = False,
 ) -> None:
     """Re-run one case (its golden run first) and print what each check saw."""
-    from .matrix import MatrixReport, run_matrix
+    from .matrix import MatrixReport, run
     from .names import resolve
     from .report import outcomes_line
+    from .settings import RunSettings
 
     try:
         case = Case.parse(case_id)
         names = resolve(case.workload, subject, conversations=(case.conversation,), resume_with=resume_with)
-        result = _run_async(run_matrix(names, cases=[case], jobs=1, dsn=dsn,
-                                       options=Options(keep_failed=_keep_dir(keep_failed, report),
-                                                       long_lived=not fresh_workers),
-                                       replay_failures=replay_failures))
+        result = _run_async(run(RunSettings.of(names, cases=[case], jobs=1, dsn=dsn,
+                                               options=Options(keep_failed=_keep_dir(keep_failed, report),
+                                                               long_lived=not fresh_workers),
+                                               replay_failures=replay_failures)))
     except CrashmatrixError as exc:
         raise typer.Exit(_fail(exc)) from None
     except (Stopped, KeyboardInterrupt) as exc:

@@ -32,7 +32,7 @@ import aiohttp
 import asyncpg
 
 from . import faults, invariants, oracle, registry
-from .adapter import Environment, Observation
+from .adapter import Environment
 from .errors import CrashmatrixError, GoldenRunRefused, HarnessError
 from .case import CaseResult, read_log, run_case, tail
 from .faults import SessionResource

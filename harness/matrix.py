@@ -1,14 +1,14 @@
 """Run a whole matrix: golden runs, enumeration, cases in parallel, one report.
 
-:func:`run_matrix` is what ``crashmatrix run`` calls, importable and typed. Cases run
+:func:`run` runs the matrix one :class:`.settings.RunSettings` describes (what ``crashmatrix
+run`` and ``replay`` build); :func:`run_matrix` is the same with the settings as keywords,
+importable and typed. Cases run
 ``jobs`` at a time (default: twice the number of cores; docs/benchmarks.md); each reports through ``on_result``
 as it finishes, so the caller can draw progress.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -16,16 +16,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import faults
-from .errors import GoldenRunRefused, InvalidArgument, PlanError
-from .defaults import DefaultMatrix, default_matrix
+from .errors import GoldenRunRefused, PlanError
+from .defaults import DefaultMatrix
 from .enumeration import double_fault_cases, double_fault_note, enumerate_cases, shard, validate_case
 from .case import CaseResult
 from .explorer import Explorer, Options
 from .golden import GoldenRun, golden_effects, golden_failure
-from .names import Names, resolve
-from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, Case, FaultPlan, Resume
+from .names import Names
+from .plan import DEFAULT_SOURCES, Case, FaultPlan, Resume
 from .policies import policy_of
 from .session import open_session
+from .settings import RunSettings
 
 if TYPE_CHECKING:
     from .pruning import CrashStates
@@ -211,135 +212,142 @@ async def run_matrix(
     ``resume``: the resume policy of the enumerated cases (:mod:`.policies`; given
     ``cases`` keep their own).
     """
-    if replay_failures < 0:
-        raise PlanError(f"replay_failures={replay_failures!r} must be >= 0")
-    if depth not in (1, 2):
-        raise PlanError(f"depth={depth!r} must be 1 or 2")
-    # a case mostly waits (fsync, IPC); twice the cores in flight measured fastest
-    jobs = jobs or 2 * (os.cpu_count() or 1)
-    from .builds import check_case_label, label_cases
+    settings = RunSettings.of(
+        workload, subject, kinds=kinds, sources=sources, conversations=conversations, cases=cases, jobs=jobs, dsn=dsn,
+        options=options, depth=depth, sample=sample, seed=seed, shard=shard_spec, replay_failures=replay_failures,
+        require_coverage=require_coverage, resume=resume, sampled_kinds=sampled_kinds,
+        sampled_policies=sampled_policies, matrix=matrix)
+    return await run(settings, on_start=on_start, on_result=on_result, on_report=on_report)
 
-    if isinstance(workload, Names):
-        if (subject, kinds, sources, conversations) != ("reference", None, DEFAULT_SOURCES, None):
-            raise InvalidArgument("run_matrix: give the names either resolved (Names) or one by one, not both")
-        names = workload
-    else:
-        every = (matrix.kinds if matrix is not None else DEFAULT_KINDS) if kinds is None else kinds
-        names = resolve(workload, subject, kinds=every, sources=sources, conversations=conversations)
-    if matrix is None:
-        named = kinds is not None or isinstance(workload, Names)
-        matrix = default_matrix(names.kinds if named else None, resume=resume, dsn=dsn)
-    elif matrix.kinds != names.kinds:
-        raise InvalidArgument(f"run_matrix: matrix.kinds={matrix.kinds!r} differ from the kinds named, {names.kinds!r}")
-    if sampled_kinds is not None or sampled_policies is not None:
-        matrix = DefaultMatrix(names.kinds, tuple((sampled_kinds or {}).items()), tuple((sampled_policies or {}).items()))
-    workload, subject, kinds, sources, conversations = (
-        names.workload, names.subject, names.kinds, names.sources, names.conversations)
-    if shard_spec:
-        shard(list(range(1)), shard_spec)  # validates K/N before anything starts
-    wants_awaits = "await" in sources or any(f.point.source == "await" for c in cases or [] for f in c.plan.faults)
-    if wants_awaits and not (options and options.await_points):
-        options = dataclasses.replace(options or Options(), await_points=True)
+
+async def run(
+    settings: RunSettings, *, on_start: Callable[[int], None] | None = None,
+    on_result: Callable[[CaseResult], None] | None = None, on_report: Callable[[MatrixReport], None] | None = None,
+) -> MatrixReport:
+    """Run the matrix ``settings`` describe (:class:`.settings.RunSettings`): services,
+    golden runs, the cases, each level of the matrix in turn; ``on_start``,
+    ``on_result`` and ``on_report`` as :func:`run_matrix` says. Raises as
+    :func:`run_matrix` does once services start."""
     t0 = time.monotonic()
-    from .faults.db_outage import check_windows, with_window
-
-    window = (options or Options()).outage_window_ms
-    check_windows(cases, matrix.all_kinds, (options or Options()).worker_timeout, window)  # before anything starts
-    proxied = ("net", "db-outage")
-    wants_net = (any(k in matrix.all_kinds for k in proxied) if cases is None
-                 else any(f.kind in proxied for c in cases for f in c.plan.faults))
-    async with open_session(subject, workload, dsn=dsn, options=options) as explorer:
-        if wants_net:  # an unreachable fault proxy: one ServiceError here (exit 2), not one per case
+    s = settings
+    async with open_session(s.names.subject, s.names.workload, dsn=s.dsn, options=s.options) as explorer:
+        if s.wants_proxy:  # an unreachable fault proxy: one ServiceError here (exit 2), not one per case
             await explorer.fault_proxy.client()
-        wl = explorer.workload
-        wanted = conversations or (tuple(sorted({c.conversation for c in cases})) if cases else wl.conversations)
-        goldens = {}
-        for conv in wanted:
-            goldens[conv] = await explorer.golden(conv)
-        # a golden run that breaks an invariant is a defect of the subject, never a
-        # baseline: it is reported once, and its conversation's cases are not run
-        asked = {c.conversation for c in cases or [] if not c.plan.faults}  # a replay of WORKLOAD/CONV/golden
-        reported = [golden_result(workload, subject, g) for g in goldens.values() if g.broken or g.conversation in asked]
-        healthy = {c: g for c, g in goldens.items() if not g.broken and not g.skipped}
-        notes: list[str] = [f"not applicable, no case run: {g.skipped}" for g in goldens.values() if g.skipped]
-        effect_lines, refused = golden_effects(workload, wl, list(healthy.values()))
-        if refused is not None:  # every case would pass vacuously: nothing to judge against
-            raise GoldenRunRefused(refused)
-        notes += effect_lines
-        notes += [n for p in getattr(explorer.pool, "pools", {}).values() or [explorer.pool] for n in getattr(p, "notes", ())]
-        used = ({f.kind for c in cases for f in c.plan.faults} if cases is not None else set(matrix.all_kinds))
-        for name in [k for k in faults.KINDS if k in used] if healthy else []:  # each kind's checks before any case
-            await faults.kind(name).before_matrix(explorer, next(iter(healthy)))
-        if cases is None:
-            notes.append(f"kinds at every crash point: {', '.join(kinds) or 'none'}; sources: {', '.join(sources)}")
-            found, lines = matrix.cases(workload, healthy, sources, resume, seed)
-            cases = with_window(label_cases(found, explorer.upgrade), window)
-            notes += lines
-        else:
-            from .netfaults import check_links
-
-            for case in cases:
-                check_case_label(case, explorer.upgrade)
-                validate_case(case, goldens)
-                check_links(case, tuple(wl.providers))
-        if shard_spec:  # kill cases of one crash state stay in one shard, so it prunes as the whole does
-            from .pruning import shard_by_crash_state
-
-            prune = explorer.options.prune
-            cases = (shard_by_crash_state(cases, goldens, shard_spec, prune) if prune is None or prune.prune
-                     else shard(cases, shard_spec))
-        cases = [c for c in cases if c.conversation in healthy and c.plan.faults]
-        report = MatrixReport(workload, subject, matrix.all_kinds, sources, goldens, jobs=jobs, golden_results=reported,
-                              replay_failures=replay_failures, planned=len(cases),
-                              require_coverage=require_coverage, notes=notes)
+        report, cases = await _prepare(explorer, s)
         if on_report:
             on_report(report)
         if on_start:
             on_start(len(cases))
-        t1 = time.monotonic()
-
-        at: dict[str, int] = {}  # case id -> its place in report.results (a case run again replaces its result)
-
-        def finished(result: CaseResult) -> None:
-            if result.case.id in at:
-                report.results[at[result.case.id]] = result
-            else:
-                at[result.case.id] = len(report.results)
-                report.results.append(result)
-            report.seconds = time.monotonic() - t1
-            if on_result:
-                on_result(result)
-
-        from .pruning import executed, workers_forked, workers_run
-        from .runner import run_loop
-
-        results, report.pruning = await run_loop(explorer, cases, goldens, jobs, finished,
-                                                 replay_failures=replay_failures)
-        report.results[:] = results
-        at = {r.case.id: i for i, r in enumerate(results)}
-        report.notes += report.pruning.lines()
-        if depth == 2:
-            doubles = with_window(double_fault_cases(report.results, kinds, sample=sample, seed=seed), window)
-            report.notes.append(double_fault_note(report.results, kinds, len(doubles)))
-            report.planned += len(doubles)
-            if on_start:
-                on_start(len(doubles))
-            level = len(report.results)
-            report.results[level:] = await run_cases(explorer, doubles, goldens, jobs, finished,
-                                                     replay_failures=replay_failures)
-        report.seconds = time.monotonic() - t1
-        ran = executed(report.results)
-        if report.seconds > 0 and ran < len(report.results):
-            run, forked = workers_run(report.results), workers_forked(report.results)
-            report.notes.append(f"executed {ran:,} of {len(report.results):,} cases ({ran / report.seconds:.1f} "
-                                f"executed cases/s, {run:,} workers" + (f", {run - forked:,} of them in long-lived "
-                                f"processes" if forked < run else "") + ")")
+        await _run_levels(explorer, s, report, cases, on_start, on_result)
         from .coverage import coverage_of
 
         report.coverage = coverage_of(explorer.adapter, report.results)
         report.notes += report.coverage.lines()
     report.setup_seconds = time.monotonic() - t0 - report.seconds
     return report
+
+
+async def _prepare(explorer: Explorer, s: RunSettings) -> tuple[MatrixReport, list[Case]]:
+    """The golden runs (a broken one reported as a result of its own, no case of its
+    conversation run), the fault kinds' checks before any case
+    (:meth:`.faults.FaultKind.before_matrix`), the cases (enumerated, or the given
+    ones checked), sharded; returns the report to fill and the cases. Raises
+    ``GoldenRunRefused`` when the golden runs exercised nothing to judge."""
+    from .builds import check_case_label, label_cases
+    from .faults.db_outage import with_window
+
+    workload, subject, wl = s.names.workload, s.names.subject, explorer.workload
+    given = list(s.cases) if s.cases is not None else None
+    wanted = s.names.conversations or (tuple(sorted({c.conversation for c in given})) if given else wl.conversations)
+    goldens = {}
+    for conv in wanted:
+        goldens[conv] = await explorer.golden(conv)
+    # a golden run that breaks an invariant is a defect of the subject, never a
+    # baseline: it is reported once, and its conversation's cases are not run
+    asked = {c.conversation for c in given or [] if not c.plan.faults}  # a replay of WORKLOAD/CONV/golden
+    reported = [golden_result(workload, subject, g) for g in goldens.values() if g.broken or g.conversation in asked]
+    healthy = {c: g for c, g in goldens.items() if not g.broken and not g.skipped}
+    notes: list[str] = [f"not applicable, no case run: {g.skipped}" for g in goldens.values() if g.skipped]
+    effect_lines, refused = golden_effects(workload, wl, list(healthy.values()))
+    if refused is not None:  # every case would pass vacuously: nothing to judge against
+        raise GoldenRunRefused(refused)
+    notes += effect_lines
+    notes += [n for p in getattr(explorer.pool, "pools", {}).values() or [explorer.pool] for n in getattr(p, "notes", ())]
+    used = s.kinds_used
+    for name in [k for k in faults.KINDS if k in used] if healthy else []:  # each kind's checks before any case
+        await faults.kind(name).before_matrix(explorer, next(iter(healthy)))
+    if given is None:
+        notes.append(f"kinds at every crash point: {', '.join(s.names.kinds) or 'none'}; "
+                     f"sources: {', '.join(s.names.sources)}")
+        found, lines = s.matrix.cases(workload, healthy, s.names.sources, s.resume, s.seed)
+        cases = with_window(label_cases(found, explorer.upgrade), s.options.outage_window_ms)
+        notes += lines
+    else:
+        from .netfaults import check_links
+
+        cases = given
+        for case in cases:
+            check_case_label(case, explorer.upgrade)
+            validate_case(case, goldens)
+            check_links(case, tuple(wl.providers))
+    if s.shard:  # kill cases of one crash state stay in one shard, so it prunes as the whole does
+        from .pruning import shard_by_crash_state
+
+        prune = explorer.options.prune
+        cases = (shard_by_crash_state(cases, goldens, s.shard, prune) if prune is None or prune.prune
+                 else shard(cases, s.shard))
+    cases = [c for c in cases if c.conversation in healthy and c.plan.faults]
+    report = MatrixReport(workload, subject, s.matrix.all_kinds, s.names.sources, goldens, jobs=s.jobs,
+                          golden_results=reported, replay_failures=s.replay_failures, planned=len(cases),
+                          require_coverage=s.require_coverage, notes=notes)
+    return report, cases
+
+
+async def _run_levels(explorer: Explorer, s: RunSettings, report: MatrixReport, cases: list[Case],
+                      on_start: Callable[[int], None] | None, on_result: Callable[[CaseResult], None] | None) -> None:
+    """The cases (:func:`.runner.run_loop`, pruned as the options say), then with
+    ``depth`` 2 the double faults; fills ``report`` as they finish (a case run again
+    replaces its result), its seconds, the pruning summary and notes."""
+    from .faults.db_outage import with_window
+    from .pruning import executed, workers_forked, workers_run
+    from .runner import run_loop
+
+    t1 = time.monotonic()
+    at: dict[str, int] = {}  # case id -> its place in report.results (a case run again replaces its result)
+
+    def finished(result: CaseResult) -> None:
+        if result.case.id in at:
+            report.results[at[result.case.id]] = result
+        else:
+            at[result.case.id] = len(report.results)
+            report.results.append(result)
+        report.seconds = time.monotonic() - t1
+        if on_result:
+            on_result(result)
+
+    results, report.pruning = await run_loop(explorer, cases, report.goldens, s.jobs, finished,
+                                             replay_failures=s.replay_failures)
+    report.results[:] = results
+    at = {r.case.id: i for i, r in enumerate(results)}
+    report.notes += report.pruning.lines()
+    if s.depth == 2:
+        kinds = s.names.kinds
+        doubles = with_window(double_fault_cases(report.results, kinds, sample=s.sample, seed=s.seed),
+                              s.options.outage_window_ms)
+        report.notes.append(double_fault_note(report.results, kinds, len(doubles)))
+        report.planned += len(doubles)
+        if on_start:
+            on_start(len(doubles))
+        level = len(report.results)
+        report.results[level:] = await run_cases(explorer, doubles, report.goldens, s.jobs, finished,
+                                                 replay_failures=s.replay_failures)
+    report.seconds = time.monotonic() - t1
+    ran = executed(report.results)
+    if report.seconds > 0 and ran < len(report.results):
+        run_n, forked = workers_run(report.results), workers_forked(report.results)
+        report.notes.append(f"executed {ran:,} of {len(report.results):,} cases ({ran / report.seconds:.1f} "
+                            f"executed cases/s, {run_n:,} workers" + (f", {run_n - forked:,} of them in long-lived "
+                            f"processes" if forked < run_n else "") + ")")
 
 
 def golden_result(workload: str, subject: str, golden: GoldenRun) -> CaseResult:

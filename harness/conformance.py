@@ -402,11 +402,9 @@ def to_markdown(rows: list[Row], command: str, date: str, conversations: tuple[s
     if errors:
         out += ["", "A case that ended in a harness error (the harness could not make its fault take effect, or "
                 "lost a worker) is judged on nothing and counted in no cell. The first of each row:", "", *errors]
-    props = [*PROPERTIES, "other"]
-    for prop in props:
+    for prop, meaning in PROPERTIES.items():
         if not any(prop in r.cells for r in rows):
             continue
-        meaning = PROPERTIES.get(prop, "checks this table does not map to a property (harness/properties.py)")
         out += ["", f"## {prop}", "", f"{meaning[0].upper()}{meaning[1:]}.", "",
                 "| runtime | " + " | ".join(kinds) + " |", "| --- |" + " --- |" * len(kinds)]
         failures = []

@@ -809,18 +809,10 @@ class Explorer:
         taught), the invariants, on ``final`` with the case's model-call allowance; the
         human-in-the-loop checks; and for a build pair (:mod:`.builds`) ``upgrade.migrated``:
         the run A left, resumed by B."""
-        golden, result = cx.golden, cx.result
-        verdicts = oracle.end_checks(golden.evidence, final, cx.allowance, golden.identifiers)
-        verdicts += invariants.end_invariants(final, cx.allowance)
-        verdicts += self._human_checks(final, golden.evidence, len(result.case.plan.faults))
-        if self.upgrade is not None:
-            from .builds import check_migrated
+        from .checks import EndContext, end_verdicts
 
-            declared = tuple(getattr(self.adapter, "cannot_migrate_statuses", ()) or ())
-            upgrade = self.upgrade
-            verdicts.append(oracle.run_check("upgrade.migrated", "end", lambda: check_migrated(
-                golden.evidence, final, result, upgrade, declared)))
-        return verdicts
+        return end_verdicts(EndContext(cx.golden.evidence, final, cx.allowance, cx.result, self.adapter, self.workload,
+                                       cx.golden.identifiers, self.upgrade))
 
     def _human_checks(self, final: oracle.Evidence, golden: oracle.Evidence | None, faults: int) -> list[oracle.Verdict]:
         """A workload with a scripted operator: what the run did with its answers

@@ -27,8 +27,11 @@ import re
 
 from . import oracle  # module, not names: oracle.py may import this module at its top
 from .adapter import Observation
+from .checks import Check
 
-CHECK = "trace.continues"
+CONTINUES = Check("trace.continues", "trace continuity", "broken trace link", "end",
+                  "each resumed invocation's span links to the invocation it continues")
+CHECK = CONTINUES.name
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 
 

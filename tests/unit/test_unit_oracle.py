@@ -14,6 +14,7 @@ from crashmatrix.harness.faults.cancel import check_cancel_left_unknown
 from crashmatrix.harness.history import TraceEntry
 from crashmatrix.harness.faults.term import check_term_drained, untouched_by_worker
 from crashmatrix.harness.oracle import CrashEvidence, Evidence, Verdict
+from crashmatrix.harness.checks import CheckDeclarationError
 from crashmatrix.harness.plan import CrashPoint, Fault
 
 KEY1 = "11" * 32
@@ -358,9 +359,11 @@ def test_merge(values: list[bool | None], expected: bool | None) -> None:
 
 
 def test_verdict_to_dict() -> None:
-    d = Verdict("a", "end", None, "why", ["-x", "+y"]).to_dict()
-    assert d == {"check": "a", "phase": "end", "verdict": "unknown", "details": "why", "diff": ["-x", "+y"],
-                 "property": "other", "anomaly": "failure"}
+    d = Verdict("run.status", "end", None, "why", ["-x", "+y"]).to_dict()
+    assert d == {"check": "run.status", "phase": "end", "verdict": "unknown", "details": "why", "diff": ["-x", "+y"],
+                 "property": "prefix continuation", "anomaly": "diverged status"}
+    with pytest.raises(CheckDeclarationError):  # a check nobody declared has no property, not "other"
+        Verdict("a", "end", None, "why").to_dict()
 
 
 # -- end checks --------------------------------------------------------------------------

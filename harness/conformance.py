@@ -97,39 +97,71 @@ def _restate_release() -> str:
     return RESTATE_VERSION
 
 
-_NO_LEASES = "no pause or db-restart: no lease the harness can steal on its PostgreSQL"
-_NO_API = "no cancel-api: the runtime offers no cancel of a run by id"
-_ASYNC = ("kill", "term", "cancel", "cancel-edge")
+CAPABILITY_KINDS: tuple[tuple[str | None, tuple[str, ...]], ...] = (
+    (None, ("kill", "term")), ("cancel", ("cancel", "cancel-edge")), ("cancel-api", ("cancel-api",)),
+    ("leases", ("pause", "db-restart")))
+"""The fault kinds a runtime's row runs, by the capability each needs
+(:meth:`.adapter.Adapter.capabilities`; None: every runtime), in the table's order."""
+NO_API = "no cancel-api: the runtime offers no cancel of a run by id"
+FINAL_CANCEL = "no cancel-api: the runtime's cancel is final (a cancelled run cannot be resumed)"
+NO_LEASES = "no pause or db-restart: no lease the harness can steal on its PostgreSQL"
+
+
+def adapter_class(subject: str) -> type:
+    """The adapter class of a subject (a registry name or ``module:Class``), imported,
+    never made (the runtime itself is not imported). Raises ``RegistryError``."""
+    from . import registry
+
+    return registry.load(registry.SUBJECTS.get(subject, subject))
+
+
+def kinds_and_note(subject: str, why: str = "") -> tuple[tuple[str, ...], str]:
+    """The fault kinds a subject's row runs and the note saying why the others are left
+    out, both from its adapter's declarations (:data:`CAPABILITY_KINDS`); ``why``: the
+    runtime's own words, first in the note."""
+    cls = adapter_class(subject)
+    caps = cls.capabilities()
+    kinds = tuple(k for need, ks in CAPABILITY_KINDS if need is None or need in caps for k in ks)
+    clauses = [why] if why else []
+    if "cancel" in caps and "cancel-api" not in caps:
+        clauses.append(FINAL_CANCEL if getattr(cls, "cancel_is_final", False) else NO_API)
+    if "leases" not in caps:
+        clauses.append(NO_LEASES)
+    return kinds, "; ".join(clauses)
+
+
+def _runtime(name: str, label: str, subject: str, workload: str, packages: tuple[str, ...], *,
+             servers: tuple[tuple[str, str], ...] = (), why: str = "") -> Runtime:
+    kinds, note = kinds_and_note(subject, why)
+    return Runtime(name, label, subject, workload, kinds, packages, servers=servers, note=note)
+
+
 RUNTIMES: tuple[Runtime, ...] = (
-    Runtime("reference", "crashmatrix reference runtime", "reference", "checkout",
-            (*_ASYNC, "cancel-api", "pause", "db-restart"), ("crashmatrix",)),
-    Runtime("langgraph", "LangGraph (SQLite saver, sync durability)", f"{AD}.langgraph:LangGraphSqliteSyncAdapter",
-            f"{RW}.langgraph_checkout:KEYED", ("kill", "term"), ("langgraph", "langgraph-checkpoint-sqlite"),
-            note="the graph runs in a thread (invoke): a cancel cannot reach it; " + _NO_LEASES),
-    Runtime("langgraph-aio", "LangGraph (async SQLite saver, sync durability)",
-            f"{AD}.langgraph:LangGraphAioSqliteSyncAdapter", f"{RW}.langgraph_checkout:KEYED", _ASYNC,
-            ("langgraph", "langgraph-checkpoint-sqlite"), note=f"{_NO_API}; {_NO_LEASES}"),
-    Runtime("dbos", "DBOS (SQLite)", f"{AD}.dbos:DBOSSqliteAdapter", f"{RW}.dbos_checkout:KEYED",
-            (*_ASYNC, "cancel-api"), ("dbos",), note=_NO_LEASES),
-    Runtime("burr", "Apache Burr (SQLite persister)", f"{AD}.burr:BurrAdapter", f"{RW}.burr_checkout:KEYED", _ASYNC,
-            ("apache-burr",), note=f"{_NO_API}; {_NO_LEASES}"),
-    Runtime("pydantic-ai", "Pydantic AI durable execution (DBOS, SQLite)", "pydantic-ai-sqlite",
-            f"{RW}.pydantic_ai_checkout:KEYED", (*_ASYNC, "cancel-api"), ("pydantic-ai-slim", "dbos"),
-            note=_NO_LEASES),
-    Runtime("openai-agents", "OpenAI Agents SDK on DBOS (SQLite)", "openai-agents-sqlite",
-            f"{RW}.openai_agents_checkout:KEYED", (*_ASYNC, "cancel-api"),
-            ("openai-agents", "dbos-openai-agents", "dbos"), note=_NO_LEASES),
-    Runtime("llamaindex", "LlamaIndex Workflows (context snapshots)", "llamaindex",
-            f"{RW}.llamaindex_checkout:KEYED", _ASYNC, ("llama-index-workflows",), note=f"{_NO_API}; {_NO_LEASES}"),
-    Runtime("restate", "Restate (restate-server, Python SDK)", f"{AD}.restate:RestateAdapter",
-            f"{RW}.restate_checkout:KEYED", _ASYNC, ("restate-sdk",), servers=(("restate-server", ""),),
-            note="the journal is the server's own, not the harness's PostgreSQL: " + _NO_LEASES),
-    Runtime("absurd", "Absurd (PostgreSQL durable tasks)", f"{AD}.absurd:AbsurdAdapter", f"{RW}.absurd_checkout:KEYED",
-            (*_ASYNC, "pause", "db-restart"), ("absurd-sdk", "absurdctl"), note=_NO_API),
-    Runtime("prefect", "Prefect 3 (result persistence, SQLite server)", f"{AD}.prefect:PrefectAdapter",
-            f"{RW}.prefect_checkout:KEYED", _ASYNC, ("prefect",), note=f"{_NO_API}; {_NO_LEASES}"),
-    Runtime("crewai", "CrewAI Flows (@persist, SQLite)", f"{AD}.crewai:CrewAIAdapter", f"{RW}.crewai_checkout:KEYED",
-            _ASYNC, ("crewai",), note=f"{_NO_API}; {_NO_LEASES}"),
+    _runtime("reference", "crashmatrix reference runtime", "reference", "checkout", ("crashmatrix",)),
+    _runtime("langgraph", "LangGraph (SQLite saver, sync durability)", f"{AD}.langgraph:LangGraphSqliteSyncAdapter",
+             f"{RW}.langgraph_checkout:KEYED", ("langgraph", "langgraph-checkpoint-sqlite"),
+             why="the graph runs in a thread (invoke): a cancel cannot reach it"),
+    _runtime("langgraph-aio", "LangGraph (async SQLite saver, sync durability)",
+             f"{AD}.langgraph:LangGraphAioSqliteSyncAdapter", f"{RW}.langgraph_checkout:KEYED",
+             ("langgraph", "langgraph-checkpoint-sqlite")),
+    _runtime("dbos", "DBOS (SQLite)", f"{AD}.dbos:DBOSSqliteAdapter", f"{RW}.dbos_checkout:KEYED", ("dbos",)),
+    _runtime("burr", "Apache Burr (SQLite persister)", f"{AD}.burr:BurrAdapter", f"{RW}.burr_checkout:KEYED",
+             ("apache-burr",)),
+    _runtime("pydantic-ai", "Pydantic AI durable execution (DBOS, SQLite)", "pydantic-ai-sqlite",
+             f"{RW}.pydantic_ai_checkout:KEYED", ("pydantic-ai-slim", "dbos")),
+    _runtime("openai-agents", "OpenAI Agents SDK on DBOS (SQLite)", "openai-agents-sqlite",
+             f"{RW}.openai_agents_checkout:KEYED", ("openai-agents", "dbos-openai-agents", "dbos")),
+    _runtime("llamaindex", "LlamaIndex Workflows (context snapshots)", "llamaindex",
+             f"{RW}.llamaindex_checkout:KEYED", ("llama-index-workflows",)),
+    _runtime("restate", "Restate (restate-server, Python SDK)", f"{AD}.restate:RestateAdapter",
+             f"{RW}.restate_checkout:KEYED", ("restate-sdk",), servers=(("restate-server", ""),),
+             why="the journal is the server's own, not the harness's PostgreSQL"),
+    _runtime("absurd", "Absurd (PostgreSQL durable tasks)", f"{AD}.absurd:AbsurdAdapter", f"{RW}.absurd_checkout:KEYED",
+             ("absurd-sdk", "absurdctl")),
+    _runtime("prefect", "Prefect 3 (result persistence, SQLite server)", f"{AD}.prefect:PrefectAdapter",
+             f"{RW}.prefect_checkout:KEYED", ("prefect",)),
+    _runtime("crewai", "CrewAI Flows (@persist, SQLite)", f"{AD}.crewai:CrewAIAdapter", f"{RW}.crewai_checkout:KEYED",
+             ("crewai",)),
 )
 """Every runtime the table knows, in the order it shows them. Restate's server release
 is filled in by :func:`runtime_versions` (the one the harness fetches)."""

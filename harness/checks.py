@@ -3,20 +3,22 @@
 stable name, the property it protects (:data:`.properties.PROPERTIES`), the anomaly a
 failure is, the moment it runs and a one-line doc. Making one registers it; a property
 the table does not know, or a name declared twice with other words, raises
-:class:`CheckDeclarationError` at import. :func:`.properties.property_of` and
-:func:`.properties.anomaly_of` read the declarations, and docs/checks.md is held to them
-by ``tests/unit/test_unit_checks.py`` (names, properties).
+:class:`CheckDeclarationError` at import. :func:`property_of` and :func:`anomaly_of`
+read the declarations (every verdict's JSON carries both: :func:`annotate`), and
+docs/checks.md is held to them by ``tests/unit/test_unit_checks.py`` (names,
+properties).
 
 Verdicts are three-valued (:class:`Verdict`): ``valid`` (True), ``invalid`` (False) or
 ``unknown`` (None: the check raised; never a pass). :func:`compose` runs checks and
-returns their verdicts in order; :func:`crash_verdicts` and :func:`end_verdicts` are
-the two compositions the case flow calls (after each faulted worker; after the last
-resume).
+returns their verdicts in order; :mod:`.verdicts` holds the two compositions the case
+flow calls (after each faulted worker; after the last resume). This module imports
+nothing of the harness but the property table, so every module that defines a check
+can import it.
 
 A check whose name holds ``<kind>`` declares a family (``provider.<kind>.ledger_equal``:
 one check per provider kind). The case flow's own checks (a run that does not end, a
 resume that raised, a concurrent round, a resume policy's) are declared at the end of
-this module, next to the composition that reports them.
+this module.
 """
 
 from __future__ import annotations
@@ -26,15 +28,9 @@ import pkgutil
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .properties import PROPERTIES
-
-if TYPE_CHECKING:
-    from .adapter import Adapter
-    from .explorer import CaseResult
-    from .oracle import CrashEvidence, Evidence
-    from .normalize import IdentifierModel
 
 PHASES = ("crash", "end", "invariant", "resume")
 """When a check runs: at the crash state, at the end against the golden run, as an
@@ -63,9 +59,7 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON shape: check, phase, verdict word, details, diff, the ``property`` it
-        protects and, when it did not pass, the ``anomaly`` (:mod:`.properties`)."""
-        from .properties import annotate
-
+        protects and, when it did not pass, the ``anomaly`` (:func:`annotate`)."""
         return annotate({"check": self.check, "phase": self.phase, "verdict": self.word, "details": self.details,
                          "diff": self.diff})
 
@@ -160,13 +154,34 @@ def lookup(name: str) -> Check:
                                 f"harness/checks.py)")
 
 
+def property_of(check: str) -> str:
+    """The property ``check`` protects, as its declaration says
+    (``provider.payment.ledger_equal``: effect exactly-once). Raises
+    :class:`CheckDeclarationError` for a check nobody declared."""
+    return lookup(check).property
+
+
+def anomaly_of(check: str, details: str = "") -> str:
+    """The anomaly a failure of ``check`` is, refined by its ``details`` where the
+    declaration says how (a provider ledger with a row too many is a duplicated effect,
+    one too few a lost effect). Raises :class:`CheckDeclarationError` for a check
+    nobody declared."""
+    return lookup(check).anomaly_for(details)
+
+
+def annotate(verdict: dict[str, Any]) -> dict[str, Any]:
+    """A verdict's JSON record with its ``property`` (and, if it failed, ``anomaly``)."""
+    out = dict(verdict, property=property_of(verdict["check"]))
+    if verdict.get("verdict") != "valid":
+        out["anomaly"] = anomaly_of(verdict["check"], verdict.get("details", ""))
+    return out
+
+
 def declared() -> dict[str, Check]:
     """Every check of the harness, by name: each module of ``crashmatrix.harness`` (the
     fault kinds' package too) imported once, so that each declaration ran."""
-    import crashmatrix.harness as harness
-    import crashmatrix.harness.faults as faults
-
-    for package in (harness, faults):
+    for name in ("crashmatrix.harness", "crashmatrix.harness.faults"):  # by name: each imports this module
+        package = importlib.import_module(name)
         for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
             if not info.ispkg:
                 importlib.import_module(info.name)
@@ -177,59 +192,6 @@ def compose(runs: Iterable[tuple[Check, Callable[[], Verdict]]]) -> list[Verdict
     """Each ``(check, fn)``'s verdict, in order: ``fn()``, or an unknown verdict of the
     check naming what it raised (:meth:`Check.run`)."""
     return [check.run(fn) for check, fn in runs]
-
-
-# -- the compositions the case flow calls -------------------------------------------
-
-
-def crash_verdicts(ev: CrashEvidence) -> list[Verdict]:
-    """Every crash-state check that applies to the fault of ``ev``: the generic ones,
-    then the fault kind's own (:func:`.oracle.crash_checks`)."""
-    from .oracle import crash_checks
-
-    return crash_checks(ev)
-
-
-@dataclass
-class EndContext:
-    """What the end checks of one case read: the golden run's evidence and the
-    identifiers its pair taught (None: only the declared places), the case's final
-    evidence, its model-call ``allowance`` (node -> calls in flight at a fault), its
-    ``result`` (plan, verdicts so far), the ``adapter`` and ``workload`` it ran, and for
-    a build pair the ``upgrade`` (:class:`.builds.Upgrade`; None: one build)."""
-
-    golden: Evidence
-    final: Evidence
-    allowance: dict[str, int]
-    result: CaseResult
-    adapter: Adapter | Any
-    workload: Any
-    identifiers: IdentifierModel | None = None
-    upgrade: Any = None
-
-
-def end_verdicts(cx: EndContext) -> list[Verdict]:
-    """The end checks of a case: against the golden run (identifiers renamed as the
-    golden pair taught, :func:`.oracle.end_checks`), the invariants
-    (:func:`.invariants.end_invariants`), the human-in-the-loop checks of a workload
-    with a scripted operator (:mod:`.human`), and for a build pair ``upgrade.migrated``
-    (:mod:`.builds`)."""
-    from . import invariants, oracle
-
-    verdicts = oracle.end_checks(cx.golden, cx.final, cx.allowance, cx.identifiers)
-    verdicts += invariants.end_invariants(cx.final, cx.allowance)
-    script = getattr(cx.workload, "operator_script", None)
-    if script is not None:
-        from .human import end_checks
-
-        verdicts += end_checks(script, cx.final, cx.golden, len(cx.result.case.plan.faults))
-    if cx.upgrade is not None:
-        from .builds import MIGRATED, check_migrated
-
-        declared_statuses = tuple(getattr(cx.adapter, "cannot_migrate_statuses", ()) or ())
-        upgrade, golden, final, result = cx.upgrade, cx.golden, cx.final, cx.result
-        verdicts.append(MIGRATED.run(lambda: check_migrated(golden, final, result, upgrade, declared_statuses)))
-    return verdicts
 
 
 # -- the case flow's own checks (explorer, policies) ---------------------------------

@@ -13,7 +13,7 @@ written) is listed as ``not run``. The table is rewritten after every row, so a 
 is stopped keeps the rows it finished.
 
 A cell (runtime, property, kind) counts the cases of that kind whose verdicts include a
-check of that property (:func:`.properties.property_of`): ``failed/judged``. A case
+check of that property (:func:`.checks.property_of`): ``failed/judged``. A case
 that ended in a harness error counts in no cell and is reported in its row's ``harness
 errors``. So "effect exactly-once / kill: 0/245" reads "in 245 kill cases, no effect was
 applied twice or lost". Each failing cell names its first failing case's replay line;
@@ -40,7 +40,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .properties import PROPERTIES, property_of
+from .checks import property_of
+from .properties import PROPERTIES
 
 RW = "crashmatrix.scenarios.realworld"
 AD = "crashmatrix.harness.adapters"

@@ -56,6 +56,7 @@ from .history import End, Trace, WorkerReport, labels_of
 from .iostate import GoldenIo
 from .plan import Case, Fault, FaultPlan
 from .pool import STUCK_AFTER_S, WorkerExit, WorkerPool
+from .verdicts import EndContext, crash_verdicts, end_verdicts
 from .worker import Job
 
 _CASE_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("crashmatrix_case_env", default=None)
@@ -746,7 +747,7 @@ class Explorer:
                                         before, end=w.report.end, woke=w.woke, taken_over=w.taken_over, ledgers=ledgers,
                                         acknowledged=cx.acknowledged,
                                         signalled_at=w.report.signalled.at if w.report.signalled else None)
-        cx.result.verdicts += oracle.crash_checks(evidence)
+        cx.result.verdicts += crash_verdicts(evidence)
         # a cancel lands after it fires (at the next await): what was in flight is what
         # the faulted worker's whole trace shows unfinished (the kind decides: a drain
         # that had time to finish its nodes leaves nothing to pay again)
@@ -809,8 +810,6 @@ class Explorer:
         taught), the invariants, on ``final`` with the case's model-call allowance; the
         human-in-the-loop checks; and for a build pair (:mod:`.builds`) ``upgrade.migrated``:
         the run A left, resumed by B."""
-        from .checks import EndContext, end_verdicts
-
         return end_verdicts(EndContext(cx.golden.evidence, final, cx.allowance, cx.result, self.adapter, self.workload,
                                        cx.golden.identifiers, self.upgrade))
 

@@ -66,6 +66,7 @@ from .crashpoint import LOG_APPEND_AFTER, MODEL_CALL_BEFORE, RUN_ACCEPTED
 from .history import End, Trace
 from .normalize import Difference, IdentifierModel, Place, Renamer, learn
 from .plan import Fault
+from .trace_check import CONTINUES, check_trace_continues
 
 VOLATILE_PROVIDER_FIELDS = frozenset({"seq", "attempts", "created_at", "updated_at", "run_id", "metadata", "worker"})
 FAILED_PROVIDER_STATUSES = frozenset({"declined", "failed", "rejected", "error"})
@@ -212,18 +213,15 @@ def check_acknowledged_run(ev: CrashEvidence) -> Verdict:
     return Verdict(name, "crash", True, f"acknowledged, and there: status {ev.observation.status}")
 
 
-def crash_checks(ev: CrashEvidence) -> list[Verdict]:
-    """Every crash-state check that applies to this fault: the generic ones, then the
-    fault kind's own (:meth:`.faults.FaultKind.crash_checks`)."""
-    from . import faults  # lazily: the kinds' modules import this one
-
-    out = compose([
+def generic_crash_checks(ev: CrashEvidence) -> list[Verdict]:
+    """The crash-state checks of every fault, whatever its kind (the kind's own follow
+    them: :func:`.verdicts.crash_verdicts`)."""
+    return compose([
         (CLEAN_PREFIX, lambda: check_clean_prefix(ev.observation)),
         (COMMIT_WITH_RECORD, lambda: check_commit_with_record(ev.observation)),
         (ACKNOWLEDGED_DURABLE, lambda: check_acknowledged_durable(ev)),
         (ACKNOWLEDGED_RUN, lambda: check_acknowledged_run(ev)),
     ])
-    return out + faults.kind(ev.fault.kind).crash_checks(ev)
 
 
 # -- end checks ----------------------------------------------------------------------
@@ -575,8 +573,6 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int],
 
     out.append(CALLS_BILLED.run(billed))
     if case.observation.invocations is not None:
-        from .trace_check import CONTINUES, check_trace_continues
-
         out.append(CONTINUES.run(lambda: check_trace_continues(case.observation)))
     return out
 

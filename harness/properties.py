@@ -6,14 +6,14 @@ property groups checks the way a reader of a conformance table asks ("does this 
 apply every effect exactly once?"), and the anomaly names what a failure *is* (a
 duplicated effect, a lost record), in the manner of Elle's anomaly reports.
 
-Each check declares its property and anomaly where it is defined (:class:`.checks.Check`);
-this module holds the properties and reads the declarations. A check nobody declared is
-an error (:class:`.checks.CheckDeclarationError`), never filed under a catch-all.
+Each check declares its property and anomaly where it is defined (:class:`.checks.Check`,
+which refuses a property not in :data:`PROPERTIES`); :func:`.checks.property_of` and
+:func:`.checks.anomaly_of` read the declarations. A check nobody declared is an error
+(:class:`.checks.CheckDeclarationError`), never filed under a catch-all. This module
+imports nothing.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 PROPERTIES: dict[str, str] = {
     "effect exactly-once": "every effect the run makes is applied once at its provider: none twice, none lost",
@@ -32,29 +32,3 @@ PROPERTIES: dict[str, str] = {
                     "have had",
 }
 """Property name -> what it promises."""
-
-def property_of(check: str) -> str:
-    """The property ``check`` protects, as its declaration says (:class:`.checks.Check`;
-    ``provider.payment.ledger_equal``: effect exactly-once). Raises
-    :class:`.checks.CheckDeclarationError` for a check nobody declared."""
-    from .checks import lookup
-
-    return lookup(check).property
-
-
-def anomaly_of(check: str, details: str = "") -> str:
-    """The anomaly a failure of ``check`` is, refined by its ``details`` where the
-    declaration says how (a provider ledger with a row too many is a duplicated effect,
-    one too few a lost effect). Raises :class:`.checks.CheckDeclarationError` for a
-    check nobody declared."""
-    from .checks import lookup
-
-    return lookup(check).anomaly_for(details)
-
-
-def annotate(verdict: dict[str, Any]) -> dict[str, Any]:
-    """A verdict's JSON record with its ``property`` (and, if it failed, ``anomaly``)."""
-    out = dict(verdict, property=property_of(verdict["check"]))
-    if verdict.get("verdict") != "valid":
-        out["anomaly"] = anomaly_of(verdict["check"], verdict.get("details", ""))
-    return out

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from crashmatrix.harness import checks
-from crashmatrix.harness.checks import Check, CheckDeclarationError, compose, lookup
-from crashmatrix.harness.properties import PROPERTIES, anomaly_of, property_of
+from crashmatrix.harness.checks import Check, CheckDeclarationError, anomaly_of, compose, lookup, property_of
+from crashmatrix.harness.properties import PROPERTIES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "checks.md"

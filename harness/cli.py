@@ -587,7 +587,7 @@ def certify_probe(
 @app.command()
 def conformance(
     out: Annotated[Path, typer.Option(help="Directory for conformance.md and conformance.json (rewritten after every runtime).")] = Path("docs"),
-    runtime: Annotated[Optional[list[str]], typer.Option(help="Only this runtime (repeatable): reference, langgraph, langgraph-aio, dbos, burr, pydantic-ai, openai-agents, llamaindex, restate, absurd, prefect, crewai. Default: all.")] = None,
+    runtime: Annotated[Optional[list[str]], typer.Option(help="Only this runtime (repeatable): a row of the table by its name, as docs/conformance.md shows it (e.g. reference, dbos; an unknown name is refused, naming every row). Default: all.")] = None,
     conversation: Annotated[Optional[list[str]], typer.Option(help="Conversations of the checkout workload (repeatable). Default: conv1.")] = None,
     shard: Annotated[Optional[str], typer.Option(help="Run shard K/N of each runtime's matrix (every N-th case; N prime to each runtime's number of fault kinds, e.g. 11): a reduced sample, stated in the table.")] = None,
     jobs: Annotated[int, typer.Option(min=0, help=JOBS_HELP)] = 0,

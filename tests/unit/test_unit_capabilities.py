@@ -74,6 +74,10 @@ def test_no_hand_list_of_runtimes_by_capability() -> None:
                     isinstance(e, ast.Constant) and e.value in runtimes for e in value.elts):
                 if name != "RUNTIMES" or path.name != "findings.py":  # the findings' row order, not a capability
                     pytest.fail(f"{path.relative_to(ROOT)}: {name} lists runtimes by hand: declare it on the adapters")
+        listed = re.search(r"\b(%s)(, (%s)){2,}" % ("|".join(map(re.escape, runtimes)), "|".join(map(re.escape, runtimes))),
+                           path.read_text())
+        if listed:
+            pytest.fail(f"{path.relative_to(ROOT)}: {listed.group(0)!r} lists runtimes by hand: read them from RUNTIMES")
     conformance = ast.parse((ROOT / "harness" / "conformance.py").read_text())
     calls = [n for n in ast.walk(conformance) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "Runtime"]
     positional = [c for c in calls if c.args]  # Runtime(**row) reads a written table back

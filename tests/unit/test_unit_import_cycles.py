@@ -11,13 +11,15 @@ flow, the fault kinds that call back into it, the worker pool) may not grow.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = "crashmatrix.harness"
-EXPLORER_CIRCLE_AT_TYPE_CHECK = 18
-"""Modules in the explorer's circle at type-check time (the fault kinds annotate with the
-case flow's types, which import the kinds)."""
+EXPLORER_CIRCLE_AT_TYPE_CHECK = 6
+"""Modules outside the fault kinds' package in the explorer's circle at type-check time
+(the kinds annotate with the case flow's types, which import the kinds: every kind's
+module is on the circle, so a new kind does not count)."""
 
 
 def _name(path: Path) -> str:
@@ -38,6 +40,7 @@ def _statements(body: list[ast.stmt], lazy: bool):
                     yield from _statements(child.body if isinstance(child, ast.ExceptHandler) else [child], lazy)
 
 
+@functools.cache
 def graph(lazy: bool) -> dict[str, set[str]]:
     """Harness module -> the harness modules it imports (``lazy``: inside functions too)."""
     paths = {_name(p): p for p in (ROOT / "harness").rglob("*.py")}
@@ -86,4 +89,5 @@ def test_the_shared_modules_are_on_no_circle() -> None:
 def test_the_explorer_circle_does_not_grow() -> None:
     members = circle(f"{HARNESS}.explorer", lazy=False)
     assert f"{HARNESS}.faults" in members  # the measure sees the circle it is meant to see
-    assert len(members) <= EXPLORER_CIRCLE_AT_TYPE_CHECK, sorted(members)
+    others = sorted(m for m in members if not m.startswith(f"{HARNESS}.faults"))
+    assert len(others) <= EXPLORER_CIRCLE_AT_TYPE_CHECK, others

@@ -250,6 +250,20 @@ class Adapter(ABC):
     #: :mod:`.resident`: resumes and cancelled workers cost ~2 ms of CPU instead of a
     #: fork's ~13). False: every job forks a worker of its own (docs/adapters.md)
     long_lived_workers: bool = False
+    #: the runtime keeps each run's lease in the harness's PostgreSQL (``env.dsn``): a
+    #: stopped worker's run can be taken over there (fault kind ``pause``) and that
+    #: server crash-restarted under a running worker (``db-restart``). The conformance
+    #: table and the findings run those kinds only on an adapter that declares it
+    harness_db_leases: bool = False
+    #: a cancellation of the worker's task reaches the run (it runs on the worker's event
+    #: loop); False: it runs in a thread a cancel cannot reach (LangGraph's ``invoke``),
+    #: and the conformance table and the findings leave ``cancel``, ``cancel-edge`` and
+    #: await points out
+    cancel_reaches_run: bool = True
+    #: the runtime's cancel is final: a cancelled run cannot be resumed, so
+    #: :meth:`resume_cancelled` raises saying why and a ``cancel-api`` case cannot go on
+    #: past its crash state (the conformance table leaves the kind out)
+    cancel_is_final: bool = False
 
     #: the workload's persons in the loop this adapter hands a waiting run to and goes on:
     #: ``"operator"`` (the workload's coroutine on the reference runtime's store,
@@ -339,6 +353,18 @@ class Adapter(ABC):
 
     def describe(self) -> str:
         return (type(self).__doc__ or self.name).strip().splitlines()[0]
+
+    @classmethod
+    def capabilities(cls) -> frozenset[str]:
+        """What the runtime can be tested for, read from the class's declarations
+        (nothing imported, nothing made): ``"cancel"`` (:attr:`cancel_reaches_run`),
+        ``"cancel-api"`` (:meth:`cancel_run` and :meth:`resume_cancelled`
+        implemented, the cancel not final: :attr:`cancel_is_final`), ``"leases"``
+        (:attr:`harness_db_leases`)."""
+        words = {"cancel": cls.cancel_reaches_run, "leases": cls.harness_db_leases,
+                 "cancel-api": (cls.cancel_run is not Adapter.cancel_run and not cls.cancel_is_final
+                                and cls.resume_cancelled is not Adapter.resume_cancelled)}
+        return frozenset(w for w, there in words.items() if there)
 
 
 def findable(module: str) -> bool:

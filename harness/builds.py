@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .adapter import Adapter, EffectEntry, Environment, InvocationEntry, LogEntry, Observation, RunContext
+from .checks import Check
 from .errors import HarnessError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -639,6 +640,10 @@ def observation_from_dict(data: dict[str, Any]) -> Observation:
 # -- the check --------------------------------------------------------------------------------
 
 
+MIGRATED = Check("upgrade.migrated", "migration", "run stranded by a deploy", "end",
+                 "a run crashed under build A ends under B as the golden run did, or B parks it with a reason")
+
+
 def check_migrated(golden: Evidence, final: Evidence, result: CaseResult, upgrade: Upgrade,
                    declared: tuple[str, ...]) -> Verdict:
     """``upgrade.migrated``: a run that crashed under build A (``upgrade.crash``) and
@@ -651,7 +656,7 @@ def check_migrated(golden: Evidence, final: Evidence, result: CaseResult, upgrad
     loads as a dict)."""
     from .oracle import Verdict
 
-    name = "upgrade.migrated"
+    name = MIGRATED.name
     a, b = upgrade.crash.label, upgrade.resume.label
     if not any(w.get("role") == "resume" for w in result.workers):
         return Verdict(name, "end", True, f"not applicable: the run ended under {a} (no worker of {b} ran)")

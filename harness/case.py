@@ -52,6 +52,8 @@ from .golden import golden_failure, trace_divergence
 from .history import Trace, WorkerReport, labels_of
 from .plan import Case, Fault, FaultPlan
 from .pool import WorkerExit
+from .verdicts import EndContext, crash_verdicts
+from .verdicts import end_verdicts as composed_end_verdicts
 from .worker import Job
 
 if TYPE_CHECKING:
@@ -456,7 +458,7 @@ class CaseRun:
                                         w.before, end=w.report.end, woke=w.woke, taken_over=w.taken_over,
                                         ledgers=ledgers, acknowledged=self.acknowledged,
                                         signalled_at=w.report.signalled.at if w.report.signalled else None)
-        self.result.verdicts += oracle.crash_checks(evidence)
+        self.result.verdicts += crash_verdicts(evidence)
         # a cancel lands after it fires (at the next await): what was in flight is what
         # the faulted worker's whole trace shows unfinished (the kind decides: a drain
         # that had time to finish its nodes leaves nothing to pay again)
@@ -527,14 +529,5 @@ class CaseRun:
         verdicts, generic = self.policy.judge(self, final)
         if not generic:
             return verdicts
-        verdicts += oracle.end_checks(golden.evidence, final, self.allowance, golden.identifiers)
-        verdicts += invariants.end_invariants(final, self.allowance)
-        verdicts += ex.human_checks(final, golden.evidence, len(result.case.plan.faults))
-        if ex.upgrade is not None:
-            from .builds import check_migrated
-
-            declared = tuple(getattr(ex.adapter, "cannot_migrate_statuses", ()) or ())
-            upgrade = ex.upgrade
-            verdicts.append(oracle.run_check("upgrade.migrated", "end", lambda: check_migrated(
-                golden.evidence, final, result, upgrade, declared)))
-        return verdicts
+        return verdicts + composed_end_verdicts(EndContext(golden.evidence, final, self.allowance, result, ex.adapter,
+                                                           ex.workload, golden.identifiers, ex.upgrade))

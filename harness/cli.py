@@ -36,7 +36,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .errors import CrashmatrixError, HarnessError
 from .explorer import Options
 from .pool import STUCK_AFTER_S
-from .plan import DEFAULT_KIND_SAMPLE, DEFAULT_KINDS, DEFAULT_SOURCES, DEFAULT_WORKLOADS, FAULT_KINDS, RESUME_POLICIES, SAMPLED_KINDS, SAMPLED_POLICIES, Case, FaultPlan, Resume
+from .fault_registry import names as fault_kinds
+from .plan import DEFAULT_KIND_SAMPLE, DEFAULT_KINDS, DEFAULT_SOURCES, DEFAULT_WORKLOADS, RESUME_POLICIES, SAMPLED_KINDS, SAMPLED_POLICIES, Case, FaultPlan, Resume
 
 app = typer.Typer(
     name="crashmatrix",
@@ -167,7 +168,7 @@ def _run_async(coro: object) -> object:
 def run(
     workload: Annotated[Optional[str], typer.Argument(help=f"Workload to run: a registered name (crashmatrix list) or module:WORKLOAD. Default: {', '.join(DEFAULT_WORKLOADS)}, one after the other (with --conversation or --plan: checkout).", show_default=False)] = None,
     subject: Annotated[str, typer.Option(help="Subject: a registered name (runtime adapter, or mutant 'defect:NAME') or module:AdapterClass.")] = "reference",
-    kinds: Annotated[Optional[str], typer.Option(help=f"Comma-separated fault kinds, each run at every point: {', '.join(FAULT_KINDS)}. Default: {','.join(DEFAULT_KINDS)} at every point, plus {','.join(SAMPLED_KINDS)} sampled and cases resumed {','.join(SAMPLED_POLICIES)} sampled (--kind-sample).")] = None,
+    kinds: Annotated[Optional[str], typer.Option(help=f"Comma-separated fault kinds, each run at every point: {', '.join(fault_kinds())}. Default: {','.join(DEFAULT_KINDS)} at every point, plus {','.join(SAMPLED_KINDS)} sampled and cases resumed {','.join(SAMPLED_POLICIES)} sampled (--kind-sample).")] = None,
     kind_sample: Annotated[int, typer.Option(min=0, help=f"Without --kinds: cases of each of {', '.join(SAMPLED_KINDS)}, and cases resumed under each of {', '.join(SAMPLED_POLICIES)} (without --resume: kill cases; cancel cases for same-worker), added to the matrix, drawn with --seed (0: none).")] = DEFAULT_KIND_SAMPLE,
     sources: Annotated[str, typer.Option(help="Comma-separated crash-point sources: step (node boundaries the adapter reports), label (crashpoint() calls), await (every suspension in the subject's packages).")] = ",".join(DEFAULT_SOURCES),
     conversation: Annotated[Optional[list[str]], typer.Option(help="Only this conversation (repeatable). Default: all.")] = None,
@@ -589,7 +590,7 @@ def certify_probe(
 @app.command()
 def conformance(
     out: Annotated[Path, typer.Option(help="Directory for conformance.md and conformance.json (rewritten after every runtime).")] = Path("docs"),
-    runtime: Annotated[Optional[list[str]], typer.Option(help="Only this runtime (repeatable): reference, langgraph, langgraph-aio, dbos, burr, pydantic-ai, openai-agents, llamaindex, restate, absurd, prefect, crewai. Default: all.")] = None,
+    runtime: Annotated[Optional[list[str]], typer.Option(help="Only this runtime (repeatable): a row of the table by its name, as docs/conformance.md shows it (e.g. reference, dbos; an unknown name is refused, naming every row). Default: all.")] = None,
     conversation: Annotated[Optional[list[str]], typer.Option(help="Conversations of the checkout workload (repeatable). Default: conv1.")] = None,
     shard: Annotated[Optional[str], typer.Option(help="Run shard K/N of each runtime's matrix (every N-th case; N prime to each runtime's number of fault kinds, e.g. 11): a reduced sample, stated in the table.")] = None,
     jobs: Annotated[int, typer.Option(min=0, help=JOBS_HELP)] = 0,

@@ -13,7 +13,7 @@ written) is listed as ``not run``. The table is rewritten after every row, so a 
 is stopped keeps the rows it finished.
 
 A cell (runtime, property, kind) counts the cases of that kind whose verdicts include a
-check of that property (:func:`.properties.property_of`): ``failed/judged``. A case
+check of that property (:func:`.checks.property_of`): ``failed/judged``. A case
 that ended in a harness error counts in no cell and is reported in its row's ``harness
 errors``. So "effect exactly-once / kill: 0/245" reads "in 245 kill cases, no effect was
 applied twice or lost". Each failing cell names its first failing case's replay line;
@@ -40,7 +40,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .properties import PROPERTIES, property_of
+from .checks import property_of
+from .properties import PROPERTIES
 
 RW = "crashmatrix.scenarios.realworld"
 AD = "crashmatrix.harness.adapters"
@@ -97,39 +98,71 @@ def _restate_release() -> str:
     return RESTATE_VERSION
 
 
-_NO_LEASES = "no pause or db-restart: no lease the harness can steal on its PostgreSQL"
-_NO_API = "no cancel-api: the runtime offers no cancel of a run by id"
-_ASYNC = ("kill", "term", "cancel", "cancel-edge")
+CAPABILITY_KINDS: tuple[tuple[str | None, tuple[str, ...]], ...] = (
+    (None, ("kill", "term")), ("cancel", ("cancel", "cancel-edge")), ("cancel-api", ("cancel-api",)),
+    ("leases", ("pause", "db-restart")))
+"""The fault kinds a runtime's row runs, by the capability each needs
+(:meth:`.adapter.Adapter.capabilities`; None: every runtime), in the table's order."""
+NO_API = "no cancel-api: the runtime offers no cancel of a run by id"
+FINAL_CANCEL = "no cancel-api: the runtime's cancel is final (a cancelled run cannot be resumed)"
+NO_LEASES = "no pause or db-restart: no lease the harness can steal on its PostgreSQL"
+
+
+def adapter_class(subject: str) -> type:
+    """The adapter class of a subject (a registry name or ``module:Class``), imported,
+    never made (the runtime itself is not imported). Raises ``RegistryError``."""
+    from . import registry
+
+    return registry.load(registry.SUBJECTS.get(subject, subject))
+
+
+def kinds_and_note(subject: str, why: str = "") -> tuple[tuple[str, ...], str]:
+    """The fault kinds a subject's row runs and the note saying why the others are left
+    out, both from its adapter's declarations (:data:`CAPABILITY_KINDS`); ``why``: the
+    runtime's own words, first in the note."""
+    cls = adapter_class(subject)
+    caps = cls.capabilities()
+    kinds = tuple(k for need, ks in CAPABILITY_KINDS if need is None or need in caps for k in ks)
+    clauses = [why] if why else []
+    if "cancel" in caps and "cancel-api" not in caps:
+        clauses.append(FINAL_CANCEL if getattr(cls, "cancel_is_final", False) else NO_API)
+    if "leases" not in caps:
+        clauses.append(NO_LEASES)
+    return kinds, "; ".join(clauses)
+
+
+def _runtime(name: str, label: str, subject: str, workload: str, packages: tuple[str, ...], *,
+             servers: tuple[tuple[str, str], ...] = (), why: str = "") -> Runtime:
+    kinds, note = kinds_and_note(subject, why)
+    return Runtime(name, label, subject, workload, kinds, packages, servers=servers, note=note)
+
+
 RUNTIMES: tuple[Runtime, ...] = (
-    Runtime("reference", "crashmatrix reference runtime", "reference", "checkout",
-            (*_ASYNC, "cancel-api", "pause", "db-restart"), ("crashmatrix",)),
-    Runtime("langgraph", "LangGraph (SQLite saver, sync durability)", f"{AD}.langgraph:LangGraphSqliteSyncAdapter",
-            f"{RW}.langgraph_checkout:KEYED", ("kill", "term"), ("langgraph", "langgraph-checkpoint-sqlite"),
-            note="the graph runs in a thread (invoke): a cancel cannot reach it; " + _NO_LEASES),
-    Runtime("langgraph-aio", "LangGraph (async SQLite saver, sync durability)",
-            f"{AD}.langgraph:LangGraphAioSqliteSyncAdapter", f"{RW}.langgraph_checkout:KEYED", _ASYNC,
-            ("langgraph", "langgraph-checkpoint-sqlite"), note=f"{_NO_API}; {_NO_LEASES}"),
-    Runtime("dbos", "DBOS (SQLite)", f"{AD}.dbos:DBOSSqliteAdapter", f"{RW}.dbos_checkout:KEYED",
-            (*_ASYNC, "cancel-api"), ("dbos",), note=_NO_LEASES),
-    Runtime("burr", "Apache Burr (SQLite persister)", f"{AD}.burr:BurrAdapter", f"{RW}.burr_checkout:KEYED", _ASYNC,
-            ("apache-burr",), note=f"{_NO_API}; {_NO_LEASES}"),
-    Runtime("pydantic-ai", "Pydantic AI durable execution (DBOS, SQLite)", "pydantic-ai-sqlite",
-            f"{RW}.pydantic_ai_checkout:KEYED", (*_ASYNC, "cancel-api"), ("pydantic-ai-slim", "dbos"),
-            note=_NO_LEASES),
-    Runtime("openai-agents", "OpenAI Agents SDK on DBOS (SQLite)", "openai-agents-sqlite",
-            f"{RW}.openai_agents_checkout:KEYED", (*_ASYNC, "cancel-api"),
-            ("openai-agents", "dbos-openai-agents", "dbos"), note=_NO_LEASES),
-    Runtime("llamaindex", "LlamaIndex Workflows (context snapshots)", "llamaindex",
-            f"{RW}.llamaindex_checkout:KEYED", _ASYNC, ("llama-index-workflows",), note=f"{_NO_API}; {_NO_LEASES}"),
-    Runtime("restate", "Restate (restate-server, Python SDK)", f"{AD}.restate:RestateAdapter",
-            f"{RW}.restate_checkout:KEYED", _ASYNC, ("restate-sdk",), servers=(("restate-server", ""),),
-            note="the journal is the server's own, not the harness's PostgreSQL: " + _NO_LEASES),
-    Runtime("absurd", "Absurd (PostgreSQL durable tasks)", f"{AD}.absurd:AbsurdAdapter", f"{RW}.absurd_checkout:KEYED",
-            (*_ASYNC, "pause", "db-restart"), ("absurd-sdk", "absurdctl"), note=_NO_API),
-    Runtime("prefect", "Prefect 3 (result persistence, SQLite server)", f"{AD}.prefect:PrefectAdapter",
-            f"{RW}.prefect_checkout:KEYED", _ASYNC, ("prefect",), note=f"{_NO_API}; {_NO_LEASES}"),
-    Runtime("crewai", "CrewAI Flows (@persist, SQLite)", f"{AD}.crewai:CrewAIAdapter", f"{RW}.crewai_checkout:KEYED",
-            _ASYNC, ("crewai",), note=f"{_NO_API}; {_NO_LEASES}"),
+    _runtime("reference", "crashmatrix reference runtime", "reference", "checkout", ("crashmatrix",)),
+    _runtime("langgraph", "LangGraph (SQLite saver, sync durability)", f"{AD}.langgraph:LangGraphSqliteSyncAdapter",
+             f"{RW}.langgraph_checkout:KEYED", ("langgraph", "langgraph-checkpoint-sqlite"),
+             why="the graph runs in a thread (invoke): a cancel cannot reach it"),
+    _runtime("langgraph-aio", "LangGraph (async SQLite saver, sync durability)",
+             f"{AD}.langgraph:LangGraphAioSqliteSyncAdapter", f"{RW}.langgraph_checkout:KEYED",
+             ("langgraph", "langgraph-checkpoint-sqlite")),
+    _runtime("dbos", "DBOS (SQLite)", f"{AD}.dbos:DBOSSqliteAdapter", f"{RW}.dbos_checkout:KEYED", ("dbos",)),
+    _runtime("burr", "Apache Burr (SQLite persister)", f"{AD}.burr:BurrAdapter", f"{RW}.burr_checkout:KEYED",
+             ("apache-burr",)),
+    _runtime("pydantic-ai", "Pydantic AI durable execution (DBOS, SQLite)", "pydantic-ai-sqlite",
+             f"{RW}.pydantic_ai_checkout:KEYED", ("pydantic-ai-slim", "dbos")),
+    _runtime("openai-agents", "OpenAI Agents SDK on DBOS (SQLite)", "openai-agents-sqlite",
+             f"{RW}.openai_agents_checkout:KEYED", ("openai-agents", "dbos-openai-agents", "dbos")),
+    _runtime("llamaindex", "LlamaIndex Workflows (context snapshots)", "llamaindex",
+             f"{RW}.llamaindex_checkout:KEYED", ("llama-index-workflows",)),
+    _runtime("restate", "Restate (restate-server, Python SDK)", f"{AD}.restate:RestateAdapter",
+             f"{RW}.restate_checkout:KEYED", ("restate-sdk",), servers=(("restate-server", ""),),
+             why="the journal is the server's own, not the harness's PostgreSQL"),
+    _runtime("absurd", "Absurd (PostgreSQL durable tasks)", f"{AD}.absurd:AbsurdAdapter", f"{RW}.absurd_checkout:KEYED",
+             ("absurd-sdk", "absurdctl")),
+    _runtime("prefect", "Prefect 3 (result persistence, SQLite server)", f"{AD}.prefect:PrefectAdapter",
+             f"{RW}.prefect_checkout:KEYED", ("prefect",)),
+    _runtime("crewai", "CrewAI Flows (@persist, SQLite)", f"{AD}.crewai:CrewAIAdapter", f"{RW}.crewai_checkout:KEYED",
+             ("crewai",)),
 )
 """Every runtime the table knows, in the order it shows them. Restate's server release
 is filled in by :func:`runtime_versions` (the one the harness fetches)."""
@@ -214,7 +247,7 @@ def fault_kind(result: Any) -> str:
 def tabulate(runtime: Runtime, results: Iterable[Any], versions: dict[str, str] | None = None) -> Row:
     """A row from a matrix's case results (objects with ``outcome``, ``case`` (its
     ``id`` and ``plan.faults``), ``verdicts`` (each with ``check`` and ``valid``) and
-    ``replay``: :class:`.explorer.CaseResult`). A verdict that is not valid (invalid or
+    ``replay``: :class:`.case.CaseResult`). A verdict that is not valid (invalid or
     unknown) breaks its property; a harness error counts only in ``harness_errors``."""
     row = Row(runtime, "ran", dict(versions) if versions is not None else runtime_versions(runtime))
     for r in results:
@@ -402,11 +435,9 @@ def to_markdown(rows: list[Row], command: str, date: str, conversations: tuple[s
     if errors:
         out += ["", "A case that ended in a harness error (the harness could not make its fault take effect, or "
                 "lost a worker) is judged on nothing and counted in no cell. The first of each row:", "", *errors]
-    props = [*PROPERTIES, "other"]
-    for prop in props:
+    for prop, meaning in PROPERTIES.items():
         if not any(prop in r.cells for r in rows):
             continue
-        meaning = PROPERTIES.get(prop, "checks this table does not map to a property (harness/properties.py)")
         out += ["", f"## {prop}", "", f"{meaning[0].upper()}{meaning[1:]}.", "",
                 "| runtime | " + " | ".join(kinds) + " |", "| --- |" + " --- |" * len(kinds)]
         failures = []

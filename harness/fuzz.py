@@ -60,7 +60,6 @@ from hypothesis import HealthCheck, Phase, event, given, seed, settings
 from hypothesis import strategies as st
 
 from . import faults as _faults
-from . import plan as _plan
 from .errors import InvalidArgument
 from .case import CaseResult
 from .golden import GoldenRun
@@ -117,7 +116,7 @@ def fault_plans(
       occurrence)``, :attr:`.golden.GoldenRun.trace`); the first fault lands at one of
       its points of the given ``sources``.
     - ``kinds``: the fault kinds to draw (default: every kind this build injects,
-      :data:`.plan.FAULT_KINDS`, read at call time so that kinds added later are drawn
+      :func:`.faults.names`, read at call time so that kinds added later are drawn
       too; ``net`` only when ``net_toxics`` is given); ordered simplest first
       (:func:`order_kinds`). Any kind at any position.
     - ``net_toxics(point)``: the toxics (:class:`~.plan.NetToxic`) that may land at a
@@ -126,7 +125,7 @@ def fault_plans(
       of its trace that has one, then one of its toxics (shrinking toward the first); a
       position whose trace has none draws the other kinds.
     - ``resume_trace(plan)``: the trace of the first resume that ran without a fault
-      after ``plan`` (:attr:`.explorer.CaseResult.resume_trace`); fault *i + 1* lands at
+      after ``plan`` (:attr:`.case.CaseResult.resume_trace`); fault *i + 1* lands at
       one of its points. Returning None or an empty trace (the run failed, or it ended
       without a resume) ends the plan there. Called during drawing, so it may run the
       shorter plan as a case; it must be deterministic (cache its results).
@@ -149,11 +148,11 @@ def fault_plans(
     if max_faults > 1 and resume_trace is None:
         raise InvalidArgument(f"max_faults={max_faults} needs resume_trace: later faults land in the resume's own trace")
     if kinds is None:
-        kinds = [k for k in _plan.FAULT_KINDS if k != "net" or net_toxics is not None]
+        kinds = [k for k in _faults.names() if k != "net" or net_toxics is not None]
     kinds_t = order_kinds(kinds)
-    unknown = [k for k in kinds_t if k not in _plan.FAULT_KINDS]
+    unknown = [k for k in kinds_t if k not in _faults.names()]
     if unknown or not kinds_t:
-        raise InvalidArgument(f"kinds={tuple(kinds or ())!r} must be non-empty, each one of {', '.join(_plan.FAULT_KINDS)}")
+        raise InvalidArgument(f"kinds={tuple(kinds or ())!r} must be non-empty, each one of {', '.join(_faults.names())}")
     if "net" in kinds_t and net_toxics is None:
         raise InvalidArgument("kinds with 'net' need net_toxics= (the toxics that may land at a point)")
     undrawable = [k for k in kinds_t if k != "net" and not _faults.kind(k).bare]

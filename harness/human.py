@@ -43,7 +43,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .checks import Check, compose
 from .oracle import Evidence, Verdict
+
+ANSWERS = Check("interrupt.answers", "human answers", "answer given to the wrong interrupt", "end",
+                "each interrupt answered once, with the answer given for it")
+SIBLINGS_KEPT = Check("interrupt.siblings_kept", "human answers", "completed call run again", "end",
+                      "no provider request sent again beyond what the faults explain")
 
 INTERRUPT_KEY, ANSWER_KEY = "interrupt", "answer"
 WAIT, ANSWER_BEFORE, ANSWER_AFTER = "human.wait", "human.answer.before", "human.answer.after"
@@ -191,7 +197,5 @@ def check_siblings(case: Evidence, faults: int) -> Verdict:
 def end_checks(script: OperatorScript, case: Evidence, golden: Evidence | None, faults: int) -> list[Verdict]:
     """The checks of a workload with an operator script (module docstring), each run
     with :func:`.oracle.run_check`."""
-    from .oracle import run_check
-
-    return [run_check("interrupt.answers", "end", lambda: check_answers(script, case, golden)),
-            run_check("interrupt.siblings_kept", "end", lambda: check_siblings(case, faults))]
+    return compose([(ANSWERS, lambda: check_answers(script, case, golden)),
+                    (SIBLINGS_KEPT, lambda: check_siblings(case, faults))])

@@ -46,7 +46,18 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from .oracle import Evidence, Verdict, applied_effect as _applied, check_clean_prefix, run_check
+from .checks import Check, compose
+from .oracle import Evidence, Verdict, applied_effect as _applied, check_clean_prefix
+
+APPLIED_ONCE = Check("effects.applied_once", "effect exactly-once", "duplicated effect", "invariant",
+                     "at most one applied effect per operation and key, per task, per effect-ledger row",
+                     refine=lambda details: "effect without its record" if "not recorded" in details else None)
+RESOLVED = Check("effects.resolved", "effect resolution", "effect left started/unknown", "invariant",
+                 "a run that ended leaves no effect started or unknown")
+ANSWERS_RECORDED = Check("model.answers_recorded", "prefix continuation", "lost answer", "invariant",
+                         "every answer the model provider billed is in the run's record, or was in flight at a fault")
+CLEAN_FINAL = Check("log.clean_final", "checkpoint validity", "torn log", "invariant",
+                    "the final log is a clean prefix: contiguous seq from 1, parents earlier, no node twice")
 
 ENDED = ("completed", "failed", "limit_exceeded", "needs_human")
 """Statuses of a run that ended: the answers it paid for must be in its record."""
@@ -210,12 +221,12 @@ def check_answers_recorded(ev: Evidence, allowance: dict[str, int]) -> Verdict:
 def end_invariants(ev: Evidence, allowance: dict[str, int] | None = None) -> list[Verdict]:
     """Every end invariant of one run (golden: ``allowance`` empty)."""
     allowance = allowance or {}
-    return [
-        run_check("effects.applied_once", "end", lambda: check_applied_once(ev)),
-        run_check("effects.resolved", "end", lambda: check_resolved(ev)),
-        run_check("model.answers_recorded", "end", lambda: check_answers_recorded(ev, allowance)),
-        run_check("log.clean_final", "end", lambda: check_clean_prefix(ev.observation, "log.clean_final", "end")),
-    ]
+    return compose([
+        (APPLIED_ONCE, lambda: check_applied_once(ev)),
+        (RESOLVED, lambda: check_resolved(ev)),
+        (ANSWERS_RECORDED, lambda: check_answers_recorded(ev, allowance)),
+        (CLEAN_FINAL, lambda: check_clean_prefix(ev.observation, "log.clean_final", "end")),
+    ])
 
 
 def summary(verdicts: Iterable[Verdict]) -> str:

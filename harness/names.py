@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import plan, registry
+from .fault_registry import names as fault_kinds
 from .errors import InvalidArgument
 
 
@@ -59,7 +60,7 @@ def resolve(
     """Resolve and check a matrix's names (module docstring): the workload (a registered
     name or ``module:WORKLOAD``), the subject (with ``resume_with``, the build pair
     ``subject>>resume_with``; its builds checked by :func:`.builds.check_subject`), the
-    kinds and sources (:func:`choices`; kinds read from :data:`.plan.FAULT_KINDS` at call
+    kinds and sources (:func:`choices`; kinds read from :func:`.faults.names` at call
     time, so a kind registered later counts) and the conversations. Raises
     :class:`~.errors.RegistryError` or :class:`InvalidArgument`, one line."""
     from .builds import check_subject, pair, parse_subject
@@ -68,7 +69,7 @@ def resolve(
     if resume_with:
         subject = pair(subject, resume_with)
     check_subject(subject, workload)
-    kinds_t = choices(kinds, plan.FAULT_KINDS, "kinds")
+    kinds_t = choices(kinds, fault_kinds(), "kinds")
     sources_t = choices(sources, plan.POINT_SOURCES, "sources")
     if conversations is not None:
         conversations = tuple(conversations)

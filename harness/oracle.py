@@ -57,51 +57,20 @@ import difflib
 import json
 import weakref
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .adapter import Observation
+from .checks import Check, Verdict, compose, merge, run_check  # noqa: F401  Verdict, merge, run_check: re-exported
 from .crashpoint import LOG_APPEND_AFTER, MODEL_CALL_BEFORE, RUN_ACCEPTED
 from .history import End, Trace
 from .normalize import Difference, IdentifierModel, Place, Renamer, learn
 from .plan import Fault
+from .trace_check import CONTINUES, check_trace_continues
 
 VOLATILE_PROVIDER_FIELDS = frozenset({"seq", "attempts", "created_at", "updated_at", "run_id", "metadata", "worker"})
 FAILED_PROVIDER_STATUSES = frozenset({"declined", "failed", "rejected", "error"})
 """Provider row statuses of an effect that did not take place."""
-
-
-@dataclass
-class Verdict:
-    """One check's outcome. ``valid``: True, False (invalid) or None (unknown)."""
-
-    check: str
-    phase: str
-    valid: bool | None
-    details: str = ""
-    diff: list[str] = field(default_factory=list)
-
-    @property
-    def word(self) -> str:
-        return {True: "valid", False: "invalid", None: "unknown"}[self.valid]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON shape: check, phase, verdict word, details, diff, the ``property`` it
-        protects and, when it did not pass, the ``anomaly`` (:mod:`.properties`)."""
-        from .properties import annotate
-
-        return annotate({"check": self.check, "phase": self.phase, "verdict": self.word, "details": self.details,
-                         "diff": self.diff})
-
-
-def merge(verdicts: list[Verdict]) -> bool | None:
-    """Invalid beats unknown beats valid; no verdicts at all is valid."""
-    if any(v.valid is False for v in verdicts):
-        return False
-    if any(v.valid is None for v in verdicts):
-        return None
-    return True
 
 
 @dataclass
@@ -148,17 +117,17 @@ class CrashEvidence:
     signalled_at: int | None = None
 
 
-def run_check(check: str, phase: str, fn: Callable[[], Verdict]) -> Verdict:
-    """``fn()``, or an unknown verdict of ``check`` naming the exception it raised (a
-    check that raises is unknown, never a pass)."""
-    try:
-        return fn()
-    except Exception as exc:
-        return Verdict(check, phase, None, f"check raised {type(exc).__name__}: {exc}")
-
-
 
 # -- crash-state checks ----------------------------------------------------------------
+
+CLEAN_PREFIX = Check("log.clean_prefix", "checkpoint validity", "torn log", "crash",
+                     "contiguous seq from 1, every record decodes, parents recorded earlier, no node twice")
+COMMIT_WITH_RECORD = Check("effects.commit_with_record", "effect resolution", "effect without its record", "crash",
+                           "an effect is succeeded or failed exactly when the record of its node exists")
+ACKNOWLEDGED_DURABLE = Check("log.acknowledged_durable", "checkpoint validity", "lost acknowledged record", "crash",
+                             "every append the worker's trace acknowledged is in the crash state's log")
+ACKNOWLEDGED_RUN = Check("run.acknowledged_durable", "acknowledged runs are durable", "run lost", "crash",
+                         "a run the subject acknowledged exists after any crash")
 
 
 def check_clean_prefix(obs: Observation, name: str = "log.clean_prefix", phase: str = "crash") -> Verdict:
@@ -244,18 +213,15 @@ def check_acknowledged_run(ev: CrashEvidence) -> Verdict:
     return Verdict(name, "crash", True, f"acknowledged, and there: status {ev.observation.status}")
 
 
-def crash_checks(ev: CrashEvidence) -> list[Verdict]:
-    """Every crash-state check that applies to this fault: the generic ones, then the
-    fault kind's own (:meth:`.faults.FaultKind.crash_checks`)."""
-    from . import faults  # lazily: the kinds' modules import this one
-
-    out = [
-        run_check("log.clean_prefix", "crash", lambda: check_clean_prefix(ev.observation)),
-        run_check("effects.commit_with_record", "crash", lambda: check_commit_with_record(ev.observation)),
-        run_check("log.acknowledged_durable", "crash", lambda: check_acknowledged_durable(ev)),
-        run_check("run.acknowledged_durable", "crash", lambda: check_acknowledged_run(ev)),
-    ]
-    return out + faults.kind(ev.fault.kind).crash_checks(ev)
+def generic_crash_checks(ev: CrashEvidence) -> list[Verdict]:
+    """The crash-state checks of every fault, whatever its kind (the kind's own follow
+    them: :func:`.verdicts.crash_verdicts`)."""
+    return compose([
+        (CLEAN_PREFIX, lambda: check_clean_prefix(ev.observation)),
+        (COMMIT_WITH_RECORD, lambda: check_commit_with_record(ev.observation)),
+        (ACKNOWLEDGED_DURABLE, lambda: check_acknowledged_durable(ev)),
+        (ACKNOWLEDGED_RUN, lambda: check_acknowledged_run(ev)),
+    ])
 
 
 # -- end checks ----------------------------------------------------------------------
@@ -489,6 +455,35 @@ def _explain_duplicates(kind: str, golden_rows: list[dict[str, Any]], case_rows:
     return "; ".join(parts)
 
 
+def _provider_anomaly(details: str) -> str:
+    if "more row" in details or "applied twice" in details or "times where" in details:
+        return "duplicated effect"
+    if "fewer row" in details:
+        return "lost effect"
+    return "effect differs"
+
+
+def _transcript_anomaly(details: str) -> str:
+    if "duplicated" in details:
+        return "duplicated message"
+    if "missing" in details:
+        return "lost message"
+    return "reordered messages"
+
+
+RUN_STATUS = Check("run.status", "prefix continuation", "diverged status", "end", "the same terminal status")
+STATE_EQUAL = Check("state.equal", "prefix continuation", "diverged state", "end",
+                    "the same final answer, budget and (empty) frontier")
+TRANSCRIPT_EXACT = Check("transcript.exact", "prefix continuation", "duplicated or lost message", "end",
+                         "no message duplicated or missing, same order", refine=_transcript_anomaly)
+EFFECTS_LEDGER_EQUAL = Check("effects.ledger_equal", "effect exactly-once", "effect ledger differs", "end",
+                             "the subject's effect ledger equal row for row, none left started or unknown")
+PROVIDER_LEDGER_EQUAL = Check("provider.<kind>.ledger_equal", "effect exactly-once", "effect differs", "end",
+                              "each provider's own ledger equal: nothing applied twice, nothing lost",
+                              refine=_provider_anomaly)
+CALLS_BILLED = Check("model.calls_billed", "prefix continuation", "re-paid model call", "end",
+                     "per node, calls billed at most the golden count plus those in flight at a fault")
+
 _DECLARED_ONLY = IdentifierModel()
 """The model of a matrix without a learned one: only the declared places."""
 
@@ -545,8 +540,8 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int],
             details += f"; left unresolved: {', '.join(e['node'] + ' ' + e['status'] for e in left)}"
         return Verdict("effects.ledger_equal", "end", False, details, _diff(g.effects, c.effects))
 
-    out += [run_check("run.status", "end", status), run_check("state.equal", "end", state),
-            run_check("transcript.exact", "end", transcript), run_check("effects.ledger_equal", "end", effects)]
+    out += compose([(RUN_STATUS, status), (STATE_EQUAL, state), (TRANSCRIPT_EXACT, transcript),
+                    (EFFECTS_LEDGER_EQUAL, effects)])
 
     for kind in sorted(set(g.ledgers) | set(c.ledgers)):
         name = f"provider.{kind}.ledger_equal"
@@ -563,7 +558,7 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int],
             why = _explain_duplicates(kind, gl, cl, key_nodes)
             return Verdict(name, "end", False, why or f"{kind} ledger: {what}", _diff(gl, cl))
 
-        out.append(run_check(name, "end", provider))
+        out.append(PROVIDER_LEDGER_EQUAL.run(provider, name))
 
     def billed() -> Verdict:
         over = []
@@ -576,11 +571,9 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int],
         total, gtotal = sum(case.model_calls.values()), sum(golden.model_calls.values())
         return Verdict("model.calls_billed", "end", True, f"{total} calls billed (golden {gtotal}, in flight at faults {sum(allowance.values())})")
 
-    out.append(run_check("model.calls_billed", "end", billed))
+    out.append(CALLS_BILLED.run(billed))
     if case.observation.invocations is not None:
-        from .trace_check import check_trace_continues
-
-        out.append(run_check("trace.continues", "end", lambda: check_trace_continues(case.observation)))
+        out.append(CONTINUES.run(lambda: check_trace_continues(case.observation)))
     return out
 
 

@@ -81,23 +81,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import PlanError
+from .fault_registry import names as fault_kinds
 
 PLAN_VERSION = 1
-
-
-def fault_kinds() -> tuple[str, ...]:
-    """Fault kinds this build injects (docs/design.md, "Fault kinds, precisely"): the
-    names of the fault-kind registry (:mod:`.faults`), in its order. Also readable as
-    ``plan.FAULT_KINDS`` (computed at each access, so a kind registered later counts)."""
-    from . import faults  # lazily: the kinds' modules import this one
-
-    return faults.names()
-
-
-def __getattr__(name: str) -> Any:
-    if name == "FAULT_KINDS":
-        return fault_kinds()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 POINT_SOURCES = ("step", "label", "await")
 DEFAULT_KINDS = ("kill", "term", "cancel")

@@ -21,14 +21,15 @@ import pytest
 
 from .errors import CrashmatrixError, InvalidArgument
 from .defaults import DEFAULT_SEED, DefaultMatrix, default_matrix
+from .fault_registry import names as fault_kinds
 from .plan import (
-    DEFAULT_KIND_SAMPLE, DEFAULT_KINDS, DEFAULT_SOURCES, FAULT_KINDS, POINT_SOURCES, SAMPLED_KINDS, SAMPLED_POLICIES,
+    DEFAULT_KIND_SAMPLE, DEFAULT_KINDS, DEFAULT_SOURCES, POINT_SOURCES, SAMPLED_KINDS, SAMPLED_POLICIES,
 )
 
 HELP_WORKLOAD = "Workload a crashmatrix test runs when its marker names none (default: checkout)."
 HELP_SUBJECT = ("Subject: a registered runtime adapter, a mutant 'defect:NAME', or package.module:AdapterClass "
                 "(default: reference).")
-HELP_KINDS = (f"Comma-separated fault kinds of the matrix: {', '.join(FAULT_KINDS)} "
+HELP_KINDS = (f"Comma-separated fault kinds of the matrix: {', '.join(fault_kinds())} "
               "(kill: SIGKILL; term: SIGTERM and drain; cancel: anyio cancel scope; pause: SIGSTOP, another "
               "worker takes over, SIGCONT; db-restart: PostgreSQL crashed and restarted; net: the network section, "
               "a toxic on a link in use at labelled points), each run at every point. "
@@ -80,9 +81,7 @@ def _choices(allowed: tuple[str, ...]) -> Callable[[Any], tuple[str, ...]]:
 
 
 def _kinds(value: Any) -> tuple[str, ...]:
-    from . import plan  # FAULT_KINDS read at call time: kinds added later are accepted
-
-    return _choices(plan.FAULT_KINDS)(value)
+    return _choices(fault_kinds())(value)  # read at call time: kinds added later are accepted
 
 
 def _resume(value: Any) -> str:

@@ -60,6 +60,7 @@ from .history import TraceEntry
 from .iostate import IoMark
 from .normalize import IdentifierModel, Renamer
 from .plan import Case
+from .verdicts import crash_verdicts
 
 if TYPE_CHECKING:
     from .case import CaseResult, CaseRun
@@ -410,7 +411,7 @@ def derive(case: Case, rep: Record, golden: GoldenRun) -> CaseResult:
     first = rep.result.workers[0] if rep.result.workers else {}
     ev = oracle.CrashEvidence(fault, trace, trace, first.get("returncode"), first.get("signal", 9), False,
                               rep.crash.observation, Observation(rep.result.run_id, "absent"))
-    verdicts = oracle.crash_checks(ev)
+    verdicts = crash_verdicts(ev)
     verdicts += [v for v in rep.result.verdicts if v.check in RESUME_CHECKS]
     allowance = oracle.in_flight_model_calls(trace)
     verdicts += oracle.end_checks(golden.evidence, rep.final, allowance, golden.identifiers)

@@ -49,7 +49,8 @@ from .case import CaseResult
 from .explorer import Explorer, Options
 from .golden import GoldenRun, first_departures, per_task
 from .matrix import NON_EVENTS, run_cases
-from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, FAULT_KINDS, POINT_SOURCES, RESUME_POLICIES, Case, Resume
+from .fault_registry import names as fault_kinds
+from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, POINT_SOURCES, RESUME_POLICIES, Case, Resume
 from .session import open_session
 
 MUTANT_PREFIX = "defect:"
@@ -144,7 +145,7 @@ def mutant_spec(name: str) -> MutantSpec:
         if value is not None and (not isinstance(value, str) or not value.strip()):
             problems.append(f"{attr} must be None or a non-empty string (got {value!r})")
     spec = MutantSpec(
-        subject, text("defect"), text("source"), names("caught_by", None), names("fault_kinds", FAULT_KINDS),
+        subject, text("defect"), text("source"), names("caught_by", None), names("fault_kinds", fault_kinds()),
         names("point_sources", POINT_SOURCES, DEFAULT_SOURCES), names("conversations", conversations, ("conv1",)),
         workload, baseline, names("resume_policies", RESUME_POLICIES, ("default",)), crash_with, build_path,
     )

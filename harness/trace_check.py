@@ -25,23 +25,25 @@ from __future__ import annotations
 
 import re
 
-from . import oracle  # module, not names: oracle.py may import this module at its top
 from .adapter import Observation
+from .checks import Check, Verdict
 
-CHECK = "trace.continues"
+CONTINUES = Check("trace.continues", "trace continuity", "broken trace link", "end",
+                  "each resumed invocation's span links to the invocation it continues")
+CHECK = CONTINUES.name
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 
 
-def check_trace_continues(obs: Observation, phase: str = "end") -> oracle.Verdict:
+def check_trace_continues(obs: Observation, phase: str = "end") -> Verdict:
     """``trace.continues`` on one observation (see the module docstring)."""
     if obs.invocations is None:
-        return oracle.Verdict(CHECK, phase, True, "not applicable: the adapter records no invocations")
+        return Verdict(CHECK, phase, True, "not applicable: the adapter records no invocations")
     invocations = sorted(obs.invocations, key=lambda i: i.epoch)
     problems: list[str] = []
     if not invocations:
         if obs.log:
             problems.append(f"{len(obs.log)} record(s) but no recorded invocation")
-        return oracle.Verdict(CHECK, phase, not problems, "; ".join(problems) or "no invocation recorded (run never started)")
+        return Verdict(CHECK, phase, not problems, "; ".join(problems) or "no invocation recorded (run never started)")
     trace_ids: dict[str, int] = {}
     previous = None
     for inv in invocations:
@@ -68,5 +70,5 @@ def check_trace_continues(obs: Observation, phase: str = "end") -> oracle.Verdic
             )
         previous = inv
     if problems:
-        return oracle.Verdict(CHECK, phase, False, f"{len(problems)} problem(s) in {len(invocations)} invocation(s)", problems[:24])
-    return oracle.Verdict(CHECK, phase, True, f"{len(invocations)} invocation(s), each resume links to the one before")
+        return Verdict(CHECK, phase, False, f"{len(problems)} problem(s) in {len(invocations)} invocation(s)", problems[:24])
+    return Verdict(CHECK, phase, True, f"{len(invocations)} invocation(s), each resume links to the one before")

@@ -77,6 +77,10 @@ class AbsurdAdapter(Adapter):
     subject_packages = ("absurd_sdk",)
     requires = ("psycopg", "absurd_sdk", "absurdctl")
     extra = "absurd"
+    #: task leases in the harness's PostgreSQL (pause, db-restart)
+    harness_db_leases = True
+    #: ``cancel_task`` is final (:meth:`resume_cancelled` says why)
+    cancel_is_final = True
 
     async def prepare(self, env: Environment) -> None:
         import asyncpg

@@ -582,6 +582,8 @@ class LangGraphAdapter(Adapter):
     #: run with LangGraph's async API (``ainvoke``, ``AsyncSqliteSaver`` /
     #: ``AsyncPostgresSaver``, async nodes) instead of ``invoke`` in a thread
     aio = False
+    #: ``invoke`` runs the graph in a thread a cancel cannot reach; ``ainvoke`` on the loop
+    cancel_reaches_run = False
     #: on SIGTERM, ask LangGraph to drain (``RunControl.request_drain()``: the run stops
     #: at the next superstep boundary and raises ``GraphDrained``); labels ``drain.begin``
     #: when the signal is handled and ``node.launch`` before each node. Without it
@@ -856,6 +858,7 @@ def _variant(api: str, backend: str, durability: str, aio: bool = False, drain: 
                      f"{'-drain' if drain else ''}")
     cls = type(name, (LangGraphAdapter,), {
         "__doc__": doc, "api": api, "backend": backend, "durability": durability, "aio": aio, "drain": drain,
+        "cancel_reaches_run": aio,
         "name": registry_name, "__module__": __name__, "__qualname__": name,
     })
     globals()[name] = cls

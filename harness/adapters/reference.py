@@ -56,6 +56,8 @@ class ReferenceAdapter(Adapter):
     answers_operator = ("operator",)
     #: a worker's calls build everything per run (connection, session, runtime)
     long_lived_workers = True
+    #: leases in ``cm_runs`` on the harness's PostgreSQL (pause, db-restart)
+    harness_db_leases = True
     #: rehydrates the oracle's view of a run (the runtime's ``Runtime.graph_class``)
     graph_class: type[RunGraph] = RunGraph
     #: the recovery branches a matrix should exercise, as labels the runtime reaches

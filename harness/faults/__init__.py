@@ -5,11 +5,12 @@ The interface, its abilities and :func:`register` are :mod:`._base`'s; each kind
 module owns its worker-side action, its controller hooks, its crash-state checks and
 its rank for shrinking. The generic case runner (:class:`.case.CaseRun`)
 drives any plan through them. Importing this package registers the kinds below, in
-this order (the order of ``plan.FAULT_KINDS``).
+this order (the order of :func:`names`).
 """
 
 from __future__ import annotations
 
+from .. import fault_registry
 from . import _base
 from ._base import (
     KINDS, CaseSetting, Drains, FaultKind, ObservesBefore, SessionResource, Stops, UnderLock, register,
@@ -24,14 +25,12 @@ __all__ = [
 
 def kind(name: str) -> FaultKind:
     """The registered kind ``name``. Raises ``KeyError`` naming the known kinds."""
-    try:
-        return KINDS[name]
-    except KeyError:
-        raise KeyError(f"fault kind {name!r} is not registered; known: {', '.join(KINDS)}") from None
+    return fault_registry.kind(name)
 
 
 def names() -> tuple[str, ...]:
-    """Every registered kind's name, in registration order."""
+    """Every registered kind's name, in registration order (:mod:`..fault_registry`,
+    where the plan grammar reads them too)."""
     return tuple(KINDS)
 
 

@@ -35,7 +35,7 @@ stopped (a pause's successor takes the run over from the sleeping worker).
 toxic), which the matrix and depth 2 then do not draw from a point alone.
 
 :data:`KINDS` maps names to instances, in registration order (the order of
-``FAULT_KINDS`` in help texts and messages). A new kind is one module in this package
+:func:`.faults.names` in help texts and messages; the dict lives in :mod:`..fault_registry`, a leaf the plan grammar reads). A new kind is one module in this package
 that defines a subclass decorated with :func:`register`, named in
 ``faults/__init__.py``'s import list.
 """
@@ -47,6 +47,8 @@ import os
 import signal
 import time
 from typing import Any, TYPE_CHECKING, ClassVar, TypeVar
+
+from ..fault_registry import KINDS as _REGISTRY
 
 if TYPE_CHECKING:  # the worker imports this module: the controller's types stay lazy
     from ..adapter import Observation
@@ -102,7 +104,7 @@ class FaultKind:
 
     def crash_checks(self, ev: CrashEvidence) -> list[Verdict]:
         """The kind's own crash-state checks, run after the generic ones
-        (:func:`.oracle.crash_checks`); each wrapped in :func:`.oracle.run_check`."""
+        (:func:`.verdicts.crash_verdicts`); each wrapped in :func:`.checks.run_check`."""
         return []
 
     def allowance(self, ev: CrashEvidence) -> dict[str, int]:
@@ -188,7 +190,7 @@ def die_now() -> None:  # pragma: no cover - the process is gone
         time.sleep(1)
 
 
-KINDS: dict[str, FaultKind] = {}
+KINDS: dict[str, FaultKind] = _REGISTRY
 """Registered fault kinds by name, in registration order."""
 
 _K = TypeVar("_K", bound=type[FaultKind])

@@ -16,12 +16,15 @@ import json
 from typing import TYPE_CHECKING
 
 from ..crashpoint import TOOL_REQUEST_BEFORE
+from ..checks import Check
 from ..oracle import Verdict, applied_effect
 
 if TYPE_CHECKING:
     from ..oracle import CrashEvidence
 
-NAME = "cancel.step_recorded"
+STEP_RECORDED = Check("cancel.step_recorded", "effect resolution", "step recorded without its effect", "crash",
+                      "a step cancelled while it made an effect is recorded with it, or not recorded")
+NAME = STEP_RECORDED.name
 
 
 def check_step_recorded(ev: CrashEvidence) -> Verdict:

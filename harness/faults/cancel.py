@@ -15,15 +15,20 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from ..oracle import Verdict, run_check
+from ..checks import Check, compose
+from ..oracle import Verdict
 from ._base import FaultKind, register
-from ._cancelled import NAME as STEP_RECORDED, check_step_recorded
+from ._cancelled import STEP_RECORDED, check_step_recorded
 from ..crashpoint import TOOL_REQUEST_AFTER, TOOL_REQUEST_BEFORE
 
 if TYPE_CHECKING:
     from ..oracle import CrashEvidence
     from ..plan import Fault
     from ..worker import Recorder
+
+
+LEFT_UNKNOWN = Check("cancel.left_unknown", "effect resolution", "effect left started", "crash",
+                     "a request the cancellation interrupted left its effect unknown, never started")
 
 
 @register
@@ -48,8 +53,8 @@ class Cancel(FaultKind):
 
 def cancel_checks(ev: CrashEvidence) -> list[Verdict]:
     """The crash checks of a cancelled worker (every cancellation style's)."""
-    return [run_check("cancel.left_unknown", "crash", lambda: check_cancel_left_unknown(ev)),
-            run_check(STEP_RECORDED, "crash", lambda: check_step_recorded(ev))]
+    return compose([(LEFT_UNKNOWN, lambda: check_cancel_left_unknown(ev)),
+                    (STEP_RECORDED, lambda: check_step_recorded(ev))])
 
 
 def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
@@ -68,7 +73,7 @@ def check_cancel_left_unknown(ev: CrashEvidence) -> Verdict:
     its probe, as after a kill); a subject that labels no requests cannot tell, so any
     ``started`` effect fails. A cancel at ``tool.request.before`` left that node's
     effects ``unknown``, not ``succeeded`` or ``failed``."""
-    name = "cancel.left_unknown"
+    name = LEFT_UNKNOWN.name
     if ev.observation.effects is None:
         return Verdict(name, "crash", True, "not applicable: the adapter exposes no effects ledger")
     effects = ev.observation.effects

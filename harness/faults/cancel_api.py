@@ -25,9 +25,10 @@ import signal
 from typing import TYPE_CHECKING
 
 from ..errors import HarnessError
-from ..oracle import Verdict, run_check
+from ..checks import Check
+from ..oracle import Verdict
 from ._base import FaultKind, Stops, register, signal_self
-from ._cancelled import NAME, check_step_recorded
+from ._cancelled import STEP_RECORDED, check_step_recorded
 
 if TYPE_CHECKING:
     from ..adapter import Observation
@@ -100,7 +101,7 @@ class CancelApi(Stops, FaultKind):
             w.exit.returncode, w.report.end.status if w.report.end is not None else None, w.fault.point.label()))
 
     def crash_checks(self, ev: CrashEvidence) -> list[Verdict]:
-        return [run_check(NAME, "crash", lambda: check_step_recorded(ev))]
+        return [STEP_RECORDED.run(lambda: check_step_recorded(ev))]
 
     async def settle(self, cx: CaseRun, w: WorkerRun, obs: Observation) -> str:
         ex = cx.explorer
@@ -108,7 +109,9 @@ class CancelApi(Stops, FaultKind):
         return (await cx.observe()).status
 
 
-HONOURED = "cancel.honoured"
+HONOURED_CHECK = Check("cancel.honoured", "cancellation", "cancel acknowledged and ignored", "crash",
+                       "a run whose cancel the runtime's own API acknowledged does not run on to its golden end")
+HONOURED = HONOURED_CHECK.name
 
 
 def check_cancel_honoured(before: str, terminal: tuple[str, ...], golden_status: str, returncode: int | None,

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HarnessError, InvalidArgument, PlanError
-from ..oracle import Verdict, run_check
+from ..checks import Check
+from ..oracle import Verdict
 from ..plan import OUTAGE_WINDOW_MS, CrashPoint, Fault, FaultPlan
 from ._base import CaseSetting, FaultKind, Stops, register, signal_self
 
@@ -62,6 +63,10 @@ class Outage:
     heal: asyncio.Task[None] | None = None
     #: what the window in progress did: ``link cut for S s``, ``healed after S s``
     log: list[str] = dataclasses.field(default_factory=list)
+
+
+RESUMABLE = Check("db-outage.resumable", "resumability", "run given up for a brief outage", "crash",
+                  "a database away for a while leaves the run resumable")
 
 
 @register
@@ -133,7 +138,7 @@ class DbOutage(Stops, CaseSetting, FaultKind):
             raise HarnessError("the database link was still cut after the last worker")
 
     def crash_checks(self, ev: CrashEvidence) -> list[Verdict]:
-        return [run_check("db-outage.resumable", "crash", lambda: check_resumable(ev.observation))]
+        return [RESUMABLE.run(lambda: check_resumable(ev.observation))]
 
 
 def check_resumable(obs: Observation) -> Verdict:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import HarnessError
 from ..history import FaultError, WorkerReport
-from ..oracle import Verdict, run_check
+from ..checks import Check
+from ..oracle import Verdict
 from ._base import CaseSetting, FaultKind, register
 
 if TYPE_CHECKING:
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
     from ..oracle import CrashEvidence
     from ..plan import Fault
     from ..worker import Recorder
+
+
+RESUMABLE = Check("net.resumable", "resumability", "run lost to a network fault", "crash",
+                  "a broken link leaves the run resumable")
 
 
 @register
@@ -77,7 +82,7 @@ class Net(CaseSetting, FaultKind):
             raise HarnessError(f"fault {w.fault.label()} fired but did not land: {errors[0].error}")
 
     def crash_checks(self, ev: CrashEvidence) -> list[Verdict]:
-        return [run_check("net.resumable", "crash", lambda: check_resumable(ev.observation))]
+        return [RESUMABLE.run(lambda: check_resumable(ev.observation))]
 
     async def case_end(self, cx: CaseRun) -> None:
         if await cx.kind_state[self.name].heal_all():

@@ -20,7 +20,8 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING, Any
 
-from ..oracle import Verdict, run_check
+from ..checks import Check, compose
+from ..oracle import Verdict
 from ._base import FaultKind, Stops, register, signal_self
 
 if TYPE_CHECKING:
@@ -29,6 +30,12 @@ if TYPE_CHECKING:
     from ..oracle import CrashEvidence
     from ..plan import Fault
     from ..worker import Recorder
+
+
+ZOMBIE_FENCED = Check("pause.zombie_fenced", "fencing", "zombie write", "crash",
+                      "once another worker took the lease and finished the run, the woken zombie changed nothing durable")
+ZOMBIE_EFFECTS = Check("pause.zombie_effects", "fencing", "zombie effect", "crash",
+                       "no provider applied anything for the zombie after its lease was taken")
 
 
 @register
@@ -58,9 +65,9 @@ class Pause(Stops, FaultKind):
         if not ev.taken_over:
             why = ("not applicable: the adapter declares it never takes a run from a live owner "
                    "(Adapter.takes_over_live_owner), so the stopped worker woke as the owner and went on")
-            return [Verdict("pause.zombie_fenced", "crash", True, why), Verdict("pause.zombie_effects", "crash", True, why)]
-        return [run_check("pause.zombie_fenced", "crash", lambda: check_zombie_fenced(woke.observation, ev.observation, ev.end)),
-                run_check("pause.zombie_effects", "crash", lambda: check_zombie_effects(woke.ledgers, ev.ledgers or {}))]
+            return [ZOMBIE_FENCED.verdict(True, why), ZOMBIE_EFFECTS.verdict(True, why)]
+        return compose([(ZOMBIE_FENCED, lambda: check_zombie_fenced(woke.observation, ev.observation, ev.end)),
+                        (ZOMBIE_EFFECTS, lambda: check_zombie_effects(woke.ledgers, ev.ledgers or {}))])
 
 
 def check_zombie_fenced(before: Observation, after: Observation, zombie_end: Any) -> Verdict:
@@ -68,7 +75,7 @@ def check_zombie_fenced(before: Observation, after: Observation, zombie_end: Any
     resumed elsewhere, the zombie woke up (SIGCONT); nothing it did may reach the
     durable state: log, effect rows and run status are exactly as before it woke.
     ``zombie_end``: its :class:`~.history.End` report, or None (it died)."""
-    name = "pause.zombie_fenced"
+    name = ZOMBIE_FENCED.name
     problems = []
     if (before.log or []) != (after.log or []):
         extra = [f"{e.node_id}@epoch{e.lease_epoch}" for e in (after.log or []) if e not in (before.log or [])]
@@ -91,7 +98,7 @@ def check_zombie_effects(before: dict[str, list[dict[str, Any]]], after: dict[st
     ``key``, ``ref``, ``attempts``...) just before it woke and after it ended. A request
     the provider deduplicated by its key (``attempts`` grew, no row) applied nothing
     and is reported, not failed."""
-    name = "pause.zombie_effects"
+    name = ZOMBIE_EFFECTS.name
     if not after and not before:
         return Verdict(name, "crash", True, "not applicable: the workload has no effect provider")
     applied, repeated = [], 0

@@ -19,7 +19,8 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..oracle import Verdict, run_check
+from ..checks import Check, compose
+from ..oracle import Verdict
 from ._base import Drains, FaultKind, ObservesBefore, register, signal_self
 from ..crashpoint import DRAIN_BEGIN, LOG_APPEND_AFTER, NODE_LAUNCH
 
@@ -28,6 +29,13 @@ if TYPE_CHECKING:
     from ..oracle import CrashEvidence
     from ..plan import Fault
     from ..worker import Recorder
+
+
+DRAINED = Check("term.drained", "drain", "failed drain", "crash",
+                "after SIGTERM no node launched, the worker exited 0 by itself, the run paused or ended",
+                refine=lambda details: "launch after drain" if "launched after" in details else None)
+IN_FLIGHT_RECORDED = Check("term.in_flight_recorded", "drain", "in-flight work dropped", "crash",
+                           "every node in flight at SIGTERM was recorded before the worker exited")
 
 
 @register
@@ -51,8 +59,8 @@ class Term(Drains, ObservesBefore, FaultKind):
         recorder.emit(Signalled("SIGTERM", at, time.time()))
 
     def crash_checks(self, ev: CrashEvidence) -> list[Verdict]:
-        return [run_check("term.drained", "crash", lambda: check_term_drained(ev)),
-                run_check("term.in_flight_recorded", "crash", lambda: check_in_flight_recorded(ev))]
+        return compose([(DRAINED, lambda: check_term_drained(ev)),
+                        (IN_FLIGHT_RECORDED, lambda: check_in_flight_recorded(ev))])
 
     def allowance(self, ev: CrashEvidence) -> dict[str, int]:
         """A drain that had its grace period lets the nodes in flight finish and record
@@ -66,7 +74,7 @@ def check_term_drained(ev: CrashEvidence) -> Verdict:
     (:func:`launched_after_signal`) nor after ``drain.begin``, exit 0, run ``paused`` (or
     completed, or handed to a person; or untouched, :func:`untouched_by_worker`, if the
     drain came before the worker took it)."""
-    name = "term.drained"
+    name = DRAINED.name
     problems = []
     launched = launched_after_signal(ev)
     if launched:
@@ -140,7 +148,7 @@ def check_in_flight_recorded(ev: CrashEvidence) -> Verdict:
     effect waits for a person (run ``needs_human``, its effect ``unknown``) is not in
     flight any more: it handed itself over. Not applicable to a subject that labels no
     ``node.launch``."""
-    name = "term.in_flight_recorded"
+    name = IN_FLIGHT_RECORDED.name
     if not any(e[1] == NODE_LAUNCH for e in ev.trace_full):
         return Verdict(name, "crash", True, "not applicable: the subject labels no node.launch")
     flying = in_flight_at(ev.trace_at_fault)

@@ -20,8 +20,10 @@ and label), ``cancel`` (the run's anyio scope cancelled at every step and label)
 where the runtime has what they need. Not every row makes sense (:func:`applicable`):
 the thread-driven LangGraph adapters have no await points and cannot be cancelled, DBOS
 has no durability modes and no drain; the runtimes of :data:`SERVED` (Restate, Absurd,
-Prefect, CrewAI) have one backend each and no drain, and only Absurd has leases and
-PostgreSQL.
+Prefect, CrewAI) have one backend each and no drain. Leases on the harness's PostgreSQL
+(``pause``, ``db-restart``) and a cancel that reaches the run (``cancel``, await points)
+are read from each row's adapter (:func:`capabilities`): of these runtimes only Absurd
+declares leases.
 
 For each row: one golden run per conversation, then every case once; then the *racy*
 cases (:func:`racy_case`: in LangGraph rows every case at a checkpointer point, and in
@@ -86,8 +88,6 @@ SUITES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "db-restart": (("db-restart",), ("step", "label")),
     "net": (("net",), ("label",)),
 }
-LEASED = ("absurd",)
-"""Runtimes with leases the harness can steal (``pause``) on PostgreSQL (``db-restart``)."""
 
 
 @dataclass(frozen=True)
@@ -133,16 +133,23 @@ class Row:
         return self.durability == "async" or "func" in self.runtime or self.suite in ("cancel", "await")
 
 
+def capabilities(row: Row) -> frozenset[str]:
+    """What ``row``'s adapter declares it can be tested for (:meth:`.Adapter.capabilities`:
+    its class imported, never made, the runtime not imported)."""
+    from crashmatrix.harness.registry import load
+
+    return load(row.subject).capabilities()
+
+
 def applicable(row: Row) -> str | None:
     """Why ``row`` is left out of the findings, or None when it is run."""
-    if row.suite in ("pause", "db-restart") and row.runtime not in LEASED:
+    if row.suite in ("pause", "db-restart") and "leases" not in capabilities(row):
         return "no lease the harness can steal, or no PostgreSQL to restart (the reference runtime and Absurd have both)"
     if row.suite == "net" and row.runtime not in SERVED:
         return "the network section is run on the served runtimes"
     if row.runtime in SERVED:
         return "no drain to wire (none of these runtimes offers one)" if row.suite == "drain" else None
-    aio = "aio" in row.runtime or row.runtime == "dbos"
-    if row.suite in ("cancel", "await") and not aio:
+    if row.suite in ("cancel", "await") and "cancel" not in capabilities(row):
         return "the graph runs in a thread (invoke): no await points, a cancel cannot reach it"
     if row.suite == "drain" and (row.runtime == "dbos" or "func" in row.runtime):
         return "no drain to wire (DBOS has none; LangGraph's RunControl is exercised on the StateGraph)"

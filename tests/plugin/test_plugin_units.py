@@ -194,7 +194,7 @@ def test_kinds_come_from_the_parameter_and_later_kinds_are_drawn(monkeypatch: py
         name = "brand-new"
 
     monkeypatch.setitem(faults.KINDS, "brand-new", BrandNew())
-    assert "brand-new" in plan.FAULT_KINDS
+    assert "brand-new" in plan.fault_kinds()
     assert order_kinds(["brand-new", "net", "kill"]) == ("kill", "net", "brand-new")
     plans = fault_plans(TRACE, max_faults=1)  # default: every kind of this build (net needs its toxics)
     p = find(plans, lambda p: p.faults[0].kind == "brand-new", settings=SETTINGS_FIND)

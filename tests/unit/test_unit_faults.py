@@ -16,7 +16,7 @@ RESUME = [("label", "log.append.before", "turn-3", 1), ("step", "step.after", "t
 
 
 def test_the_registry_is_the_plan_s_kinds_with_their_abilities() -> None:
-    assert plan.FAULT_KINDS == faults.names() == ("kill", "term", "cancel", "pause", "db-restart", "net", "freeze",
+    assert plan.fault_kinds() == faults.names() == ("kill", "term", "cancel", "pause", "db-restart", "net", "freeze",
                                                   "cancel-edge", "cancel-api", "db-outage")
     assert order_kinds(faults.names()) == ("kill", "term", "cancel", "cancel-edge", "pause", "cancel-api", "net",
                                            "db-restart", "freeze", "db-outage")

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from crashmatrix.harness import plan, registry
+from crashmatrix.harness import faults, plan, registry
 from crashmatrix.harness.errors import InvalidArgument, RegistryError
 from crashmatrix.harness.matrix import run_matrix
 from crashmatrix.harness.names import Names, choices, resolve
@@ -45,8 +45,8 @@ def test_each_bad_name_is_one_line_naming_its_field(call, error, line) -> None:
 
 
 def test_choices_keeps_order_and_an_empty_sequence() -> None:
-    assert choices("term,kill", plan.FAULT_KINDS, "kinds") == ("term", "kill")
-    assert choices((), plan.FAULT_KINDS, "kinds") == ()  # a matrix of sampled kinds only
+    assert choices("term,kill", faults.names(), "kinds") == ("term", "kill")
+    assert choices((), faults.names(), "kinds") == ()  # a matrix of sampled kinds only
 
 
 def test_run_matrix_takes_names_resolved_or_one_by_one_not_both() -> None:

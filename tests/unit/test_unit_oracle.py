@@ -14,6 +14,8 @@ from crashmatrix.harness.faults.cancel import check_cancel_left_unknown
 from crashmatrix.harness.history import TraceEntry
 from crashmatrix.harness.faults.term import check_term_drained, untouched_by_worker
 from crashmatrix.harness.oracle import CrashEvidence, Evidence, Verdict
+from crashmatrix.harness.checks import CheckDeclarationError
+from crashmatrix.harness.verdicts import crash_verdicts
 from crashmatrix.harness.plan import CrashPoint, Fault
 
 KEY1 = "11" * 32
@@ -287,7 +289,7 @@ def test_term_bad_status(status: str) -> None:
 
 
 def test_crash_checks_select_by_kind() -> None:
-    names = lambda kind: [v.check for v in oracle.crash_checks(crash_ev(kind, "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0))]
+    names = lambda kind: [v.check for v in crash_verdicts(crash_ev(kind, "node.launch", "turn-1", trace=DRAIN_TRACE, rc=0))]
     always = ["log.clean_prefix", "effects.commit_with_record", "log.acknowledged_durable", "run.acknowledged_durable"]
     assert names("kill") == always
     assert names("cancel") == names("cancel-edge") == always + ["cancel.left_unknown", "cancel.step_recorded"]
@@ -319,7 +321,7 @@ def test_raising_check_is_unknown_never_a_pass(monkeypatch: pytest.MonkeyPatch) 
         raise KeyError("seq")
 
     monkeypatch.setattr(oracle, "check_clean_prefix", boom)
-    verdicts = oracle.crash_checks(crash_ev("kill", "node.launch", "turn-1"))
+    verdicts = crash_verdicts(crash_ev("kill", "node.launch", "turn-1"))
     first = verdicts[0]
     assert first.check == "log.clean_prefix" and first.valid is None
     assert "KeyError" in first.details
@@ -358,9 +360,11 @@ def test_merge(values: list[bool | None], expected: bool | None) -> None:
 
 
 def test_verdict_to_dict() -> None:
-    d = Verdict("a", "end", None, "why", ["-x", "+y"]).to_dict()
-    assert d == {"check": "a", "phase": "end", "verdict": "unknown", "details": "why", "diff": ["-x", "+y"],
-                 "property": "other", "anomaly": "failure"}
+    d = Verdict("run.status", "end", None, "why", ["-x", "+y"]).to_dict()
+    assert d == {"check": "run.status", "phase": "end", "verdict": "unknown", "details": "why", "diff": ["-x", "+y"],
+                 "property": "prefix continuation", "anomaly": "diverged status"}
+    with pytest.raises(CheckDeclarationError):  # a check nobody declared has no property, not "other"
+        Verdict("a", "end", None, "why").to_dict()
 
 
 # -- end checks --------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from crashmatrix.harness.history import Fired, Passed, Silence, TraceEntry, enco
 from crashmatrix.harness.plan import Case, Resume
 from crashmatrix.harness.policies import policy_of
 from crashmatrix.harness.pool import WorkerExit
-from crashmatrix.harness.properties import anomaly_of, property_of
+from crashmatrix.harness.checks import anomaly_of, property_of
 
 
 class _Declares(Adapter):

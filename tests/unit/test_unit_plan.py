@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from crashmatrix.harness import faults
 from crashmatrix.harness.errors import CrashmatrixError, InvalidArgument, PlanError
 from crashmatrix.harness.plan import OUTAGE_WINDOW_MS
 from crashmatrix.harness.plan import (
-    FAULT_KINDS,
     PLAN_VERSION,
     Case,
     CrashPoint,
@@ -22,7 +22,7 @@ from crashmatrix.harness.plan import (
     source_of,
 )
 
-SIMPLE_KINDS = tuple(k for k in FAULT_KINDS if k != "net")  # net needs its toxic: tests/unit/test_unit_netfaults.py
+SIMPLE_KINDS = tuple(k for k in faults.names() if k != "net")  # net needs its toxic: tests/unit/test_unit_netfaults.py
 
 STEP = CrashPoint("step", "step.before", "turn-1", 1)
 LABEL = CrashPoint("label", "effect.started.after", "turn-4.tool-0", 2)

@@ -5,7 +5,7 @@ a port the container never opens) as one line, with no container left.
 
 The tests that need an engine run where testcontainers reaches one ($DOCKER_HOST or the
 Docker socket) and the image :data:`DEFAULT_PG_IMAGE` is present; elsewhere they skip,
-unless ``CRASHMATRIX_REQUIRE_ENGINE=1`` (.ci/run sets it), which turns the skip into a
+unless ``CRASHMATRIX_REQUIRE_ENGINE=1`` (.ci/containers sets it), which turns the skip into a
 failure."""
 
 from __future__ import annotations
@@ -216,3 +216,39 @@ def test_a_sigkilled_controller_leaves_no_container(engine: None, tmp_path: Path
     while _ours(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _ours(proc.pid) == []
+
+
+def _inner_pytest(project: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRASHMATRIX_", "PYTEST_"))}
+    env["TMPDIR"] = str(tmp_path)
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:langsmith_plugin",
+                           "-q", *args], cwd=project, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_pytest_plugin_runs_db_restart_cases_on_containers(engine: None, tmp_path: Path) -> None:
+    import shutil
+
+    project = tmp_path / "user_project"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "plugin" / "user_project", project)
+    ran = _inner_pytest(project, tmp_path, "--crashmatrix-services", "containers", "--crashmatrix-kinds", "db-restart",
+                        "--crashmatrix-shard", "1/10")
+    assert ran.returncode == 0 and " passed" in ran.stdout, ran.stdout[-2000:] + ran.stderr[-2000:]
+    # the setting reaches the server: an image that does not exist fails the items, naming it
+    bad = _inner_pytest(project, tmp_path, "--crashmatrix-services", "containers", "--crashmatrix-pg-image",
+                        "localhost/crashmatrix-no-such-image:0", "--crashmatrix-kinds", "kill",
+                        "--crashmatrix-shard", "1/40")
+    assert bad.returncode != 0
+    assert "image localhost/crashmatrix-no-such-image:0 is not present and cannot be pulled" in bad.stdout + bad.stderr
+
+
+def test_the_ci_template_uses_options_the_cli_has() -> None:
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    job = yaml.safe_load((root / "ci" / "containers.yml").read_text())["jobs"]["matrix-on-your-postgres"]
+    command = next(step["run"] for step in job["steps"] if "crashmatrix run" in str(step.get("run")))
+    assert "--services containers --pg-image" in command
+    assert "crashmatrix[containers]" in job["env"]["CRASHMATRIX"]
+    help_text = subprocess.run([*CLI, "run", "--help"], capture_output=True, text=True, timeout=120,
+                               env={**os.environ, "COLUMNS": "200"}).stdout
+    assert "--services" in help_text and "--pg-image" in help_text

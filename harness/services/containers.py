@@ -133,7 +133,11 @@ def _free_port() -> int:
 
 
 def _engine_address() -> str:
-    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    """The engine testcontainers uses: ``$DOCKER_HOST``, its properties file's
+    ``docker.host``, else the Docker socket."""
+    from testcontainers.core.docker_client import get_docker_host
+
+    return get_docker_host() or "unix:///var/run/docker.sock"
 
 
 def _reason(exc: BaseException) -> str:
@@ -153,7 +157,7 @@ def _engine() -> Any:
     :class:`ServiceError` (one line with :func:`engine_hint`) otherwise."""
     try:
         from testcontainers.core.docker_client import DockerClient
-    except ImportError:
+    except ImportError:  # the extra is not installed
         raise ServiceError("--services containers needs testcontainers: pip install 'crashmatrix[containers]'") from None
     address = _engine_address()
     if address.startswith("unix://") and not os.path.exists(address.removeprefix("unix://")):

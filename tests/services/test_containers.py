@@ -252,3 +252,46 @@ def test_the_ci_template_uses_options_the_cli_has() -> None:
     help_text = subprocess.run([*CLI, "run", "--help"], capture_output=True, text=True, timeout=120,
                                env={**os.environ, "COLUMNS": "200"}).stdout
     assert "--services" in help_text and "--pg-image" in help_text
+
+
+SLEEPER = "localhost/crashmatrix-test-sleeper:2"
+"""An image that runs and never listens: the PostgreSQL image with ``sleep`` as its entrypoint
+(the arguments a PostgreSQL container gets, ignored)."""
+
+
+def _sleeper() -> str:
+    import io
+
+    import docker
+
+    client = docker.from_env()
+    try:
+        try:
+            client.images.get(SLEEPER)
+        except docker.errors.ImageNotFound:
+            containerfile = f'FROM {DEFAULT_PG_IMAGE}\nENTRYPOINT ["sh", "-c", "exec sleep infinity", "sleeper"]\n'.encode()
+            client.images.build(fileobj=io.BytesIO(containerfile), tag=SLEEPER, rm=True)
+    finally:
+        client.close()
+    return SLEEPER
+
+
+@pytest.mark.parametrize(("image", "message"), [
+    ("localhost/crashmatrix-no-such-image:0", "image localhost/crashmatrix-no-such-image:0 is not present and cannot "
+                                              "be pulled: "),
+    (SLEEPER, f"the PostgreSQL container of {SLEEPER} never opened port 5432 (127.0.0.1:"),
+])
+def test_cli_bad_image_exits_2_with_one_line_and_no_container(engine: None, tmp_path: Path, image: str,
+                                                              message: str) -> None:
+    if image == SLEEPER:
+        _sleeper()
+    env = {**os.environ, "TMPDIR": str(tmp_path), containers.TIMEOUT_ENV: "5"}
+    env.pop(DSN_ENV, None)
+    proc = subprocess.Popen([*CLI, "run", "checkout", "--services", "containers", "--pg-image", image,
+                             "--conversation", "conv1", "--kinds", "kill"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"crashmatrix: error: {message}"), err
+    assert _ours(proc.pid) == []

@@ -35,7 +35,8 @@ testcontainers not installed, no engine, an engine that does not answer, an imag
 neither present nor pullable, a container that exits or never opens its port within
 ``$CRASHMATRIX_CONTAINER_TIMEOUT`` seconds (:data:`READY_TIMEOUT`). With a
 :class:`~.watchdog.Watchdog` the container is registered as soon as it exists, so a
-SIGKILLed controller leaves no container either.
+SIGKILLed controller leaves no container either; testcontainers' reaper (Ryuk) is not
+started: the watchdog does its work, and an engine without a registry cannot get its image.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def engine_hint() -> str:
     """How to get an engine testcontainers can use, in one sentence."""
     return ("install Docker (https://docs.docker.com/engine/install/), or podman and its Docker-compatible "
             "API socket (podman system service --time=0 unix:///run/podman/podman.sock &, then "
-            "DOCKER_HOST=unix:///run/podman/podman.sock TESTCONTAINERS_RYUK_DISABLED=true)")
+            "DOCKER_HOST=unix:///run/podman/podman.sock)")
 
 
 def _ready_timeout() -> float:
@@ -142,14 +143,14 @@ def _engine_address() -> str:
 
 def _reason(exc: BaseException) -> str:
     """The innermost useful words of a docker-py / requests error."""
-    text = getattr(exc, "explanation", None) or str(exc)
-    for marker in ("FileNotFoundError", "ConnectionRefusedError", "Connection refused", "No such file"):
-        if marker in str(exc):
-            return {"FileNotFoundError": "no socket there", "No such file": "no socket there"}.get(
-                marker, "connection refused")
-    if "timed out" in str(exc).lower():
+    text = str(exc)
+    if "FileNotFoundError" in text or "No such file" in text:
+        return "no socket there"
+    if "ConnectionRefusedError" in text or "Connection refused" in text:
+        return "connection refused"
+    if "timed out" in text.lower():
         return f"no answer within {_PING_TIMEOUT} s"
-    return _one_line(text)[:300]
+    return _one_line(getattr(exc, "explanation", None) or text)[:300]
 
 
 def _engine() -> Any:

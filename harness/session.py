@@ -136,7 +136,7 @@ async def open_session(
         except Exception as exc:  # what the embedded server lacks: one line naming it and --dsn
             from .services.pgext import explain_prepare_error
 
-            line = explain_prepare_error(exc, subject, postgres.restartable)
+            line = explain_prepare_error(exc, subject, postgres.restartable and postgres.services == "embedded")
             if line is None:
                 raise
             raise ServiceError(line) from exc

@@ -13,7 +13,12 @@ A matrix needs a main server (its migrations, the goldens' and the cases' data) 
   user who gives a DSN gets no embedded server; ``db-restart`` then says it is
   unavailable);
 - the settings of every embedded server it starts: :data:`MATRIX_PG_SETTINGS` unless
-  the caller gives others.
+  the caller gives others;
+- with ``services="containers"`` (else ``$CRASHMATRIX_SERVICES``), both kinds of server
+  come from a container of ``pg_image`` (:mod:`.containers`) instead of the embedded
+  wheel: one per process for the main server (no sharing across xdist workers), a fresh
+  one per :meth:`MatrixPostgres.start_restartable`, with the same settings. A DSN still
+  comes first.
 
 Both live under a :class:`Workdir`: a temporary directory and the watchdog that removes
 it, and stops what is registered with it, if this process is SIGKILLed
@@ -30,6 +35,7 @@ import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .postgres import DSN_ENV, PostgresService, start_postgres
 from .sharedpg import SharedPostgres
@@ -80,12 +86,19 @@ class MatrixPostgres:
     watchdog registers them; ``dsn``: the user's server (else ``$CRASHMATRIX_PG_DSN``);
     ``settings``: the embedded servers' settings (default :data:`MATRIX_PG_SETTINGS`;
     ``{"fsync": "on"}`` to measure with durable commits); ``run_key``: share the main
-    server with the other processes of this run (:mod:`.sharedpg`). Nothing starts
-    before :meth:`start`. Thread-safe."""
+    server with the other processes of this run (:mod:`.sharedpg`); ``services``:
+    ``embedded`` or ``containers`` (None: ``$CRASHMATRIX_SERVICES``, else embedded;
+    :class:`~..errors.InvalidArgument` for another name), ``pg_image``: the containers'
+    image (None: ``$CRASHMATRIX_PG_IMAGE``, else :data:`.containers.DEFAULT_PG_IMAGE`).
+    Nothing starts before :meth:`start`. Thread-safe."""
 
     def __init__(self, workdir: Workdir, *, dsn: str | None = None, settings: Mapping[str, str] | None = None,
-                 run_key: str | None = None) -> None:
+                 run_key: str | None = None, services: str | None = None, pg_image: str | None = None) -> None:
+        from .containers import resolve_services
+
         self.workdir = workdir
+        self.services = resolve_services(services)
+        self.pg_image = pg_image
         self.dsn = dsn
         self.settings = dict(MATRIX_PG_SETTINGS if settings is None else settings)
         self.run_key = run_key
@@ -102,7 +115,9 @@ class MatrixPostgres:
         a failed start is tried again on the next call."""
         with self._lock:
             if self._main is None:
-                if self.restartable and self.run_key:
+                if self.restartable and self.services == "containers":
+                    self._main = self._container()
+                elif self.restartable and self.run_key:
                     self._shared = SharedPostgres(self.run_key, self.workdir.watchdog, self.settings)
                     self._main = self._shared.acquire()
                 else:
@@ -118,7 +133,14 @@ class MatrixPostgres:
 
         if not self.restartable:
             raise HarnessError("no restartable PostgreSQL: the matrix runs on the user's DSN")
+        if self.services == "containers":
+            return self._container()
         return start_postgres(self.workdir.path / "pg-restart", watchdog=self.workdir.watchdog, settings=self.settings)
+
+    def _container(self) -> Any:
+        from .containers import start_container_postgres
+
+        return start_container_postgres(self.pg_image, settings=self.settings, watchdog=self.workdir.watchdog)
 
     def close(self) -> None:
         """Stop the main server (the shared one when its last user leaves; a user's DSN is

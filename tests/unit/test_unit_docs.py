@@ -12,7 +12,7 @@ import inspect
 DOCUMENTED_HARNESS_MODULES = ("plan", "oracle", "adapter", "explorer", "matrix", "errors", "crashpoint", "selftest",
                               "plugin", "plugin_settings", "plugin_services", "plugin_goldens", "plugin_prefetch", "fuzz",
                               "html_report", "goldencache", "sources", "live", "report", "conformance",
-                              "services.sharedpg", "services.matrixpg", "enumeration", "golden", "names")
+                              "services.sharedpg", "services.matrixpg", "services.containers", "enumeration", "golden", "names")
 
 
 def _undocumented(obj: object) -> bool:

@@ -689,6 +689,11 @@ def list_names() -> None:
     console.print("workloads: " + ", ".join(registry.workload_names()))
 
 
+from .scaffold import init as _init  # noqa: E402 - the command lives in its own module
+
+app.command("init")(_init)
+
+
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="crashmatrix")

@@ -54,6 +54,12 @@ console = Console()
 PROGRESS_ENV, PROGRESS_LINE_S = "CRASHMATRIX_PROGRESS_S", 30.0
 if not console.is_terminal and "COLUMNS" not in os.environ:
     console.width = 160  # a log file or a CI job: no terminal to fit, keep the tables readable
+if not console.is_terminal and "TERMINAL_WIDTH" not in os.environ:
+    import typer.rich_utils
+
+    # --help into a pipe or a file: rich would fit it to 80 columns (or $COLUMNS) and cut
+    # option names (--max-failures-sho…); TERMINAL_WIDTH still sets it
+    typer.rich_utils.MAX_WIDTH = 160
 err = Console(stderr=True)
 
 
@@ -93,6 +99,15 @@ def _keep_dir(keep_failed: Optional[Path], report: Optional[Path]) -> Optional[P
     if keep_failed is not None or report is None:
         return keep_failed
     return report.with_name(f"{report.stem}-failed")
+
+
+def _say_kept(kept: Optional[Path], results: list) -> None:
+    """The summary's line naming ``--keep-failed``'s folder, when a case of ``results``
+    (:class:`~.explorer.CaseResult`) was kept in it."""
+    n = sum(1 for r in results if r.artifacts and not str(r.artifacts).startswith("not kept"))
+    if kept is not None and n and kept.is_dir():
+        console.print(f"worker logs, events and plans of {n} case(s) that did not pass: {kept}/", markup=False,
+                      soft_wrap=True)
 
 
 class Stopped(Exception):
@@ -260,7 +275,11 @@ def run(
                 text = plan.read_text()
             except OSError as exc:
                 raise typer.BadParameter(f"--plan {plan}: {exc.strerror}") from None
-            cases = [Case(workloads[0], conversation[0], FaultPlan.from_json(text), resume_p)]
+            try:
+                fault_plan = FaultPlan.from_json(text)
+            except CrashmatrixError as exc:  # the file named, as its read error names it
+                raise typer.BadParameter(f"--plan {plan}: {exc}") from None
+            cases = [Case(workloads[0], conversation[0], fault_plan, resume_p)]
             if not cases[0].plan.faults:
                 raise typer.BadParameter(f"--plan {plan}: the plan has no fault")
     except (typer.BadParameter, CrashmatrixError) as exc:
@@ -330,6 +349,7 @@ def run(
             print_failures(console, partial.results, max_failures_shown)
             print_summary(console, partial)
             _write_reports(partial, report, html)
+            _say_kept(_keep_dir(keep_failed, report), partial.results)
             err.print(f"crashmatrix: {stopped.reason}; services stopped")
             raise typer.Exit(stopped.exit_code) from None
         progress.stop()
@@ -339,6 +359,7 @@ def run(
         for note in result.notes:
             console.print(note, markup=False, soft_wrap=True)
         _write_reports(result, report, html)
+        _say_kept(_keep_dir(keep_failed, report), result.results)
         return result.exit_code
 
     codes = []
@@ -714,6 +735,11 @@ def list_names() -> None:
 
     console.print("subjects: " + ", ".join(registry.subject_names()))
     console.print("workloads: " + ", ".join(registry.workload_names()))
+
+
+from .scaffold import init as _init  # noqa: E402 - the command lives in its own module
+
+app.command("init")(_init)
 
 
 def main() -> None:

@@ -567,7 +567,11 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int],
             if case.model_calls.get(node, 0) > limit:
                 over.append(f"{node}: billed {case.model_calls[node]}, at most {limit} allowed")
         if over:
-            return Verdict("model.calls_billed", "end", False, "; ".join(over))
+            # the allowance is one call per model.call.before label a faulted worker left
+            # unanswered: a retry inside one label bills more calls than it counts
+            return Verdict("model.calls_billed", "end", False, "; ".join(over) + (
+                " (a call in flight at a fault is allowed once per model.call.before label: label every billed "
+                "call, since a retry loop inside one label, an HTTP client's or a framework's, bills twice)"))
         total, gtotal = sum(case.model_calls.values()), sum(golden.model_calls.values())
         return Verdict("model.calls_billed", "end", True, f"{total} calls billed (golden {gtotal}, in flight at faults {sum(allowance.values())})")
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -29,13 +31,25 @@ from .matrix import FAILING, NON_EVENTS, OUTCOMES, MatrixReport
 _COLUMN = {"pass": 0, "fail": 1, "flaky": 2, "harness-error": 3}
 
 
-def summary_table(report: MatrixReport) -> Table:
+#: the narrow table's column headers (:func:`summary_table` with ``narrow``), explained
+#: under it by :func:`legend`
+SHORT = {"cancel": "cncl", "pause": "paus", "db-restart": "dbrs", "freeze": "frz", "cancel-edge": "cedg",
+         "cancel-api": "capi", "db-outage": "dbo"}
+
+
+def summary_table(report: MatrixReport, narrow: bool = False) -> Table:
     """Cases by crash point (rows) and fault kind (columns): ``passed/total``, with
     failed, flaky (only when some case is) and harness-error counts; cases that tested
     nothing (not run, not applicable) are out of ``total`` and counted in a column of
     their own, shown when some case is one (``-`` in a cell whose every case is). Crash-point names
     are shown whole (folded over lines when the terminal is narrow): await points of one
-    function differ only in their last characters (``module:Class.method@2``)."""
+    function differ only in their last characters (``module:Class.method@2``).
+    ``narrow``: the layout for a terminal the full one does not fit (80 columns): the
+    fault kinds' columns only, headed as in :data:`SHORT` (:func:`legend` explains them),
+    a cell coloured when a case in it failed (red), was flaky (magenta) or hit a harness
+    error (yellow); no vertical rules, one space between columns; the total row and the
+    legend in its caption. The counts the wide table has in columns of their own are the
+    summary's line under it."""
     cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])  # pass, fail, flaky, herr, total
     names: list[str] = []
     nothing: dict[str, int] = {}  # crash point -> cases that tested nothing
@@ -55,32 +69,44 @@ def summary_table(report: MatrixReport) -> Table:
     title = f"{report.workload} on {report.subject}: cases by crash point and fault kind (passed/total)"
     if not report.complete:
         title += f"; INCOMPLETE ({report.reason})"
-    table = Table(title=escape(title))
-    table.add_column("crash point", overflow="fold", min_width=22)
-    for kind in report.kinds:
-        table.add_column(kind, justify="right", no_wrap=True)
-    table.add_column("failed", justify="right", no_wrap=True)
-    if flaky_column:
-        table.add_column("flaky", justify="right", no_wrap=True)
-    table.add_column("harness errors", justify="right", no_wrap=True)
-    if nothing:
-        table.add_column("not run / n.a.", justify="right", no_wrap=True)
+    if narrow:
+        table = Table(title=escape(title), box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
+                      show_edge=False)
+        table.add_column("crash point", overflow="fold", min_width=12)
+        for kind in report.kinds:
+            table.add_column(SHORT.get(kind, kind), justify="right", overflow="fold")
+    else:
+        table = Table(title=escape(title))
+        table.add_column("crash point", overflow="fold", min_width=22)
+        for kind in report.kinds:
+            table.add_column(kind, justify="right", no_wrap=True)
+        table.add_column("failed", justify="right", no_wrap=True)
+        if flaky_column:
+            table.add_column("flaky", justify="right", no_wrap=True)
+        table.add_column("harness errors", justify="right", no_wrap=True)
+        if nothing:
+            table.add_column("not run / n.a.", justify="right", no_wrap=True)
     totals = [0, 0, 0, 0, 0]
     for name in names:
         row = [escape(name)]
         failed = flaky = herr = 0
         for kind in report.kinds:
             p, f, fl, h, t = cells.get((name, kind), [0, 0, 0, 0, 0])
-            row.append(f"{p}/{t}" if t else "-")
+            cell = f"{p}/{t}" if t else "-"
+            if narrow:  # the count columns are left out: a cell says what did not pass in colour
+                cell = f"[red]{cell}[/red]" if f else f"[magenta]{cell}[/magenta]" if fl else \
+                    f"[yellow]{cell}[/yellow]" if h else cell
+            row.append(cell)
             failed, flaky, herr = failed + f, flaky + fl, herr + h
             for i, v in enumerate((p, f, fl, h, t)):
                 totals[i] += v
-        row.append(f"[red]{failed}[/red]" if failed else "0")
-        if flaky_column:
-            row.append(f"[magenta]{flaky}[/magenta]" if flaky else "0")
-        row.append(f"[yellow]{herr}[/yellow]" if herr else "0")
-        if nothing:
-            row.append(str(nothing.get(name, 0)))
+        if not narrow:
+            row.append(f"[red]{failed}[/red]" if failed else "0")
+            if flaky_column:
+                row.append(f"[magenta]{flaky}[/magenta]" if flaky else "0")
+            row.append(f"[yellow]{herr}[/yellow]" if herr else "0")
+            if nothing:
+                row.append(str(nothing.get(name, 0)))
         table.add_row(*row)
     table.add_section()
     per_kind = []
@@ -88,9 +114,43 @@ def summary_table(report: MatrixReport) -> Table:
         passed = sum(c[0] for (_, k), c in cells.items() if k == kind)
         total = sum(c[4] for (_, k), c in cells.items() if k == kind)
         per_kind.append(f"{passed}/{total}" if total else "-")
+    if narrow:  # the totals under the table, so that they do not widen its columns
+        table.caption = escape("total: " + ", ".join(f"{SHORT.get(k, k)} {c}" for k, c in zip(report.kinds, per_kind))
+                               + "\n" + legend(table))
+        table.caption_justify = "left"
+        return table
     table.add_row("total", *per_kind, str(totals[1]), *([str(totals[2])] if flaky_column else []), str(totals[3]),
                   *([str(sum(nothing.values()))] if nothing else []))
     return table
+
+
+def legend(table: Table) -> str:
+    """What a narrow :func:`summary_table`'s cells and short headers stand for (its
+    caption's last line)."""
+    headers = [str(c.header) for c in table.columns]
+    words = [f"{short} {long}" for long, short in SHORT.items() if short in headers]
+    return ("cells: passed/total (red: a case failed, magenta: flaky, yellow: a harness error; counts below)"
+            + ("; " + ", ".join(words) if words else ""))
+
+
+def fits(console: Console, table: Table) -> bool:
+    """Whether ``table`` renders within ``console``'s width without shrinking a column."""
+    wide = Console(width=10_000, record=True, file=open(os.devnull, "w"), color_system=None)  # noqa: SIM115
+    try:
+        wide.print(table)
+        return max((len(line.rstrip()) for line in wide.export_text().splitlines()), default=0) <= console.width
+    finally:
+        wide.file.close()
+
+
+def print_table(console: Console, report: MatrixReport) -> None:
+    """:func:`summary_table` as wide as it needs, or, when that does not fit
+    ``console``'s width, narrow (the totals and the :func:`legend` under it)."""
+    table = summary_table(report)
+    if fits(console, table):
+        console.print(table)
+        return
+    console.print(summary_table(report, narrow=True))
 
 
 def outcomes_line(outcomes: list[str]) -> str:
@@ -217,7 +277,7 @@ def print_summary(console: Console, report: MatrixReport) -> None:
     """The summary table and one line of counts and throughput (and, for a run stopped
     early, a line saying so)."""
     if report.results:
-        console.print(summary_table(report))
+        print_table(console, report)
     for g in (r for r in report.golden_results if r.outcome != "pass"):
         what = golden_failure([v.check for v in g.failed])
         console.print(f"[red]golden run of {escape(g.case.conversation)} {what}[/red]: "

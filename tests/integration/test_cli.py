@@ -110,6 +110,8 @@ def test_failing_case_prints_check_and_replay_command_and_exits_1(cli_env, test_
     assert all(c["replays"][0]["failed_check"] and c["replays"][0]["run_id"] != c["run_id"] for c in ran)
     assert all(c["outcomes"] == ["pass"] and c["replays"] == [] for c in data["cases"] if c["outcome"] == "pass")
     assert "reproduced: failed on the first run and on 1 replay(s)" in proc.stdout and "FLAKY" not in proc.stdout
+    kept = [c for c in data["cases"] if c.get("artifacts")]
+    assert kept and f"plans of {len(kept)} case(s) that did not pass: r-failed/" in proc.stdout  # the folder named
     assert _leftovers(test_tag, tmp_path) == ([], [])
 
 
@@ -120,6 +122,15 @@ def test_a_bad_progress_interval_is_one_line_and_exit_2(cli_env, tmp_path) -> No
     err = [l for l in proc.stderr.strip().splitlines() if l.startswith("crashmatrix: error")]
     assert len(err) == 1 and "CRASHMATRIX_PROGRESS_S='soon'" in err[0], proc.stderr
     assert "starting services" not in proc.stdout
+
+
+def test_a_bad_plan_file_is_named_in_its_one_line(cli_env, tmp_path) -> None:
+    (tmp_path / "plan.json").write_text('{"faults": [')
+    proc = subprocess.run([*CLI, "run", "--plan", "plan.json", "--conversation", "conv1"], env=cli_env,
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "crashmatrix: error: --plan plan.json: plan is not valid JSON: Expecting value: line 1 column 13 (char 12)"]
 
 
 def test_malformed_case_id_is_exit_2(cli_env, tmp_path) -> None:

@@ -28,3 +28,26 @@ def test_toxiproxy_server_passes_every_option_and_refuses_unknown_ones(monkeypat
                      "--allow-non-loopback", "--proxy-metrics"]]
     typo = runner.invoke(cli.app, ["toxiproxy-server", "--prot", "1"])
     assert typo.exit_code == 2 and len(seen) == 1
+
+
+@pytest.mark.parametrize("command", ["run", "replay", "selftest", "conformance", "init"])
+def test_help_into_a_pipe_shows_every_option_name_whole(command: str) -> None:
+    """``crashmatrix run --help | cat`` (no terminal, $COLUMNS 80): the help is laid out
+    wider than a terminal would be, so no option name is cut (``--max-failures-sho…``)."""
+    import os
+    import subprocess
+    import sys
+
+    import typer.main
+
+    env = {k: v for k, v in os.environ.items() if k != "TERMINAL_WIDTH"}
+    env["COLUMNS"] = "80"
+    out = subprocess.run([sys.executable, "-m", "crashmatrix.harness.cli", command, "--help"], env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    click_command = typer.main.get_command(cli.app).commands[command]  # type: ignore[attr-defined]
+    names = [o for p in click_command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")]
+    assert names
+    missing = [n for n in names if n not in out.replace("…", " ").split()
+               and not any(n in token.split(",") or n in token.split("/") for token in out.split())]
+    assert not missing, missing
+    assert "…" not in out

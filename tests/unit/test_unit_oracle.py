@@ -505,6 +505,7 @@ def test_end_model_calls_over_allowance() -> None:
     c.model_calls = {"turn-1": 2, "turn-2": 1}
     v = verdicts(evidence("aa"), c)["model.calls_billed"]
     assert v.valid is False and "turn-1: billed 2, at most 1 allowed" in v.details
+    assert "once per model.call.before label" in v.details and "retry loop inside one label" in v.details
     assert verdicts(evidence("aa"), c, {"turn-1": 1})["model.calls_billed"].valid is True
     c.model_calls = {"turn-1": 3, "turn-2": 1}
     assert verdicts(evidence("aa"), c, {"turn-1": 1})["model.calls_billed"].valid is False

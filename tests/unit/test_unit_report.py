@@ -153,3 +153,40 @@ def test_the_table_keeps_cases_that_tested_nothing_out_of_passed_total() -> None
     # kill: 1 failed of 1 (the 2 not applicable out of it); db-restart: 1 passed of 1 (2 not run out of it)
     assert rows["log.append.after"] == ["0/1", "1/1", "1", "0", "4"], rows
     assert rows["total"] == ["0/1", "1/1", "1", "0", "4"], rows
+
+
+def test_a_wide_matrix_is_narrow_and_whole_at_80_columns() -> None:
+    """Eight fault kinds do not fit 80 columns as the wide table: the narrow one does,
+    with every header whole (no ``canc…``), no column squeezed to nothing, every crash
+    point on one line, and a legend for its short headers."""
+    from crashmatrix.harness.report import SHORT, print_table
+
+    kinds = ("kill", "term", "cancel", "pause", "db-restart", "net", "cancel-edge", "cancel-api")
+    points = ("node.launch", "model.call.before", "step.before", "step.after", "log.append.before", "log.append.after")
+    results = []
+    for point in points:
+        for kind in kinds:
+            fault = "net:payment.timeout(timeout=200)" if kind == "net" else kind
+            for i in range(1, 12):
+                outcome = "not-applicable" if kind == "cancel-api" else "fail" if (kind, i) == ("kill", 3) else "pass"
+                results.append(_result(f"wl/conv1/{fault}@{point}[model-{i}]#1", outcome))
+    report = MatrixReport("crashmatrix_workload:WORKLOAD", "crashmatrix_adapter:SubjectAdapter", kinds,
+                          ("step", "label"), {}, results)
+    console = Console(width=80, record=True)
+    print_table(console, report)
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    text = "\n".join(lines)
+    assert "…" not in text
+    header = next(line for line in lines if line.startswith("crash point"))
+    assert header.split()[2:] == ["kill", "term", *(SHORT[k] if k in SHORT else k for k in kinds[2:])], header
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.split() and line.split()[0] in points}
+    assert rows["step.after"] == ["10/11", "11/11", "11/11", "11/11", "11/11", "11/11", "11/11", "-"], rows
+    assert set(rows) == set(points)  # each crash point whole, on its own line
+    caption = text[text.index("total:"):].replace("\n", " ")
+    assert "total: kill 60/66, term 66/66, cncl 66/66" in caption and "capi -" in caption, caption
+    assert "cncl cancel" in text and "capi cancel-api" in text and "passed/total" in text
+    wide = Console(width=200, record=True)
+    print_table(wide, report)
+    wide_text = wide.export_text()
+    assert "cancel-edge" in wide_text and "harness errors" in wide_text  # wide where it fits

@@ -68,6 +68,28 @@ def _literal_check_names() -> set[tuple[str, str]]:
     return found
 
 
+def test_every_verdict_written_in_the_code_carries_its_declared_phase() -> None:
+    """A ``Verdict("name", "phase", ...)`` or ``run_check("name", "phase", ...)`` with both
+    literal carries the phase the check declares (an invariant's verdicts: ``end``); the
+    case flow's ``_verdict`` writes ``resume``."""
+    checks.declared()
+    wrong = []
+    for path in (ROOT / "harness").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
+                continue
+            fn = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if fn == "_verdict":
+                phase = "resume"
+            elif fn in ("Verdict", "run_check") and len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
+                phase = node.args[1].value
+            else:
+                continue
+            if lookup(node.args[0].value).verdict_phase != phase:
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.args[0].value} {phase}")
+    assert not wrong
+
+
 def test_every_check_named_in_the_code_is_declared() -> None:
     names = _literal_check_names()
     assert len(names) > 20  # the scan sees the verdicts it is meant to see

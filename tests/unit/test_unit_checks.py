@@ -138,3 +138,21 @@ def test_compose_runs_in_order_and_a_raising_check_is_unknown() -> None:
     assert [(v.check, v.phase, v.valid) for v in out] == [("run.status", "end", True), ("state.equal", "end", None)]
     assert out[1].details == "check raised RuntimeError: no state"
     assert out[1].to_dict()["anomaly"] == "diverged state"
+
+
+def test_declared_leaves_out_a_module_whose_optional_dependency_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = checks.importlib.import_module
+
+    def without_pytest(name: str) -> object:
+        if name == "crashmatrix.harness.plugin":
+            raise ModuleNotFoundError("No module named 'pytest'", name="pytest")
+        if name == "crashmatrix.harness.fuzz" and broken:
+            raise ModuleNotFoundError("No module named 'crashmatrix.harness.gone'", name="crashmatrix.harness.gone")
+        return real(name)
+
+    broken = False
+    monkeypatch.setattr(checks.importlib, "import_module", without_pytest)
+    assert "run.status" in checks.declared()
+    broken = True  # a module of the harness itself missing is a bug, not an optional extra
+    with pytest.raises(ModuleNotFoundError, match="crashmatrix.harness.gone"):
+        checks.declared()

@@ -156,3 +156,20 @@ def test_declared_leaves_out_a_module_whose_optional_dependency_is_missing(monke
     broken = True  # a module of the harness itself missing is a bug, not an optional extra
     with pytest.raises(ModuleNotFoundError, match="crashmatrix.harness.gone"):
         checks.declared()
+
+
+def test_every_mutant_is_caught_by_declared_checks() -> None:
+    """The selftest counts a mutant caught when it fails one of its ``caught_by`` checks:
+    a name nobody declared there would never count."""
+    from crashmatrix.harness.selftest import catalogue
+
+    specs = catalogue()
+    assert len(specs) > 20
+    undeclared = []
+    for spec in specs:
+        for name in spec.caught_by:
+            try:
+                lookup(name)
+            except CheckDeclarationError:
+                undeclared.append(f"{spec.subject}: {name}")
+    assert not undeclared

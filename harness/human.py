@@ -196,6 +196,6 @@ def check_siblings(case: Evidence, faults: int) -> Verdict:
 
 def end_checks(script: OperatorScript, case: Evidence, golden: Evidence | None, faults: int) -> list[Verdict]:
     """The checks of a workload with an operator script (module docstring), each run
-    with :func:`.oracle.run_check`."""
+    with :func:`.checks.compose`."""
     return compose([(ANSWERS, lambda: check_answers(script, case, golden)),
                     (SIBLINGS_KEPT, lambda: check_siblings(case, faults))])

@@ -68,6 +68,28 @@ def _literal_check_names() -> set[tuple[str, str]]:
     return found
 
 
+def test_every_verdict_written_in_the_code_carries_its_declared_phase() -> None:
+    """A ``Verdict("name", "phase", ...)`` or ``run_check("name", "phase", ...)`` with both
+    literal carries the phase the check declares (an invariant's verdicts: ``end``); the
+    case flow's ``_verdict`` writes ``resume``."""
+    checks.declared()
+    wrong = []
+    for path in (ROOT / "harness").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
+                continue
+            fn = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if fn == "_verdict":
+                phase = "resume"
+            elif fn in ("Verdict", "run_check") and len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
+                phase = node.args[1].value
+            else:
+                continue
+            if lookup(node.args[0].value).verdict_phase != phase:
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.args[0].value} {phase}")
+    assert not wrong
+
+
 def test_every_check_named_in_the_code_is_declared() -> None:
     names = _literal_check_names()
     assert len(names) > 20  # the scan sees the verdicts it is meant to see
@@ -116,3 +138,38 @@ def test_compose_runs_in_order_and_a_raising_check_is_unknown() -> None:
     assert [(v.check, v.phase, v.valid) for v in out] == [("run.status", "end", True), ("state.equal", "end", None)]
     assert out[1].details == "check raised RuntimeError: no state"
     assert out[1].to_dict()["anomaly"] == "diverged state"
+
+
+def test_declared_leaves_out_a_module_whose_optional_dependency_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = checks.importlib.import_module
+
+    def without_pytest(name: str) -> object:
+        if name == "crashmatrix.harness.plugin":
+            raise ModuleNotFoundError("No module named 'pytest'", name="pytest")
+        if name == "crashmatrix.harness.fuzz" and broken:
+            raise ModuleNotFoundError("No module named 'crashmatrix.harness.gone'", name="crashmatrix.harness.gone")
+        return real(name)
+
+    broken = False
+    monkeypatch.setattr(checks.importlib, "import_module", without_pytest)
+    assert "run.status" in checks.declared()
+    broken = True  # a module of the harness itself missing is a bug, not an optional extra
+    with pytest.raises(ModuleNotFoundError, match="crashmatrix.harness.gone"):
+        checks.declared()
+
+
+def test_every_mutant_is_caught_by_declared_checks() -> None:
+    """The selftest counts a mutant caught when it fails one of its ``caught_by`` checks:
+    a name nobody declared there would never count."""
+    from crashmatrix.harness.selftest import catalogue
+
+    specs = catalogue()
+    assert len(specs) > 20
+    undeclared = []
+    for spec in specs:
+        for name in spec.caught_by:
+            try:
+                lookup(name)
+            except CheckDeclarationError:
+                undeclared.append(f"{spec.subject}: {name}")
+    assert not undeclared

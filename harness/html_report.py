@@ -16,8 +16,10 @@ a copy button). A "failing cases only" box hides the rows with no failing case.
 **Links to one case**: each case's cell (or row) carries the case id as its HTML id,
 so ``report.html#CASE_ID`` (the id as printed, e.g.
 ``report.html#checkout/conv1/kill@tool.request.after[turn-4.tool-0]#1``, or
-percent-encoded) scrolls to it and opens its details; opening a case puts its id in
-the address bar. When one case id appears in several matrices of a pytest report, the
+percent-encoded) scrolls to it and opens its details, as does the pytest item id
+(``report.html#tests/test_x.py::test_checkout[conv1/kill@...#1]``, or its
+``test_checkout[...]`` or bracketed part alone: the case id without its workload, the
+first matrix's case where several match); opening a case puts its id in the address bar. When one case id appears in several matrices of a pytest report, the
 first keeps the bare id and the N-th (N > 1, counting from 1) gets ``matrix-N/CASE_ID``
 (:func:`anchor_ids`). A report of a run stopped early (Ctrl-C, SIGTERM) says so above
 its heatmap.
@@ -243,13 +245,25 @@ _JS = """
     x.addEventListener('click', open);
     x.addEventListener('keydown', function(ev){ if (ev.key === 'Enter') open(ev); });
   });
+  function caseFor(id){
+    var x = document.getElementById(id);
+    if (x && x.dataset.case !== undefined) return x;
+    // a pytest item id, [path::]test[CASE_ID without its workload], or that param alone
+    var m = /^(?:.*::)?[^\\[\\/]*\\[(.*)\\]$/.exec(id);
+    var rest = m ? m[1] : id;
+    var all = document.querySelectorAll('[data-case][id]');
+    for (var i = 0; i < all.length; i++) {
+      if (all[i].id === rest || all[i].id.slice(-rest.length - 1) === '/' + rest) return all[i];
+    }
+    return null;
+  }
   function fromHash(){
     var h = location.hash.slice(1);
     if (!h) return;
     var id = h;
     try { id = decodeURIComponent(h); } catch (e) {}
-    var x = document.getElementById(id) || document.getElementById(h);
-    if (!x || x.dataset.case === undefined) return;
+    var x = caseFor(id) || caseFor(h);
+    if (!x) return;
     show(+x.dataset.matrix, +x.dataset.case, x.id);
     x.scrollIntoView({block: 'center'});
   }

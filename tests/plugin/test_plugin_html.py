@@ -2,7 +2,7 @@
 Chromium (Debian's, driven by Playwright): the page loads from the file alone, the
 heatmap has one cell per case, clicking the failing cell opens its details and replay
 command, ``report.html#CASE_ID`` opens that case (the id as printed, or
-percent-encoded), and "failing cases only" hides the rows that passed."""
+percent-encoded, or the pytest item id), and "failing cases only" hides the rows that passed."""
 
 from __future__ import annotations
 
@@ -75,6 +75,16 @@ def test_html_report_in_headless_chromium(tmp_path: Path, chromium: Path) -> Non
                 assert fresh.locator(f'td.cell.selected[id="{want["id"]}"]').count() == 1
                 fresh.close()
             assert page.locator(f'[id="{bad["id"]}"]').count() == 1  # one anchor per case
+
+            # the pytest item id opens the case too: whole, without its path, its param alone
+            param = bad["id"].split("/", 1)[1]
+            for item in (f"tests/test_checkout.py::test_checkout[{param}]", f"test_checkout[{param}]", param):
+                for encoded in (item, quote(item, safe="")):
+                    fresh = browser.new_page()
+                    fresh.on("pageerror", lambda e: errors.append(str(e)))
+                    fresh.goto((work / "r.html").as_uri() + "#" + encoded)
+                    assert fresh.locator("#details .case-id").inner_text() == bad["id"], encoded
+                    fresh.close()
 
             # failing cases only: every row without a failing case is hidden
             rows = page.locator("table.heatmap tr.point-row")

@@ -6,15 +6,20 @@ marking where the team's runtime goes), ``crashmatrix_workload.py`` (the workloa
 and ``test_crashmatrix.py`` (the pytest plugin's matrix test). A framework shape with a
 shipped adapter writes only the workload and the test, the test naming the shipped
 adapter. The files come from ``templates/<shape>/`` and ``templates/common/`` (package
-data, ``*.tmpl``), written as they are except ``$SUBJECT`` in the test.
+data, ``*.tmpl``), written as they are but for ``$SUBJECT`` and ``$KINDS_LINE``
+(:func:`render`).
 
-Written as is, each shape's files pass the default matrix of conv1 (``crashmatrix run``
-and ``pytest``; ``tests/integration/test_init_project.py``). Nothing is overwritten: a
+Written as is, the loop shapes' files pass the default matrix of conv1 (``crashmatrix
+run`` and ``pytest``; ``tests/integration/test_init_project.py`` runs its kill slice). A
+framework shape whose runtime has known findings (LangGraph owns no run: its pause and
+concurrent-resume cases fail) defaults to the kinds it passes (``Shape.kinds``) and says
+why. Nothing is overwritten: a
 file that exists stops the command before anything is written (exit 2).
 """
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -33,6 +38,10 @@ class Shape:
     files: tuple[tuple[str, str], ...]
     subject: str
     extra: str = ""
+    #: the fault kinds its first run and its test default to ("": the default matrix), for
+    #: a runtime whose known findings fail the rest (``why``)
+    kinds: str = ""
+    why: str = ""
 
 
 _LOCAL = "crashmatrix_adapter:SubjectAdapter"
@@ -48,7 +57,10 @@ SHAPES: dict[str, Shape] = {
                          _LOCAL),
     "langgraph": Shape("a LangGraph StateGraph on the shipped LangGraph adapter (SqliteSaver)",
                        (("crashmatrix_workload.py", "langgraph/crashmatrix_workload.py.tmpl"), _TEST),
-                       "crashmatrix.harness.adapters.langgraph:LangGraphAioSqliteSyncDrainAdapter", "langgraph"),
+                       "crashmatrix.harness.adapters.langgraph:LangGraphAioSqliteSyncDrainAdapter", "langgraph",
+                       "kill,term,cancel",
+                       "LangGraph does not own a run (no lease, no fencing): the default matrix's pause and "
+                       "concurrent-resume cases bill model calls twice (docs/findings.md)"),
 }
 """Shape name -> :class:`Shape`."""
 
@@ -60,6 +72,17 @@ class InitError(Exception):
 def template(path: str) -> str:
     """The text of template ``path`` (relative to ``templates/``)."""
     return resources.files("crashmatrix.harness").joinpath("templates", path).read_text(encoding="utf-8")
+
+
+def render(text: str, spec: Shape) -> str:
+    """``text`` with ``$SUBJECT`` and ``$KINDS_LINE`` (the test's default kinds, or
+    nothing) filled in from ``spec``."""
+    kinds_line = ""
+    if spec.kinds:
+        why = textwrap.fill(f"{spec.why}: these kinds by default (--crashmatrix-kinds overrides).", 88,
+                            initial_indent="# ", subsequent_indent="# ")
+        kinds_line = f'{why}\nos.environ.setdefault("CRASHMATRIX_KINDS", "{spec.kinds}")\n'
+    return text.replace("$SUBJECT", spec.subject).replace("$KINDS_LINE\n", kinds_line)
 
 
 def write_project(directory: Path, shape: str) -> list[Path]:
@@ -76,14 +99,15 @@ def write_project(directory: Path, shape: str) -> list[Path]:
                         f"(move it, or init into another folder)")
     directory.mkdir(parents=True, exist_ok=True)
     for path, source in targets:
-        path.write_text(template(source).replace("$SUBJECT", spec.subject), encoding="utf-8")
+        path.write_text(render(template(source), spec), encoding="utf-8")
     return [path for path, _ in targets]
 
 
 def run_line(shape: str) -> str:
     """The ``crashmatrix run`` line of ``shape``'s files, run in their folder."""
-    return (f"PYTHONPATH=. crashmatrix run crashmatrix_workload:WORKLOAD --subject {SHAPES[shape].subject} "
-            "--conversation conv1")
+    spec = SHAPES[shape]
+    return (f"PYTHONPATH=. crashmatrix run crashmatrix_workload:WORKLOAD --subject {spec.subject} "
+            "--conversation conv1" + (f" --kinds {spec.kinds}" if spec.kinds else ""))
 
 
 def init(
@@ -104,6 +128,8 @@ def init(
         typer.echo(f"wrote {path}")
     if spec.extra:
         typer.echo(f"needs: pip install 'crashmatrix[{spec.extra},pytest]'")
+    if spec.why:
+        typer.echo(f"note: {spec.why}; the first run below leaves them out (--kinds {spec.kinds})")
     where = f"cd {target} && " if directory is not None else ""
     typer.echo(f"first run: {where}{run_line(shape)}")
     typer.echo(f"as a test: {where}python -m pytest test_crashmatrix.py --crashmatrix-kinds kill")

@@ -121,8 +121,9 @@ def init(
     shape: Annotated[str, typer.Option(help="The runtime's shape: " + "; ".join(
         f"{name}: {s.help}" for name, s in SHAPES.items()) + ".")] = "sqlite-loop",
 ) -> None:
-    """Write a starting adapter, workload and pytest test for your runtime (they pass the
-    default matrix as written; YOUR CODE comments mark where your runtime goes)."""
+    """Write a starting adapter, workload and pytest test for your runtime: they pass the
+    matrix as written (a framework shape: the kinds its runtime passes, saying why), and
+    YOUR CODE comments mark where your runtime goes. Refuses to write over a file."""
     target = directory or Path(".")
     try:
         written = write_project(target, shape)

@@ -249,7 +249,7 @@ _JS = """
     var x = document.getElementById(id);
     if (x && x.dataset.case !== undefined) return x;
     // a pytest item id, [path::]test[CASE_ID without its workload], or that param alone
-    var m = /^(?:.*::)?[^\[\/]*\[(.*)\]$/.exec(id);
+    var m = /^(?:.*::)?[^\\[\\/]*\\[(.*)\\]$/.exec(id);
     var rest = m ? m[1] : id;
     var all = document.querySelectorAll('[data-case][id]');
     for (var i = 0; i < all.length; i++) {

@@ -52,6 +52,26 @@ class Names:
     upgrade: Any = field(default=None, compare=False, repr=False)
 
 
+def check_workload(given: str, wl: Any) -> None:
+    """Raise :class:`InvalidArgument`, one line, unless ``wl`` (the workload ``given``
+    names) has the members every workload has (docs/adapters.md, "The workload object"):
+    ``name`` (a str), ``conversations`` and ``providers`` (non-empty for conversations;
+    sequences of str) and a callable ``run_input``."""
+    problems = []
+    if not isinstance(getattr(wl, "name", None), str):
+        problems.append("name (a str)")
+    for member in ("conversations", "providers"):
+        value = getattr(wl, member, None)
+        if isinstance(value, str) or not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value) \
+                or (member == "conversations" and not value):
+            problems.append(f"{member} (a tuple of str{', not empty' if member == 'conversations' else ''})")
+    if not callable(getattr(wl, "run_input", None)):
+        problems.append("run_input(conversation) (a method)")
+    if problems:
+        raise InvalidArgument(f"workload {given!r} ({type(wl).__name__}) lacks {', '.join(problems)}: "
+                              f"docs/adapters.md, \"The workload object\"")
+
+
 def resolve(
     workload: str, subject: str = "reference", *, kinds: str | Sequence[str] = plan.DEFAULT_KINDS,
     sources: str | Sequence[str] = plan.DEFAULT_SOURCES, conversations: Sequence[str] | None = None,
@@ -66,6 +86,7 @@ def resolve(
     from .builds import check_subject, pair, parse_subject
 
     wl = registry.workload(workload)
+    check_workload(workload, wl)
     if resume_with:
         subject = pair(subject, resume_with)
     check_subject(subject, workload)

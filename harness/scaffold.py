@@ -61,6 +61,12 @@ SHAPES: dict[str, Shape] = {
                        "kill,term,cancel",
                        "LangGraph does not own a run (no lease, no fencing): the default matrix's pause and "
                        "concurrent-resume cases bill model calls twice (docs/findings.md)"),
+    "dbos": Shape("a DBOS workflow on the shipped DBOS adapter (SQLite system database)",
+                  (("crashmatrix_workload.py", "dbos/crashmatrix_workload.py.tmpl"), _TEST),
+                  "crashmatrix.harness.adapters.dbos:DBOSSqliteAdapter", "dbos", "kill,cancel",
+                  "DBOS has no SIGTERM drain, so the default matrix's term cases find the worker killed "
+                  "mid-step, and a step that raises on a cut answer (net) is recorded as raised "
+                  "(docs/findings.md)"),
 }
 """Shape name -> :class:`Shape`."""
 
@@ -115,8 +121,9 @@ def init(
     shape: Annotated[str, typer.Option(help="The runtime's shape: " + "; ".join(
         f"{name}: {s.help}" for name, s in SHAPES.items()) + ".")] = "sqlite-loop",
 ) -> None:
-    """Write a starting adapter, workload and pytest test for your runtime (they pass the
-    default matrix as written; YOUR CODE comments mark where your runtime goes)."""
+    """Write a starting adapter, workload and pytest test for your runtime: they pass the
+    matrix as written (a framework shape: the kinds its runtime passes, saying why), and
+    YOUR CODE comments mark where your runtime goes. Refuses to write over a file."""
     target = directory or Path(".")
     try:
         written = write_project(target, shape)

@@ -1,7 +1,7 @@
 """A project ``crashmatrix init`` wrote passes its matrix from its own files alone:
 ``crashmatrix run`` in its folder, and pytest on its generated test (kill at every crash
-point of conv1: the small slice; the whole default matrix is measured in
-docs/benchmarks.md)."""
+point of conv1, a shard of it for the framework shapes: the small slices; the whole
+default matrix is measured in docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,23 @@ def test_a_generated_loop_project_passes_the_kill_matrix(shape: str, cli_env, tm
     outcomes = [c["outcome"] for c in data["cases"]]
     assert outcomes.count("pass") >= 40, outcomes  # kill at every step and label point of conv1
     assert "fail" not in outcomes and "flaky" not in outcomes
+
+
+@pytest.mark.parametrize("shape", ["langgraph", "dbos"])
+def test_a_generated_framework_workload_passes_a_kill_shard_on_the_shipped_adapter(shape: str, cli_env,
+                                                                                   tmp_path: Path) -> None:
+    """The framework shapes write only the workload and the test: their workload is what
+    the shipped adapter reads (a quarter of the kill cases of conv1: a shard)."""
+    pytest.importorskip(shape)
+    project = tmp_path / "proj"
+    scaffold.write_project(project, shape)
+    report = tmp_path / "report.json"
+    proc = subprocess.run([*CLI, "run", "crashmatrix_workload:WORKLOAD", "--subject", scaffold.SHAPES[shape].subject,
+                           "--conversation", "conv1", "--kinds", "kill", "--shard", "1/4", "--report", str(report)],
+                          env=_env(cli_env), cwd=project, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    outcomes = [c["outcome"] for c in json.loads(report.read_text())["cases"]]
+    assert outcomes.count("pass") >= 10 and set(outcomes) <= {"pass", "not-run", "not-applicable"}, outcomes
 
 
 def test_the_generated_pytest_test_passes(cli_env, tmp_path: Path) -> None:

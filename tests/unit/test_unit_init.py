@@ -52,7 +52,7 @@ def test_init_refuses_to_overwrite_in_one_line_exit_2_and_writes_nothing(tmp_pat
 def test_an_unknown_shape_is_one_line_exit_2(tmp_path: Path) -> None:
     result = runner.invoke(cli.app, ["init", str(tmp_path / "p"), "--shape", "temporal"])
     assert result.exit_code == 2
-    assert "unknown shape 'temporal'; shapes: postgres-loop, sqlite-loop, langgraph" in result.output
+    assert "unknown shape 'temporal'; shapes: postgres-loop, sqlite-loop, langgraph, dbos" in result.output
     assert not (tmp_path / "p").exists()
 
 

@@ -54,3 +54,21 @@ def test_run_matrix_takes_names_resolved_or_one_by_one_not_both() -> None:
         asyncio.run(run_matrix(resolve("checkout"), kinds=("kill",)))
     with pytest.raises(InvalidArgument, match="kinds='boom'"):  # checked before any service starts
         asyncio.run(run_matrix("checkout", kinds="boom"))  # type: ignore[arg-type]
+
+
+def test_a_workload_without_its_required_members_is_one_line_naming_them() -> None:
+    """A workload object the harness would trip over later (an AttributeError deep in a
+    matrix) is refused before anything starts, naming what it lacks."""
+    from types import SimpleNamespace
+
+    from crashmatrix.harness.names import check_workload
+
+    good = SimpleNamespace(name="w", conversations=("conv1",), providers=("payment",), run_input=lambda c: {})
+    check_workload("m:W", good)
+    bad = SimpleNamespace(name="w", conversations=(), providers="payment")
+    with pytest.raises(InvalidArgument) as info:
+        check_workload("m:W", bad)
+    message = str(info.value)
+    assert message.startswith("workload 'm:W' (SimpleNamespace) lacks conversations (a tuple of str, not empty), "
+                              "providers (a tuple of str), run_input(conversation) (a method)"), message
+    assert "\n" not in message and "The workload object" in message

@@ -42,7 +42,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import coverage, faults, invariants, oracle, policies
 from .adapter import Observation
@@ -59,7 +59,21 @@ from .worker import Job
 if TYPE_CHECKING:
     from .explorer import Explorer, Options
     from .golden import GoldenRun
-    from .pruning import CrashStates
+
+
+class CaseHook(Protocol):
+    """What a case loop may hook into its cases (:class:`.pruning.CrashStates`: crash
+    states read whole, resumes shared between equal crash states)."""
+
+    async def share_resume(self, cx: CaseRun) -> bool:
+        """Before ``cx``'s first fault-free resume: True when its final state was taken
+        from an equal crash state's resume (``cx.final``), so it resumes no further."""
+
+    def finished(self, cx: CaseRun, final: oracle.Evidence) -> None:
+        """``cx`` read its ``final`` state."""
+
+    def judged(self, result: CaseResult) -> None:
+        """``result``'s run was judged (before its directory is removed)."""
 
 
 @dataclass
@@ -183,10 +197,10 @@ class WorkerRun:
     taken_over: bool = True
 
 
-async def run_case(explorer: Explorer, case: Case, golden: GoldenRun, hook: CrashStates | None = None) -> CaseResult:
+async def run_case(explorer: Explorer, case: Case, golden: GoldenRun, hook: CaseHook | None = None) -> CaseResult:
     """Run ``case`` end to end on ``explorer``'s session (module docstring) against its
     conversation's ``golden`` run; ``hook``: the pruning hook of the case loop running
-    it (:class:`.pruning.CrashStates`: crash states read whole, resumes shared). Never
+    it (:class:`CaseHook`: crash states read whole, resumes shared). Never
     raises for a case's own failure: harness problems become ``harness-error`` results."""
     t0 = time.monotonic()
     run_id = f"cm-run-{uuid.uuid4().hex[:16]}"
@@ -260,7 +274,7 @@ class CaseRun:
     run_id: str
     result: CaseResult
     workdir: Path
-    hook: CrashStates | None = None
+    hook: CaseHook | None = None
     allowance: dict[str, int] = field(default_factory=dict)
     resumes: int = 0
     done: bool = False

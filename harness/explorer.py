@@ -23,7 +23,7 @@ import copy
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,7 @@ import asyncpg
 from . import faults, invariants, oracle, registry
 from .adapter import Environment
 from .errors import CrashmatrixError, GoldenRunRefused, HarnessError
-from .case import CaseResult, read_log, run_case, tail
+from .case import CaseHook, CaseResult, read_log, run_case, tail
 from .faults import SessionResource
 from .golden import GoldenRun, determinism_gate, provider_failure
 from .history import End, WorkerReport
@@ -44,12 +44,14 @@ from .pool import STUCK_AFTER_S, WorkerExit, WorkerPool
 from .worker import Job
 
 if TYPE_CHECKING:
-    from .pruning import CrashStates
+    from .builds import Upgrade
+    from .netfaults import FaultProxyService
+    from .services.postgres import PostgresService
 
 _CASE_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("crashmatrix_case_env", default=None)
 #: the environment the case's *workers* get when it differs from the one the controller
 #: reads (a network case: links through its proxies; set by :mod:`.faults.net`)
-WORKER_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("crashmatrix_worker_env", default=None)
+_WORKER_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("crashmatrix_worker_env", default=None)
 #: the controller's pool on the case's PostgreSQL when it is not the session's (a
 #: db-restart case's server of its own; set by :mod:`.faults.db_restart`)
 _CASE_DB: contextvars.ContextVar[asyncpg.Pool | None] = contextvars.ContextVar("crashmatrix_case_db", default=None)
@@ -105,6 +107,8 @@ class Explorer:
     def __init__(
         self, env: Environment, pool: WorkerPool, subject: str, workload: str, workdir: Path,
         http: aiohttp.ClientSession, options: Options | None = None, *, adapter: Any = None,
+        upgrade: Upgrade | None = None, fault_proxy: FaultProxyService | None = None,
+        start_restartable_pg: Callable[[], PostgresService] | None = None,
     ) -> None:
         self.env = env
         self.pool = pool
@@ -115,20 +119,20 @@ class Explorer:
         #: (``subject`` then names the pair: :mod:`.builds`)
         self._adapter = adapter if adapter is not None else registry.subject(subject)
         #: the build pair of a two-build session (:mod:`.builds`): resumes run build B
-        self.upgrade: Any = None
+        self.upgrade = upgrade
         self.workdir = workdir
         self.http = http
         self.options = options or Options()
         self.db: asyncpg.Pool | None = None  # the controller's own connections (session)
         #: starts a PostgreSQL that db-restart cases may stop (set by the session); None
         #: when the user gave a DSN: the harness cannot restart someone else's server
-        self.start_restartable_pg: Any = None
+        self.start_restartable_pg = start_restartable_pg
         #: per fault kind, what it keeps for the session (:mod:`.faults.db_restart`'s
         #: server); released by :meth:`aclose`
         self.fault_state: dict[str, Any] = {}
         self._n = 0
         #: the session's fault proxy (:class:`.netfaults.FaultProxyService`), for net faults
-        self.fault_proxy: Any = None
+        self.fault_proxy = fault_proxy
 
     @property
     def adapter(self) -> Any:
@@ -160,6 +164,13 @@ class Explorer:
         ``db-restart`` case the PostgreSQL of its own."""
         return _CASE_ENV.get() or self.env
 
+    @property
+    def worker_env(self) -> Environment:
+        """The environment the case running in this task gives its workers: its links
+        through a fault proxy when a kind's setting made some (:meth:`scoped`), else
+        :attr:`case_env`."""
+        return _WORKER_ENV.get() or self.case_env
+
     @contextlib.contextmanager
     def scoped(self, *, env: Environment | None = None, worker_env: Environment | None = None,
                db: asyncpg.Pool | None = None, adapter: Any = None, scope: str | None = None) -> Iterator[None]:
@@ -170,7 +181,7 @@ class Explorer:
         case's jobs file its run under (a discovery case's). A fault kind's setting uses
         it (:class:`.faults.CaseSetting`)."""
         pairs: tuple[tuple[contextvars.ContextVar[Any], Any], ...] = (
-            (_CASE_ENV, env), (WORKER_ENV, worker_env), (_CASE_DB, db), (_CASE_ADAPTER, adapter), (_CASE_SCOPE, scope))
+            (_CASE_ENV, env), (_WORKER_ENV, worker_env), (_CASE_DB, db), (_CASE_ADAPTER, adapter), (_CASE_SCOPE, scope))
         tokens = [(var, var.set(value)) for var, value in pairs if value is not None]
         try:
             yield
@@ -190,7 +201,7 @@ class Explorer:
         self._n += 1
         worker_id = f"cmw-{self._n}-{uuid.uuid4().hex[:8]}"
         base = directory / worker_id
-        env = WORKER_ENV.get() or self.case_env
+        env = self.worker_env
         subject, build = self.subject, ""
         if self.upgrade is not None:  # A starts the run (and the golden runs), B resumes it
             b = self.upgrade.for_role(role)
@@ -381,7 +392,7 @@ class Explorer:
 
     # -- one case -----------------------------------------------------------------------
 
-    async def run_case(self, case: Case, golden: GoldenRun, hook: CrashStates | None = None) -> CaseResult:
+    async def run_case(self, case: Case, golden: GoldenRun, hook: CaseHook | None = None) -> CaseResult:
         """Run ``case`` end to end on this session (:func:`.case.run_case`; ``hook``: a
         case loop's pruning hook); never raises for a case's own failure: harness
         problems become ``harness-error`` results."""

@@ -13,13 +13,13 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import faults
 from .errors import GoldenRunRefused, PlanError
 from .defaults import DefaultMatrix
 from .enumeration import double_fault_cases, double_fault_note, enumerate_cases, shard, validate_case
-from .case import CaseResult
+from .case import CaseHook, CaseResult
 from .explorer import Explorer, Options
 from .golden import GoldenRun, golden_effects, golden_failure
 from .names import Names
@@ -27,9 +27,6 @@ from .plan import DEFAULT_SOURCES, Case, FaultPlan, Resume
 from .policies import policy_of
 from .session import open_session
 from .settings import RunSettings
-
-if TYPE_CHECKING:
-    from .pruning import CrashStates
 
 
 OUTCOMES = ("pass", "fail", "flaky", "harness-error", "not-run", "not-applicable")
@@ -364,7 +361,7 @@ def golden_result(workload: str, subject: str, golden: GoldenRun) -> CaseResult:
 
 
 async def run_case_replayed(
-    explorer: Explorer, case: Case, golden: GoldenRun, replay_failures: int = 0, hook: CrashStates | None = None,
+    explorer: Explorer, case: Case, golden: GoldenRun, replay_failures: int = 0, hook: CaseHook | None = None,
 ) -> CaseResult:
     """Run ``case`` against ``golden``; when it fails an oracle check, run it again (the
     same case id, the same plan, on the same session) up to ``replay_failures`` times,

@@ -356,14 +356,14 @@ class FaultProxyService:
             self.watchdog.forget_pgid(proc.pid)
 
 
-def _with_port(url: str, port: int) -> str:
+def with_port(url: str, port: int) -> str:
     parts = urlsplit(url)
     host = parts.hostname or "127.0.0.1"
     netloc = (f"{parts.username}@" if parts.username else "") + f"{host}:{port}"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def _upstream(url: str, link: str) -> str:
+def upstream_of(url: str, link: str) -> str:
     parts = urlsplit(url)
     if not parts.hostname or not parts.port or parts.password:
         raise HarnessError(f"link {link!r} cannot go through the fault proxy: {url.split('@')[-1]!r} is not a "
@@ -392,7 +392,7 @@ class CaseLinks:
     async def __aenter__(self) -> CaseLinks:
         try:
             for link in self.links:
-                upstream = _upstream(self._direct(link), link)
+                upstream = upstream_of(self._direct(link), link)
                 self.proxies[link] = await asyncio.to_thread(
                     self.client.create, upstream, f"cm-{self.tag}-{link}", "127.0.0.1:0")
         except BaseException:
@@ -402,9 +402,9 @@ class CaseLinks:
         dsn = self.env.dsn
         for link, proxy in self.proxies.items():
             if link == "db":
-                dsn = _with_port(dsn, proxy.port)
+                dsn = with_port(dsn, proxy.port)
             else:
-                providers[link] = _with_port(providers[link], proxy.port)
+                providers[link] = with_port(providers[link], proxy.port)
         options = {**self.env.options, **NET_OPTIONS,
                    "net": {"api": self.client.url, "proxies": {k: p.name for k, p in self.proxies.items()}}}
         self.worker_env = dataclasses.replace(self.env, dsn=dsn, providers=providers, options=options)

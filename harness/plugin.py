@@ -423,28 +423,30 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not wants_case:
         raise _collect_error(metafunc, "a test marked crashmatrix must take the crashmatrix_case fixture")
     state = _state(metafunc.config)
+    from .plan import Resume
+    from .settings import RunSettings
+
     try:
         s = resolve_settings(metafunc.config, marker)
-        from .names import resolve
-
-        names = resolve(s.workload, s.subject, conversations=s.conversations or None)  # a build pair's builds too
+        shape = s.matrix()  # crashmatrix run's default matrix when no kinds are set (defaults.py)
+        run = RunSettings.of(s.workload, s.subject, kinds=shape.kinds, sources=s.sources, matrix=shape,
+                             conversations=s.conversations or None, seed=s.sample_seed, shard=s.shard,
+                             replay_failures=s.replay_failures, jobs=s.jobs, resume=Resume.parse(s.resume))
+        names = run.names  # a build pair's builds checked too
         conversations = names.conversations or tuple(names.workload_object.conversations)
         entries = state.goldens.traces(s.workload, s.subject, conversations)
     except CrashmatrixError as exc:
         raise _collect_error(metafunc, str(exc)) from None
     from .enumeration import shard
-    from .plan import Resume
 
-    from .builds import label_cases, parse_subject
+    from .builds import label_cases
 
     try:
-        shape = s.matrix()  # crashmatrix run's default matrix when no kinds are set (defaults.py)
-        cases = label_cases(collected_cases(s.workload, entries, shape, s.sources, Resume.parse(s.resume),
-                                            s.sample_seed), parse_subject(s.subject))
+        cases = label_cases(collected_cases(s.workload, entries, shape, s.sources, run.resume, run.seed), names.upgrade)
     except CrashmatrixError as exc:
         raise _collect_error(metafunc, str(exc)) from None
-    if s.shard:
-        cases = shard(cases, s.shard)
+    if run.shard:
+        cases = shard(cases, run.shard)
     key = MatrixKey(metafunc.definition.nodeid, s.workload, s.subject, shape.all_kinds, s.sources, conversations,
                     s.shard)
     metafunc.parametrize("crashmatrix_case", [CaseParam(c, s.subject, key, s.replay_failures) for c in cases],

@@ -116,17 +116,15 @@ async def open_session(
         http = await stack.enter_async_context(aiohttp.ClientSession())
         cases_dir = workdir / "workers"
         cases_dir.mkdir()
-        explorer = Explorer(env, pool, subject, workload, cases_dir, http, options, adapter=adapter)  # type: ignore[arg-type]
-        explorer.upgrade = upgrade
-        if adapter is not None:
-            await adapter.describe()
         from .netfaults import FaultProxyService
 
-        # started by the first net case
-        explorer.fault_proxy = FaultProxyService(workdir, watchdog, seed=explorer.options.proxy_seed)
-        stack.callback(explorer.fault_proxy.close)
-        if postgres.restartable:
-            explorer.start_restartable_pg = postgres.start_restartable
+        proxy = FaultProxyService(workdir, watchdog, seed=(options or Options()).proxy_seed)  # started by the first net case
+        stack.callback(proxy.close)
+        explorer = Explorer(env, pool, subject, workload, cases_dir, http, options, adapter=adapter,  # type: ignore[arg-type]
+                            upgrade=upgrade, fault_proxy=proxy,
+                            start_restartable_pg=postgres.start_restartable if postgres.restartable else None)
+        if adapter is not None:
+            await adapter.describe()
         stack.push_async_callback(explorer.aclose)
         explorer.db = await asyncpg.create_pool(  # min_size 0: no floor to restore across a db-restart
             pg.dsn, min_size=0, max_size=4, server_settings={"application_name": "crashmatrix-controller"})

@@ -42,7 +42,7 @@ class Cancel(FaultKind):
 
     def act(self, recorder: Recorder, fault: Fault) -> None:
         assert recorder.scope is not None, "cancel fault fired outside the run's scope"
-        if recorder.loop is not None and not _on_loop_thread(recorder.loop):
+        if recorder.loop is not None and not on_loop_thread(recorder.loop):
             recorder.loop.call_soon_threadsafe(recorder.scope.cancel)
         else:
             recorder.scope.cancel()
@@ -57,7 +57,7 @@ def cancel_checks(ev: CrashEvidence) -> list[Verdict]:
                     (STEP_RECORDED, lambda: check_step_recorded(ev))])
 
 
-def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+def on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
     try:
         return asyncio.get_running_loop() is loop
     except RuntimeError:  # no loop running in this thread

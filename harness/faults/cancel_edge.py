@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._base import FaultKind, register
-from .cancel import _on_loop_thread, cancel_checks
+from .cancel import on_loop_thread, cancel_checks
 
 if TYPE_CHECKING:
     from ..oracle import CrashEvidence, Verdict
@@ -39,7 +39,7 @@ class CancelEdge(FaultKind):
         task, loop = recorder.task, recorder.loop
         assert task is not None and loop is not None, "cancel-edge fault fired outside the subject's task"
         recorder.edge_cancelled = True
-        if _on_loop_thread(loop):
+        if on_loop_thread(loop):
             task.cancel()
         else:
             loop.call_soon_threadsafe(task.cancel)

@@ -82,20 +82,19 @@ class DbOutage(Stops, CaseSetting, FaultKind):
 
     @contextlib.asynccontextmanager
     async def setting(self, cx: CaseRun) -> AsyncIterator[None]:
-        from ..explorer import WORKER_ENV
         from ..faultproxy.client import NotFound
-        from ..netfaults import _upstream, _with_port
+        from ..netfaults import upstream_of, with_port
 
         ex = cx.explorer
         if ex.fault_proxy is None:
             raise HarnessError("db-outage faults need the session's fault proxy (Explorer.fault_proxy is not set)")
         client = await ex.fault_proxy.client()
-        env = WORKER_ENV.get() or ex.case_env  # a net case's db proxy stays in the path
+        env = ex.worker_env  # a net case's db proxy stays in the path
         name = f"cm-{cx.run_id.removeprefix('cm-run-')}-db-outage"
-        proxy = await asyncio.to_thread(client.create, _upstream(env.dsn, "db"), name, "127.0.0.1:0")
+        proxy = await asyncio.to_thread(client.create, upstream_of(env.dsn, "db"), name, "127.0.0.1:0")
         outage = cx.kind_state[self.name] = Outage(proxy)
         try:
-            with ex.scoped(worker_env=dataclasses.replace(env, dsn=_with_port(env.dsn, proxy.port))):
+            with ex.scoped(worker_env=dataclasses.replace(env, dsn=with_port(env.dsn, proxy.port))):
                 yield
         finally:
             if outage.heal is not None and not outage.heal.done():

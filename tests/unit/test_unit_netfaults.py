@@ -15,7 +15,7 @@ from crashmatrix.harness.adapter import EffectEntry, Observation
 from crashmatrix.harness.errors import HarnessError, PlanError
 from crashmatrix.harness.enumeration import double_fault_cases, enumerate_cases
 from crashmatrix.harness.golden import GoldenRun
-from crashmatrix.harness.netfaults import NET_DEFAULTS, _upstream, _with_port, check_links, net_cases
+from crashmatrix.harness.netfaults import NET_DEFAULTS, upstream_of, with_port, check_links, net_cases
 from crashmatrix.harness.plan import PLAN_VERSION, TOXIC_ATTRIBUTES, Case, CrashPoint, Fault, FaultPlan, NetToxic
 
 POINT = {"source": "label", "name": "log.append.before", "task": "turn-4", "occurrence": 1}
@@ -192,12 +192,12 @@ def test_every_default_names_a_known_toxic_and_heal() -> None:
 
 def test_dsn_and_url_rewriting_keeps_everything_but_the_port() -> None:
     dsn = "postgresql://postgres@127.0.0.1:48547/crashmatrix?sslmode=disable"
-    assert _upstream(dsn, "db") == "127.0.0.1:48547"
-    assert _with_port(dsn, 9) == "postgresql://postgres@127.0.0.1:9/crashmatrix?sslmode=disable"
-    assert _with_port("http://127.0.0.1:41234", 7) == "http://127.0.0.1:7"
+    assert upstream_of(dsn, "db") == "127.0.0.1:48547"
+    assert with_port(dsn, 9) == "postgresql://postgres@127.0.0.1:9/crashmatrix?sslmode=disable"
+    assert with_port("http://127.0.0.1:41234", 7) == "http://127.0.0.1:7"
     for bad in ("host=/tmp/pg dbname=x", "postgresql:///x?host=/run/pg", "postgresql://u:secret@h:5/x"):
         with pytest.raises(HarnessError, match="cannot go through the fault proxy"):
-            _upstream(bad, "db")
+            upstream_of(bad, "db")
 
 
 def test_model_calls_repeated_after_a_lost_answer_are_allowed() -> None:

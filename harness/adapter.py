@@ -343,6 +343,10 @@ class Adapter(ABC):
     #: (the steps run again: each such effect's request goes out exactly once more);
     #: None: the runtime has no restore API (:meth:`restore_run`)
     restore_effects: str | None = None
+    #: the crash-point label after which the runtime's latest restore point is durable
+    #: (a log append; LangGraph: ``checkpoint.put.after``): the ``restore`` kind finds
+    #: the point in a trace by it, and takes the model calls after it as billed again
+    restore_point_label: str = "log.append.after"
 
     async def restore_point(self, env: Environment, run_id: str) -> str | None:
         """In the controller, while the worker running ``run_id`` is stopped at a crash

@@ -119,7 +119,7 @@ class Restore(Stops, FaultKind):
             return obs.status
         w.entry["took_effect"] = True  # the run goes back in time whatever its first worker did
         full = w.report.end.trace if w.report.end is not None else (w.report.fired.trace if w.report.fired else [])
-        again = rebillable(full, state["at"])
+        again = rebillable(full, state["at"], getattr(ex.adapter, "restore_point_label", LOG_APPEND_AFTER))
         before = await ex.evidence(cx.run_id)
         cont = await _bounded(ex, "restore_run", ex.adapter.restore_run(ex.case_env, cx.run_id, point))
         fork = cont != cx.run_id
@@ -131,10 +131,11 @@ class Restore(Stops, FaultKind):
             run = dataclasses.replace(cx, run_id=cont, done=False, resumes=0, allowance={})
             await run.drive(w.index + 1, restored.status)
         else:
-            for node, n in again.items():  # the runtime runs the steps after Q again: one more bill each
-                cx.allowance[node] = cx.allowance.get(node, 0) + n
             await cx.drive(w.index + 1, restored.status)
         final = await ex.evidence(cont)
+        if not fork:  # the runtime runs the steps after Q again: one more bill each
+            for node, n in rebill_allowance(before.model_calls, final.model_calls, again).items():
+                cx.allowance[node] = cx.allowance.get(node, 0) + n
         promise = str(getattr(ex.adapter, "restore_effects", None))
         original = before if not fork else None
         verdicts = [
@@ -165,13 +166,28 @@ async def _bounded(ex: Any, what: str, call: Any) -> Any:
         raise HarnessError(f"restore: {ex.subject}'s {what} did not return within {bound:g} s") from None
 
 
-def rebillable(trace: Trace, at: int) -> dict[str, int]:
+def rebillable(trace: Trace, at: int, label: str = LOG_APPEND_AFTER) -> dict[str, int]:
     """Per node, the model calls of ``trace`` (a worker's whole trace) after the
-    checkpoint current at its ``at``-th entry (the point: the last ``log.append.after``
-    among the first ``at`` entries; none: the run's start): what a restore to that
-    checkpoint runs again, each billed once more at most."""
-    q = max((i for i, e in enumerate(trace[:at]) if e[1] == LOG_APPEND_AFTER), default=-1)
+    checkpoint current at its ``at``-th entry (the point: the last ``label`` among the
+    first ``at`` entries, the append that made the runtime's checkpoint durable; none:
+    the run's start): what a restore to that checkpoint runs again, each billed once
+    more at most."""
+    q = max((i for i, e in enumerate(trace[:at]) if e[1] == label), default=-1)
     return dict(Counter(e[2] for e in trace[q + 1:] if e[1] == MODEL_CALL_BEFORE))
+
+
+def rebill_allowance(before: dict[str, int], after: dict[str, int], again: dict[str, int]) -> dict[str, int]:
+    """The model calls a restore may bill again, per node, as the end checks' allowance:
+    ``again`` (:func:`rebillable`), and for the nodes the run billed only after the
+    restore (a runtime that names the steps it runs again anew: LangGraph numbers its
+    supersteps on from the copy), what is left of ``again``'s total, node by node."""
+    out = dict(again)
+    left = sum(again.values()) - sum(max(0, min(after.get(n, 0) - before.get(n, 0), k)) for n, k in again.items())
+    for node in sorted(n for n in after if n not in before and n not in again):
+        take = min(after[node], max(0, left))
+        if take:
+            out[node], left = take, left - take
+    return out
 
 
 def _transcript(obs: Observation) -> list[Any] | None:
@@ -256,12 +272,14 @@ def check_model_rebilled(before: dict[str, int], after: dict[str, int], again: d
     """``restore.model_rebilled``: model calls billed after the restore (``after`` minus
     ``before``, per node; a fork's are all its own, ``before`` empty) only for the nodes
     the restore runs again, at most as often as the faulted worker's trace called them
-    after the checkpoint (``again``, :func:`rebillable`)."""
+    after the checkpoint (``again``, :func:`rebillable`; nodes named anew share what is
+    left of it: :func:`rebill_allowance`)."""
+    allowed = rebill_allowance(before, after, again)
     over = []
     for node in sorted(set(after)):
         extra = after.get(node, 0) - before.get(node, 0)
-        if extra > again.get(node, 0):
-            over.append(f"{node}: billed {extra} more, {again.get(node, 0)} after the restore point")
+        if extra > allowed.get(node, 0):
+            over.append(f"{node}: billed {extra} more, {allowed.get(node, 0)} after the restore point")
     if over:
         return Verdict(MODEL_REBILLED, "end", False,
                        "model answers recorded at the restore point billed again: " + "; ".join(over[:6]))

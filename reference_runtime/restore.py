@@ -1,4 +1,5 @@
-"""Operator restore: move a run back to an earlier point of its own log.
+"""Operator restore: move a run back to an earlier point of its own log (or fork a new
+run from it: :func:`fork`).
 
 Wall (docs/runtime.md, "Operator restore"): a run moved back to an earlier record must
 resume into a state the world can agree with. The world kept what the run did after
@@ -86,6 +87,40 @@ async def restore(conn: Any, run_id: str, upto_seq: int, *, by: str = "operator"
                 "DELETE FROM cm_effects WHERE run_id = $1 AND node_id <> ALL("
                 "SELECT node_id FROM cm_run_log WHERE run_id = $1)", run_id)
     return int(epoch)
+
+
+async def fork(conn: Any, run_id: str, upto_seq: int, fork_id: str, *, by: str = "operator") -> str:
+    """A new run ``fork_id`` from ``run_id``'s record ``upto_seq``: the run's row (its
+    input and workload, status ``paused``), its log up to that record and the effects
+    ledger's rows of the nodes in it are copied; ``run_id`` is left as it is. The fork
+    runs the nodes after the point again under its own run id, so its effects get keys
+    of their own (``sha256(fork_id:tool_call_id)``): a fresh attempt, sent once more.
+    Returns ``fork_id``. Raises :class:`RestoreRefused` if the run does not exist, its
+    log never reached ``upto_seq``, or ``fork_id`` is taken."""
+    acquire = getattr(conn, "acquire", None)
+    if acquire is not None:
+        async with acquire() as c:
+            return await fork(c, run_id, upto_seq, fork_id, by=by)
+    async with conn.transaction():
+        last = await conn.fetchval("SELECT coalesce(max(seq), 0) FROM cm_run_log WHERE run_id = $1", run_id)
+        made = await conn.fetchval(
+            "INSERT INTO cm_runs (run_id, workload, input, status, detail, queue) "
+            "SELECT $2, workload, input, 'paused', $3, queue FROM cm_runs WHERE run_id = $1 "
+            "ON CONFLICT (run_id) DO NOTHING RETURNING 1",
+            run_id, fork_id, f"forked by {by} from {run_id} at record {upto_seq}")
+        if made is None:
+            raise RestoreRefused(f"run {run_id!r} does not exist, or a run {fork_id!r} does")
+        if not 0 <= upto_seq <= last:
+            raise RestoreRefused(f"run {run_id!r}: its log ends at record {last}, it never reached {upto_seq}")
+        await conn.execute(
+            "INSERT INTO cm_run_log (run_id, seq, node_id, record, lease_epoch, kind, tokens, wall_ms, spawned) "
+            "SELECT $2, seq, node_id, record, 0, kind, tokens, wall_ms, spawned FROM cm_run_log "
+            "WHERE run_id = $1 AND seq <= $3", run_id, fork_id, upto_seq)
+        await conn.execute(
+            "INSERT INTO cm_effects (run_id, idem_key, node_id, tool, status, request, result, lease_epoch, resolution) "
+            "SELECT $2, idem_key, node_id, tool, status, request, result, 0, resolution FROM cm_effects "
+            "WHERE run_id = $1 AND node_id IN (SELECT node_id FROM cm_run_log WHERE run_id = $2)", run_id, fork_id)
+    return fork_id
 
 
 async def discarded_nodes(conn: Any, run_id: str) -> list[str]:

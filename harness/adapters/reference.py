@@ -256,6 +256,23 @@ class ReferenceAdapter(Adapter):
         return run_id
 
 
+class ReferenceForkAdapter(ReferenceAdapter):
+    """The reference runtime, restored by forking (:func:`.restore.fork`): a new run from
+    the point, the original left as it was."""
+
+    name = "reference-fork"
+    #: the fork runs the nodes after the point again under its own run id: its effects
+    #: get keys of their own and are sent once more
+    restore_effects = "fresh attempt"
+
+    async def restore_run(self, env: Environment, run_id: str, point: str) -> str:
+        """A fork ``<run id>~fork-<point>`` from record ``point`` (:func:`.restore.fork`)."""
+        from crashmatrix.reference_runtime import restore
+
+        return await restore.fork(await self._oracle_pool(env.dsn), run_id, int(point), f"{run_id}~fork-{point}",
+                                  by="crashmatrix")
+
+
 class ReferenceDeltaAdapter(ReferenceAdapter):
     """The reference runtime with the delta-and-snapshot store (a snapshot every 3 records)."""
 

@@ -42,4 +42,5 @@ MUTANTS: dict[str, str] = {
     "restore-recalls-model": "crashmatrix.scenarios.defects.restore_defects:RestoreRecallsModelAdapter",
     "restore-to-start": "crashmatrix.scenarios.defects.restore_defects:RestoreToStartAdapter",
     "restore-keeps-tool-results": "crashmatrix.scenarios.defects.restore_defects:RestoreKeepsToolResultsAdapter",
+    "fork-moves-original": "crashmatrix.scenarios.defects.restore_defects:ForkMovesOriginalAdapter",
 }

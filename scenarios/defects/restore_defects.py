@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from crashmatrix.harness.adapter import Environment
+from crashmatrix.harness.adapters.reference import ReferenceForkAdapter
 from crashmatrix.reference_runtime import Runtime
+from crashmatrix.reference_runtime import restore
 
 from ._base import MutantAdapter
 
@@ -103,3 +105,24 @@ class RestoreKeepsToolResultsAdapter(MutantAdapter):
                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                 [(run_id, int(point) + i + 1, *tuple(r)[1:]) for i, r in enumerate(kept)])
         return run_id
+
+
+class ForkMovesOriginalAdapter(MutantAdapter, ReferenceForkAdapter):
+    """Defect: the fork is made by moving the original back to the point and copying it
+    from there (a restore plus a copy), so the original loses what it did after the
+    point: its status, its transcript and answer are the fork's starting point, while
+    the providers kept its effects. Caught by ``restore.fork_original``."""
+
+    name = "defect:fork-moves-original"
+    baseline = "reference-fork"
+    defect = "a fork moves the original back to the point: the original run's outcome is gone"
+    source = ("DBOS fork_workflow and LangGraph forks promise the original's history intact; a fork made as "
+              "restore-then-copy breaks it")
+    caught_by = ("restore.fork_original",)
+    fault_kinds = ("restore",)
+    point_sources = ("label",)
+
+    async def restore_run(self, env: Environment, run_id: str, point: str) -> str:
+        fork_id = await super().restore_run(env, run_id, point)
+        await restore.restore(await self._oracle_pool(env.dsn), run_id, int(point), by="crashmatrix")
+        return fork_id

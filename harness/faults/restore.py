@@ -107,6 +107,8 @@ class Restore(Stops, FaultKind):
         point = await _bounded(ex, "restore_point", ex.adapter.restore_point(ex.case_env, cx.run_id))
         fired = w.report.fired.trace if w.report.fired is not None else []
         cx.kind_state[self.name] = {"point": point, "at": len(fired)}
+        if getattr(ex.workload, "operator_script", None) is not None:  # the answers the run had at its point
+            cx.kind_state[self.name]["answers"] = await cx.observe()
         w.entry["restore_point"] = point
 
     async def settle(self, cx: CaseRun, w: WorkerRun, obs: Observation) -> str:
@@ -146,8 +148,9 @@ class Restore(Stops, FaultKind):
         ]
         script = getattr(ex.workload, "operator_script", None)
         if script is not None:
+            at_point = state.get("answers") or restored
             verdicts.append(run_check(APPROVAL_RESPENT, "end", lambda: check_approvals(
-                restored, final.observation, cx.result.resume_trace)))
+                at_point, final.observation, cx.result.resume_trace)))
         if fork:
             now = await ex.evidence(cx.run_id)
             verdicts.append(run_check(FORK_ORIGINAL, "end", lambda: check_fork_original(before, now, cont)))
@@ -300,8 +303,9 @@ def _answers(obs: Observation) -> Counter[str]:
 
 
 def check_approvals(restored: Observation, final: Observation, resumed: Trace) -> Verdict:
-    """``restore.approval_respent``: each interrupt answer the run consumed after the
-    restore (recorded in ``final``'s transcript, not in the ``restored`` one) was asked
+    """``restore.approval_respent``: each interrupt answer the run holds at its end
+    (recorded in ``final``'s transcript) and did not hold at the point it was restored
+    to (``restored``: the state read while the worker was stopped there) was asked
     again: the workers after the restore handed an answer to that interrupt
     (``human.answer.before`` in the logical task ``human-<node>-<ordinal>`` of
     ``resumed``, the last resume's trace)."""
@@ -321,7 +325,7 @@ def check_approvals(restored: Observation, final: Observation, resumed: Trace) -
                        "an answer given after the restore point consumed again without the interrupt asked again: "
                        + "; ".join(respent))
     return Verdict(APPROVAL_RESPENT, "end", True, f"{sum(ended.values())} answer(s) recorded, "
-                                                  f"{sum(kept.values())} kept by the restore, the rest asked again")
+                                                  f"{sum(kept.values())} held at the restore point, the rest asked again")
 
 
 def _world(ev: Evidence) -> dict[str, Any]:

@@ -33,7 +33,8 @@ class RestoreForgetsLedgerAdapter(MutantAdapter):
     takes out of the log, as if the effects were undone with the run's state. The
     resumed run replays the model's answers (same tool call ids, same keys), finds no
     row, and sends each effect again: a provider that deduplicates on the key hides the
-    double charge, one that does not charges twice. Caught by
+    double charge, one that does not charges twice. Class: a restored checkpoint resumes
+    into a state that never existed together with the world's. Caught by
     ``restore.effect_reapplied`` (a request reached the provider again though the
     runtime promises to replay its record)."""
 
@@ -50,7 +51,8 @@ class RestoreRecallsModelAdapter(MutantAdapter):
     """Defect: after a restore the model nodes taken out of the log call the model again
     (:class:`ForgetsRecordedAnswersRuntime`): the new answer's tool calls have new ids,
     so the effects they ask for get new idempotency keys and the provider applies them
-    again: the double payment of a restored LangGraph checkpoint. Caught by
+    again: the double payment of a restored LangGraph checkpoint. Class: a restored
+    checkpoint resumes into a state that never existed together with the world's. Caught by
     ``restore.effect_reapplied`` (and at the end ``provider.payment.ledger_equal``)."""
 
     name = "defect:restore-recalls-model"
@@ -66,7 +68,8 @@ class RestoreToStartAdapter(MutantAdapter):
     """Defect: the restore ignores the point it is given and moves the run back to its
     start, asking the model again for every node (:class:`ForgetsRecordedAnswersRuntime`):
     answers recorded before the point, which the restore should have kept, are billed
-    twice. Caught by ``restore.model_rebilled``."""
+    twice. Class: a model answer billed twice without the runtime saying so. Caught by
+    ``restore.model_rebilled``."""
 
     name = "defect:restore-to-start"
     runtime_class = ForgetsRecordedAnswersRuntime
@@ -83,7 +86,8 @@ class RestoreToStartAdapter(MutantAdapter):
 class RestoreKeepsToolResultsAdapter(MutantAdapter):
     """Defect: the restore takes the model records after the point out of the log but
     leaves the tool records: the restored transcript holds tool results whose calls the
-    run has not made yet (never a state the run was in). Caught by
+    run has not made yet (never a state the run was in). Class: a restored state that is
+    no prefix of a run that could exist. Caught by
     ``restore.state_possible``."""
 
     name = "defect:restore-keeps-tool-results"
@@ -111,7 +115,8 @@ class ForkMovesOriginalAdapter(MutantAdapter, ReferenceForkAdapter):
     """Defect: the fork is made by moving the original back to the point and copying it
     from there (a restore plus a copy), so the original loses what it did after the
     point: its status, its transcript and answer are the fork's starting point, while
-    the providers kept its effects. Caught by ``restore.fork_original``."""
+    the providers kept its effects. Class: a fork that changes the original's outcome.
+    Caught by ``restore.fork_original``."""
 
     name = "defect:fork-moves-original"
     baseline = "reference-fork"

@@ -29,6 +29,9 @@ PROPERTIES: dict[str, str] = {
                      "work done beside the interrupt is not done again",
     "cancellation": "a run whose cancel the runtime's own API acknowledged does not run on to the end it would "
                     "have had",
+    "restore": "a run moved back to an earlier point (restored, forked) resumes into a state the world agrees "
+               "with: effects made since are not applied again unless the runtime promises a fresh attempt, "
+               "answers given since are asked again, a fork leaves the original as it was",
 }
 """Property name -> what it promises."""
 
@@ -72,6 +75,11 @@ _CHECKS: dict[str, tuple[str, str]] = {
     "worker.warm_path": ("resumability", "state one run left in the process"),
     "worker.stuck": ("resumability", "worker hung after its fault"),
     "cancel.honoured": ("cancellation", "cancel acknowledged and ignored"),
+    "restore.effect_reapplied": ("restore", "effect re-applied after restore"),
+    "restore.approval_respent": ("restore", "approval re-spent"),
+    "restore.state_possible": ("restore", "restored state never existed"),
+    "restore.model_rebilled": ("restore", "model answer billed twice"),
+    "restore.fork_original": ("restore", "fork changed the original"),
 }
 
 

@@ -102,15 +102,15 @@ _NO_API = "no cancel-api: the runtime offers no cancel of a run by id"
 _ASYNC = ("kill", "term", "cancel", "cancel-edge")
 RUNTIMES: tuple[Runtime, ...] = (
     Runtime("reference", "crashmatrix reference runtime", "reference", "checkout",
-            (*_ASYNC, "cancel-api", "pause", "db-restart"), ("crashmatrix",)),
+            (*_ASYNC, "cancel-api", "pause", "db-restart", "restore"), ("crashmatrix",)),
     Runtime("langgraph", "LangGraph (SQLite saver, sync durability)", f"{AD}.langgraph:LangGraphSqliteSyncAdapter",
-            f"{RW}.langgraph_checkout:KEYED", ("kill", "term"), ("langgraph", "langgraph-checkpoint-sqlite"),
+            f"{RW}.langgraph_checkout:KEYED", ("kill", "term", "restore"), ("langgraph", "langgraph-checkpoint-sqlite"),
             note="the graph runs in a thread (invoke): a cancel cannot reach it; " + _NO_LEASES),
     Runtime("langgraph-aio", "LangGraph (async SQLite saver, sync durability)",
             f"{AD}.langgraph:LangGraphAioSqliteSyncAdapter", f"{RW}.langgraph_checkout:KEYED", _ASYNC,
             ("langgraph", "langgraph-checkpoint-sqlite"), note=f"{_NO_API}; {_NO_LEASES}"),
     Runtime("dbos", "DBOS (SQLite)", f"{AD}.dbos:DBOSSqliteAdapter", f"{RW}.dbos_checkout:KEYED",
-            (*_ASYNC, "cancel-api"), ("dbos",), note=_NO_LEASES),
+            (*_ASYNC, "cancel-api", "restore"), ("dbos",), note=_NO_LEASES),
     Runtime("burr", "Apache Burr (SQLite persister)", f"{AD}.burr:BurrAdapter", f"{RW}.burr_checkout:KEYED", _ASYNC,
             ("apache-burr",), note=f"{_NO_API}; {_NO_LEASES}"),
     Runtime("pydantic-ai", "Pydantic AI durable execution (DBOS, SQLite)", "pydantic-ai-sqlite",

@@ -347,6 +347,9 @@ class Adapter(ABC):
     #: (a log append; LangGraph: ``checkpoint.put.after``): the ``restore`` kind finds
     #: the point in a trace by it, and takes the model calls after it as billed again
     restore_point_label: str = "log.append.after"
+    #: why the runtime cannot serve fault kind ``restore`` when it has no restore API
+    #: (one line, added to the not-applicable reason); None: the generic reason
+    restore_not_applicable: str | None = None
 
     async def restore_point(self, env: Environment, run_id: str) -> str | None:
         """In the controller, while the worker running ``run_id`` is stopped at a crash

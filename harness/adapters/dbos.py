@@ -573,8 +573,9 @@ class DBOSAdapter(Adapter):
         from its recorded steps."""
         await self._with_client(env, run_id, lambda client: client.resume_workflow(run_id))
 
-    #: ``DBOS.fork_workflow`` runs the steps from its start step again under the fork's
-    #: own workflow id ("a new workflow ... starting from the step", DBOS's docs)
+    #: ``DBOS.fork_workflow`` makes a new workflow with its own id, copies the inputs and
+    #: the steps before its start step, and runs the rest again (DBOS's docs, "Workflow
+    #: Management": forking)
     restore_effects = "fresh attempt"
 
     async def restore_point(self, env: Environment, run_id: str) -> str | None:

@@ -351,6 +351,36 @@ class Adapter(ABC):
         next worker continues the run. Default: none (``NotImplementedError``)."""
         raise NotImplementedError(f"{type(self).__name__} declares no cancel API of its runtime")
 
+    #: what the runtime promises about the effects a run made after the point it is
+    #: restored or forked to (fault kind ``restore``): ``"replays recorded"`` (its own
+    #: record answers them again; no request reaches a provider), ``"fresh attempt"``
+    #: (the steps run again: each such effect's request goes out exactly once more);
+    #: None: the runtime has no restore API (:meth:`restore_run`)
+    restore_effects: str | None = None
+    #: the crash-point label after which the runtime's latest restore point is durable
+    #: (a log append; LangGraph: ``checkpoint.put.after``): the ``restore`` kind finds
+    #: the point in a trace by it, and takes the model calls after it as billed again
+    restore_point_label: str = "log.append.after"
+    #: why the runtime cannot serve fault kind ``restore`` when it has no restore API
+    #: (one line, added to the not-applicable reason); None: the generic reason
+    restore_not_applicable: str | None = None
+
+    async def restore_point(self, env: Environment, run_id: str) -> str | None:
+        """In the controller, while the worker running ``run_id`` is stopped at a crash
+        point (fault kind ``restore``): the runtime's own name for the point the run is
+        at (its latest checkpoint: a log seq, a checkpoint id, a step number), as
+        :meth:`restore_run` takes it; None when the run has none yet. Default: no
+        restore API (``NotImplementedError``)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no restore API of its runtime")
+
+    async def restore_run(self, env: Environment, run_id: str, point: str) -> str:
+        """In the controller, once the run has gone past ``point`` (a value of
+        :meth:`restore_point`): move the run back to it through the runtime's own API
+        (time travel, an operator's restore: returns ``run_id``), or fork a new run from
+        it (returns the new run's id, which the harness resumes by that id). Default:
+        none (``NotImplementedError``)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no restore API of its runtime")
+
     def describe(self) -> str:
         return (type(self).__doc__ or self.name).strip().splitlines()[0]
 
@@ -360,10 +390,13 @@ class Adapter(ABC):
         (nothing imported, nothing made): ``"cancel"`` (:attr:`cancel_reaches_run`),
         ``"cancel-api"`` (:meth:`cancel_run` and :meth:`resume_cancelled`
         implemented, the cancel not final: :attr:`cancel_is_final`), ``"leases"``
-        (:attr:`harness_db_leases`)."""
+        (:attr:`harness_db_leases`), ``"restore"`` (:meth:`restore_point` and
+        :meth:`restore_run` implemented, :attr:`restore_effects` declared)."""
         words = {"cancel": cls.cancel_reaches_run, "leases": cls.harness_db_leases,
                  "cancel-api": (cls.cancel_run is not Adapter.cancel_run and not cls.cancel_is_final
-                                and cls.resume_cancelled is not Adapter.resume_cancelled)}
+                                and cls.resume_cancelled is not Adapter.resume_cancelled),
+                 "restore": (cls.restore_effects in RESTORE_PROMISES and cls.restore_point is not Adapter.restore_point
+                             and cls.restore_run is not Adapter.restore_run)}
         return frozenset(w for w, there in words.items() if there)
 
 
@@ -414,3 +447,16 @@ def has_cancel_api(adapter: Any) -> bool:
     cls = type(adapter)
     return (getattr(cls, "cancel_run", Adapter.cancel_run) is not Adapter.cancel_run
             and getattr(cls, "resume_cancelled", Adapter.resume_cancelled) is not Adapter.resume_cancelled)
+
+
+def has_restore_api(adapter: Any) -> bool:
+    """Whether ``adapter`` implements :meth:`Adapter.restore_point` and
+    :meth:`Adapter.restore_run` and declares :attr:`Adapter.restore_effects`."""
+    cls = type(adapter)
+    return (getattr(adapter, "restore_effects", None) in RESTORE_PROMISES
+            and getattr(cls, "restore_point", Adapter.restore_point) is not Adapter.restore_point
+            and getattr(cls, "restore_run", Adapter.restore_run) is not Adapter.restore_run)
+
+
+RESTORE_PROMISES = ("replays recorded", "fresh attempt")
+"""The values of :attr:`Adapter.restore_effects`."""

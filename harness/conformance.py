@@ -100,7 +100,7 @@ def _restate_release() -> str:
 
 CAPABILITY_KINDS: tuple[tuple[str | None, tuple[str, ...]], ...] = (
     (None, ("kill", "term")), ("cancel", ("cancel", "cancel-edge")), ("cancel-api", ("cancel-api",)),
-    ("leases", ("pause", "db-restart")))
+    ("leases", ("pause", "db-restart")), ("restore", ("restore",)))
 """The fault kinds a runtime's row runs, by the capability each needs
 (:meth:`.adapter.Adapter.capabilities`; None: every runtime), in the table's order."""
 NO_API = "no cancel-api: the runtime offers no cancel of a run by id"

@@ -76,6 +76,7 @@ WHY_NOT_RUN: dict[str, str] = {
     "cancel-edge": "the cancellation landed where the subject never awaits again, or on a caller whose work ran "
                    "on (a thread, a shielded task)",
     "cancel-api": "the run had already ended when the cancel went out",
+    "restore": "the run had no checkpoint yet when the point was passed: nothing to restore to",
 }
 """Per fault kind, what most likely made its cases not run (a hint after the reason)."""
 

@@ -18,7 +18,7 @@ pickle. Schema, version 1::
 
     {"version": 1,
      "faults": [{"kind": "kill" | "term" | "cancel" | "pause" | "db-restart" | "net" | "freeze"
-                         | "cancel-edge" | "cancel-api" | "db-outage",    # fault_kinds(), in order
+                         | "cancel-edge" | "cancel-api" | "db-outage" | "restore",    # fault_kinds(), in order
                  "point": {"source": "step" | "label" | "await", "name": str,
                            "task": str, "occurrence": int >= 1},
                  "net": {...},            # with kind "net" only, see NetToxic

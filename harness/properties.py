@@ -30,5 +30,8 @@ PROPERTIES: dict[str, str] = {
                      "work done beside the interrupt is not done again",
     "cancellation": "a run whose cancel the runtime's own API acknowledged does not run on to the end it would "
                     "have had",
+    "restore": "a run moved back to an earlier point (restored, forked) resumes into a state the world agrees "
+               "with: effects made since are not applied again unless the runtime promises a fresh attempt, "
+               "answers given since are asked again, a fork leaves the original as it was",
 }
 """Property name -> what it promises."""

@@ -17,6 +17,7 @@ from .errors import RegistryError
 SUBJECTS: dict[str, str] = {
     "reference": "crashmatrix.harness.adapters.reference:ReferenceAdapter",
     "reference-delta": "crashmatrix.harness.adapters.reference:ReferenceDeltaAdapter",
+    "reference-fork": "crashmatrix.harness.adapters.reference:ReferenceForkAdapter",
     # runtimes nobody here wrote, each behind its extra (docs/findings.md); loading one
     # without its extra raises RegistryError naming the extra to install
     "pydantic-ai-sqlite": "crashmatrix.harness.adapters.pydantic_ai:PydanticAISqliteAdapter",

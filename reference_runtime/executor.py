@@ -83,8 +83,8 @@ from crashmatrix.harness.crashpoint import (
 
 from opentelemetry.trace import SpanKind, TracerProvider
 
-from . import attempts, budgets, codec, subagents, sweep, tracing
-from .agent import Agent, OutcomeUnknown, ProbeOutcome, ToolContext, ToolOutcome, TransientFailure
+from . import attempts, budgets, codec, restore, subagents, sweep, tracing
+from .agent import Agent, ModelReply, OutcomeUnknown, ProbeOutcome, ToolContext, ToolOutcome, TransientFailure
 from .blobs import DEFAULT_THRESHOLD, BlobStore
 from .db import DatabaseUnavailable, Db
 from .drain import WorkerDrain
@@ -208,6 +208,11 @@ class Runtime:
     #: attempts in a row without progress after which a run gives up (:mod:`.attempts`);
     #: None: never
     max_attempts_without_progress: int | None = attempts.MAX_ATTEMPTS_WITHOUT_PROGRESS
+    #: a model node that an operator's restore took out of the log is answered again from
+    #: its record, not by a new model call (:mod:`.restore`: the tool calls it asks for keep
+    #: their ids, so their effects keep their idempotency keys); False: the mutant that
+    #: forgets it
+    replay_restored: bool = True
 
     @property
     def execution_class(self) -> type[Execution]:
@@ -309,6 +314,8 @@ class Runtime:
         try:
             graph = self.graph_class.rehydrate(run_id, run_input, await self.store.read(run_id), blobs=self.blobs)
             execution = self._execution = self.execution_class(self, graph, lease)
+            if self.replay_restored:  # a restored run answers its model nodes again from their records
+                execution.replies = await restore.recorded_replies(self.db, run_id, self.blobs)
             status, detail = await execution.schedule()
         except codec.UnreadablePayload as exc:
             # a record this build cannot read (written by another build: a newer format,
@@ -434,6 +441,8 @@ class Execution:
         #: ``anyio.Event`` without its lookup of the backend (set by :meth:`schedule`)
         self._new_event: Callable[[], anyio.Event] = anyio.Event
         self.started_at: dict[str, float] = {}
+        #: model replies recorded before an operator's restore, by node id (:mod:`.restore`)
+        self.replies: dict[str, ModelReply] = {}
         #: the input of every spawned model node (``{}``), encoded once per attempt, as the
         #: fields the record's constructor builds its spec's payload from (a Payload object
         #: would be copied into every record that spawns one)
@@ -645,7 +654,7 @@ class Execution:
         node_id = spec.node_id
         agent = self.agent_for(node_id)
         messages = self.graph.transcript(upto=node_id)
-        reply = await self.call_model(node_id, messages)
+        reply = self.replies.pop(node_id, None) or await self.call_model(node_id, messages)
         calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]
         assistant: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if calls:

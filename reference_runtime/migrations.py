@@ -11,12 +11,12 @@ from importlib import resources
 
 import asyncpg
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """2: adds cm_run_invocations, cm_effects.resolution and an index for retention; 3: the
 ``limit_exceeded`` status; 4: ``cm_runs.queue`` (the sweep's, :mod:`.sweep`); 5: the
 ``cannot_migrate`` and ``cancelled`` statuses; 6: ``cm_run_log.kind``, ``tokens``,
-``wall_ms`` and ``spawned`` (:func:`.logstore.record_facts`; NULL in older rows). An older
-database is brought to 6 by re-running the (idempotent) schema.sql."""
+``wall_ms`` and ``spawned`` (:func:`.logstore.record_facts`; NULL in older rows); 7:
+``cm_run_restored`` (:mod:`.restore`). An older database is brought to 7 by re-running the (idempotent) schema.sql."""
 # An arbitrary, fixed 64-bit key for pg_advisory_lock ("crashmat" in ASCII).
 _ADVISORY_KEY = 0x63726173686D6174
 

@@ -1,4 +1,4 @@
--- Schema of the reference runtime (version 6; version 1 lacked cm_run_invocations and
+-- Schema of the reference runtime (version 7, which adds cm_run_restored; version 1 lacked cm_run_invocations and
 -- cm_effects.resolution, versions 1-2 the 'limit_exceeded' status, versions 1-3
 -- cm_runs.queue, versions 1-4 the 'cannot_migrate' and 'cancelled' statuses, versions 1-5
 -- the facts beside each log record: the statements below add them to an older database). Applied by migrations.migrate() once per
@@ -105,4 +105,16 @@ ALTER TABLE cm_run_log ADD COLUMN IF NOT EXISTS tokens bigint;
 ALTER TABLE cm_run_log ADD COLUMN IF NOT EXISTS wall_ms bigint;
 ALTER TABLE cm_run_log ADD COLUMN IF NOT EXISTS spawned text[];
 
-INSERT INTO cm_schema_version (version) VALUES (6) ON CONFLICT DO NOTHING;
+-- The log rows an operator's restore took out of a run (restore.py), kept for the record:
+-- restore_epoch is the lease epoch the restore set.
+CREATE TABLE IF NOT EXISTS cm_run_restored (
+    run_id        text   NOT NULL,
+    restore_epoch bigint NOT NULL,
+    seq           bigint NOT NULL,
+    node_id       text   NOT NULL,
+    record        bytea  NOT NULL,
+    lease_epoch   bigint NOT NULL,
+    PRIMARY KEY (run_id, restore_epoch, seq)
+);
+
+INSERT INTO cm_schema_version (version) VALUES (7) ON CONFLICT DO NOTHING;

@@ -84,6 +84,10 @@ class BurrAdapter(Adapter):
     subject_packages = ("burr",)
     requires = ("burr.core.persistence",)
     extra = "burr"
+    #: why fault kind ``restore`` is not applicable (the kind's reason names it)
+    restore_not_applicable = ("Burr forks an application from a persisted sequence id, "
+                              "ApplicationBuilder.initialize_from(fork_from_app_id=..., fork_from_sequence_id=...); "
+                              "this adapter does not wire it")
 
     @staticmethod
     def path(env: Environment, run_id: str) -> Path:

@@ -159,6 +159,11 @@ def point(name: str) -> None:
         crashpoint(name)
 
 
+FORK_SEPARATOR = "~fork-"
+"""A fork's workflow id is its original's, this, and the step it starts at: the adapter
+files it with its original (:meth:`DBOSAdapter.restore_run`)."""
+
+
 def executor_id(run_id: str) -> str:
     return f"cm-{run_id}"
 
@@ -281,8 +286,9 @@ class DBOSAdapter(Adapter):
     @staticmethod
     def _scope(env: Environment, run_id: str) -> str:
         """What the run is filed under: the case's recovery scope (a discovery case,
-        ``Environment.options["recovery_scope"]``), else the run id."""
-        return str(env.options.get("recovery_scope") or run_id)
+        ``Environment.options["recovery_scope"]``), else the run id (a fork's, its
+        original's: :data:`FORK_SEPARATOR`)."""
+        return str(env.options.get("recovery_scope") or run_id.split(FORK_SEPARATOR, 1)[0])
 
     def system_database_url(self, env: Environment, run_id: str, application_name: str | None = None) -> str:
         """SQLite: one file per run (``workdir/dbos/<run id or scope>.sqlite``).
@@ -566,6 +572,38 @@ class DBOSAdapter(Adapter):
         queue, whose next poll by a worker of this run's application version continues it
         from its recorded steps."""
         await self._with_client(env, run_id, lambda client: client.resume_workflow(run_id))
+
+    #: ``DBOS.fork_workflow`` makes a new workflow with its own id, copies the inputs and
+    #: the steps before its start step, and runs the rest again (DBOS's docs, "Workflow
+    #: Management": forking)
+    restore_effects = "fresh attempt"
+
+    async def restore_point(self, env: Environment, run_id: str) -> str | None:
+        """The step a fork from here starts at: one past the newest step DBOS recorded
+        (``list_workflow_steps``), None when the workflow has no row yet."""
+        def read(client: Any) -> str | None:
+            if not client.list_workflows(workflow_ids=[run_id], load_input=False, load_output=False):
+                return None
+            return str(1 + max((s["function_id"] for s in client.list_workflow_steps(run_id)), default=0))
+
+        if self.backend == "sqlite" and not (Path(env.workdir) / "dbos" / f"{self._scope(env, run_id)}.sqlite").exists():
+            return None
+        return await self._with_client(env, run_id, read)
+
+    async def restore_run(self, env: Environment, run_id: str, point: str) -> str:
+        """DBOS's fork, ``DBOSClient.fork_workflow(run_id, start_step)`` under the id
+        ``<run id>~fork-<start step>`` (``SetWorkflowID``; filed with its original:
+        same file, executor id and application version, so a resume worker of the fork
+        dequeues it). Returns the fork's id."""
+        from dbos import SetWorkflowID
+
+        fork_id = f"{run_id}{FORK_SEPARATOR}{point}"
+
+        def fork(client: Any) -> str:
+            with SetWorkflowID(fork_id):
+                return str(client.fork_workflow(run_id, int(point)).workflow_id)
+
+        return str(await self._with_client(env, run_id, fork))
 
     async def observe(self, env: Environment, run_id: str) -> Observation:
         # the workload reads its recorded steps: ``model_step``, ``transcript(run_input,

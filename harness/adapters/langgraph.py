@@ -845,6 +845,51 @@ class LangGraphAdapter(Adapter):
 
         return await asyncio.to_thread(read)
 
+    #: LangGraph's time travel runs the nodes after the checkpoint again, "including any
+    #: LLM calls, API requests, and interrupts" (its docs, "Use time-travel")
+    restore_effects = "fresh attempt"
+    #: a restore point is a checkpoint: the one ``put`` made durable (the ``restore``
+    #: kind finds it in a trace by this label)
+    restore_point_label = "checkpoint.put.after"
+
+    @contextlib.contextmanager
+    def _graph_on(self, env: Environment, run_id: str, application_name: str) -> Iterator[Any]:
+        """The session's workload's graph compiled on the run's saver (no hooks), or
+        None when the run has no storage yet."""
+        workload = self.workload_of(env)
+        with self.open_saver(env, run_id, application_name, create=False) as saver:
+            yield None if saver is None else workload.compile(self.api, NodeHooks(None, None, None), saver)
+
+    async def restore_point(self, env: Environment, run_id: str) -> str | None:
+        """The id of the thread's latest checkpoint (``get_state(...).config``), None
+        before its first."""
+        def read() -> str | None:
+            with self._graph_on(env, run_id, "crashmatrix-oracle") as graph:
+                if graph is None:
+                    return None
+                snapshot = graph.get_state(self.thread_config(run_id))
+                return (snapshot.config or {}).get("configurable", {}).get("checkpoint_id")
+
+        return await asyncio.to_thread(read)
+
+    async def restore_run(self, env: Environment, run_id: str, point: str) -> str:
+        """Time travel to checkpoint ``point`` of the thread, as LangGraph's docs fork
+        it: ``update_state`` on that checkpoint's config with ``as_node="__copy__"`` (a
+        copy of it becomes the thread's head, the history stays), so the next
+        ``invoke(None)`` of the thread, a resume worker's, runs on from it. The thread
+        (the run id) stays the same. Raises ``ValueError`` when the thread has no such
+        checkpoint."""
+        def fork() -> None:
+            with self._graph_on(env, run_id, "crashmatrix-restore") as graph:
+                config = self.thread_config(run_id)
+                config["configurable"].update(checkpoint_ns="", checkpoint_id=point)
+                if graph is None or graph.get_state(config).config is None:
+                    raise ValueError(f"thread {run_id} has no checkpoint {point}")
+                graph.update_state(config, None, as_node="__copy__")
+
+        await asyncio.to_thread(fork)
+        return run_id
+
 
 def _variant(api: str, backend: str, durability: str, aio: bool = False, drain: bool = False) -> type[LangGraphAdapter]:
     api_word = "StateGraph" if api == "graph" else "functional API"

@@ -236,6 +236,44 @@ class ReferenceAdapter(Adapter):
 
         await cancellation.resume(await self._oracle_pool(env.dsn), run_id, by="crashmatrix")
 
+    #: the operator's restore keeps the effects ledger: a tool call made again after a
+    #: restore is answered from its recorded result (reference_runtime/restore.py)
+    restore_effects = "replays recorded"
+    #: the restore's handling of the ledger; the mutant that forgets it sets False
+    restore_keeps_ledger = True
+
+    async def restore_point(self, env: Environment, run_id: str) -> str | None:
+        """The seq of the run's newest record (:func:`.restore.current_point`)."""
+        from crashmatrix.reference_runtime import restore
+
+        seq = await restore.current_point(await self._oracle_pool(env.dsn), run_id)
+        return str(seq)
+
+    async def restore_run(self, env: Environment, run_id: str, point: str) -> str:
+        """The operator's restore to record ``point`` (:func:`.restore.restore`), in place."""
+        from crashmatrix.reference_runtime import restore
+
+        await restore.restore(await self._oracle_pool(env.dsn), run_id, int(point), by="crashmatrix",
+                              keep_ledger=self.restore_keeps_ledger)
+        return run_id
+
+
+class ReferenceForkAdapter(ReferenceAdapter):
+    """The reference runtime, restored by forking (:func:`.restore.fork`): a new run from
+    the point, the original left as it was."""
+
+    name = "reference-fork"
+    #: the fork runs the nodes after the point again under its own run id: its effects
+    #: get keys of their own and are sent once more
+    restore_effects = "fresh attempt"
+
+    async def restore_run(self, env: Environment, run_id: str, point: str) -> str:
+        """A fork ``<run id>~fork-<point>`` from record ``point`` (:func:`.restore.fork`)."""
+        from crashmatrix.reference_runtime import restore
+
+        return await restore.fork(await self._oracle_pool(env.dsn), run_id, int(point), f"{run_id}~fork-{point}",
+                                  by="crashmatrix")
+
 
 class ReferenceDeltaAdapter(ReferenceAdapter):
     """The reference runtime with the delta-and-snapshot store (a snapshot every 3 records)."""

@@ -15,7 +15,7 @@ from . import _base
 from ._base import (
     KINDS, CaseSetting, Drains, FaultKind, ObservesBefore, SessionResource, Stops, UnderLock, register,
 )
-from . import kill, term, cancel, pause, db_restart, net, freeze, cancel_edge, cancel_api, db_outage  # noqa: E402,F401  registration order
+from . import kill, term, cancel, pause, db_restart, net, freeze, cancel_edge, cancel_api, db_outage, restore  # noqa: E402,F401  registration order
 
 __all__ = [
     "KINDS", "CaseSetting", "Drains", "FaultKind", "ObservesBefore", "SessionResource", "Stops", "UnderLock",

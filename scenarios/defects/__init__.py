@@ -38,4 +38,9 @@ MUTANTS: dict[str, str] = {
     "pickle-moved-class": "crashmatrix.scenarios.defects.upgrade_defects:PickleMovedClassAdapter",
     "missing-upgrader": "crashmatrix.scenarios.defects.upgrade_defects:MissingUpgraderAdapter",
     "renamed-step": "crashmatrix.scenarios.defects.upgrade_defects:RenamedStepAdapter",
+    "restore-forgets-ledger": "crashmatrix.scenarios.defects.restore_defects:RestoreForgetsLedgerAdapter",
+    "restore-recalls-model": "crashmatrix.scenarios.defects.restore_defects:RestoreRecallsModelAdapter",
+    "restore-to-start": "crashmatrix.scenarios.defects.restore_defects:RestoreToStartAdapter",
+    "restore-keeps-tool-results": "crashmatrix.scenarios.defects.restore_defects:RestoreKeepsToolResultsAdapter",
+    "fork-moves-original": "crashmatrix.scenarios.defects.restore_defects:ForkMovesOriginalAdapter",
 }

@@ -62,7 +62,7 @@ def test_selftest_fast_catches_every_mutant_and_the_clean_runtime_passes(cli_env
         assert "caught" in row and m["first_case"] in row and m["check"] in row, row
 
     baselines = {b["subject"]: b for b in report["baselines"]}
-    assert set(baselines) == {s.baseline for s in specs.values()} == {"reference", "reference-delta",
+    assert set(baselines) == {s.baseline for s in specs.values()} == {"reference", "reference-delta", "reference-fork",
                                                                       "reference>>reference-next"}
     for b in baselines.values():
         assert b["ok"] and b["failures"] == [] and b["cases"]["pass"] == b["cases"]["run"] >= 1, b

@@ -17,15 +17,15 @@ RESUME = [("label", "log.append.before", "turn-3", 1), ("step", "step.after", "t
 
 def test_the_registry_is_the_plan_s_kinds_with_their_abilities() -> None:
     assert plan.fault_kinds() == faults.names() == ("kill", "term", "cancel", "pause", "db-restart", "net", "freeze",
-                                                  "cancel-edge", "cancel-api", "db-outage")
+                                                  "cancel-edge", "cancel-api", "db-outage", "restore")
     assert order_kinds(faults.names()) == ("kill", "term", "cancel", "cancel-edge", "pause", "cancel-api", "net",
-                                           "db-restart", "freeze", "db-outage")
+                                           "db-restart", "freeze", "db-outage", "restore")
     ability = {name: {a.__name__ for a in (faults.UnderLock, faults.Drains, faults.ObservesBefore, faults.Stops,
                                             faults.CaseSetting) if isinstance(k, a)} for name, k in faults.KINDS.items()}
     assert ability == {"kill": {"UnderLock"}, "term": {"Drains", "ObservesBefore"}, "cancel": set(),
                        "pause": {"Stops"}, "db-restart": {"Stops", "CaseSetting"}, "net": {"CaseSetting"},
                        "freeze": {"Stops"}, "cancel-edge": set(), "cancel-api": {"Stops"},
-                       "db-outage": {"Stops", "CaseSetting"}}
+                       "db-outage": {"Stops", "CaseSetting"}, "restore": {"Stops"}}
     assert [k for k, v in faults.KINDS.items() if not v.bare] == ["net"]
 
 

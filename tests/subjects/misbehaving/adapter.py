@@ -74,3 +74,11 @@ class ObserveRaises(ReferenceAdapter):
 
     async def observe(self, env: Environment, run_id: str) -> Observation:
         raise RuntimeError("column cm_runs.status2 does not exist")
+
+
+class NoRestore(ReferenceAdapter):
+    """Declares no restore API (no ``restore_effects`` promise): fault kind ``restore``
+    is not applicable to it."""
+
+    name = "misbehaving-no-restore"
+    restore_effects = None

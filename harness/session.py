@@ -118,7 +118,8 @@ async def open_session(
         cases_dir.mkdir()
         from .netfaults import FaultProxyService
 
-        proxy = FaultProxyService(workdir, watchdog, seed=(options or Options()).proxy_seed)  # started by the first net case
+        proxy = FaultProxyService(workdir, watchdog, seed=(options or Options()).proxy_seed,  # started by the first net case
+                                  services=postgres.services)
         stack.callback(proxy.close)
         explorer = Explorer(env, pool, subject, workload, cases_dir, http, options, adapter=adapter,  # type: ignore[arg-type]
                             upgrade=upgrade, fault_proxy=proxy,

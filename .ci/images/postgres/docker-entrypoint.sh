@@ -16,7 +16,7 @@ if [ "$1" = postgres ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
   auth="${POSTGRES_HOST_AUTH_METHOD:-scram-sha-256}"
   if [ -n "$POSTGRES_PASSWORD" ]; then
     printf '%s\n' "$POSTGRES_PASSWORD" > /tmp/pwfile
-    set -- "$@"; pw="--pwfile=/tmp/pwfile"
+    pw="--pwfile=/tmp/pwfile"
   elif [ "$auth" != trust ]; then
     echo "docker-entrypoint: set POSTGRES_PASSWORD, or POSTGRES_HOST_AUTH_METHOD=trust" >&2; exit 1
   fi

@@ -1,0 +1,5 @@
+package collectors
+
+const (
+	namespace string = "toxiproxy"
+)

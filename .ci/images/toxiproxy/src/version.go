@@ -1,0 +1,3 @@
+package toxiproxy
+
+var Version = "git"

@@ -250,6 +250,11 @@ class Adapter(ABC):
     #: :mod:`.resident`: resumes and cancelled workers cost ~2 ms of CPU instead of a
     #: fork's ~13). False: every job forks a worker of its own (docs/adapters.md)
     long_lived_workers: bool = False
+    #: the runtime's cancel is terminal: no API of it resumes a cancelled run (Absurd:
+    #: ``retry_task`` refuses a task that is not ``failed``). A ``cancel-api`` case then
+    #: ends at its crash state, the run cancelled, judged by the cancel's own checks, and
+    #: :meth:`Adapter.resume_cancelled` need not be implemented
+    cancel_is_final: bool = False
 
     #: the workload's persons in the loop this adapter hands a waiting run to and goes on:
     #: ``"operator"`` (the workload's coroutine on the reference runtime's store,
@@ -334,7 +339,8 @@ class Adapter(ABC):
     async def resume_cancelled(self, env: Environment, run_id: str) -> None:
         """In the controller, after a ``cancel-api`` fault's crash state was checked:
         undo the cancel through the runtime's own API (DBOS ``resume_workflow``), so the
-        next worker continues the run. Default: none (``NotImplementedError``)."""
+        next worker continues the run. Not called for a runtime whose
+        :attr:`cancel_is_final`. Default: none (``NotImplementedError``)."""
         raise NotImplementedError(f"{type(self).__name__} declares no cancel API of its runtime")
 
     def describe(self) -> str:
@@ -383,8 +389,10 @@ def findable(module: str) -> bool:
 
 
 def has_cancel_api(adapter: Any) -> bool:
-    """Whether ``adapter`` implements :meth:`Adapter.cancel_run` and
-    :meth:`Adapter.resume_cancelled` (its runtime's own cancel API)."""
+    """Whether ``adapter`` implements :meth:`Adapter.cancel_run` and either
+    :meth:`Adapter.resume_cancelled` or declares :attr:`Adapter.cancel_is_final` (its
+    runtime's own cancel API)."""
     cls = type(adapter)
     return (getattr(cls, "cancel_run", Adapter.cancel_run) is not Adapter.cancel_run
-            and getattr(cls, "resume_cancelled", Adapter.resume_cancelled) is not Adapter.resume_cancelled)
+            and (getattr(cls, "resume_cancelled", Adapter.resume_cancelled) is not Adapter.resume_cancelled
+                 or bool(getattr(cls, "cancel_is_final", False))))

@@ -235,7 +235,7 @@ ENTRIES: tuple[Entry, ...] = (
           "https://github.com/earendil-works/absurd/issues/95",
           "https://github.com/earendil-works/absurd/commit/4aec33eaa8f227249c3234f57a806b1fd7c9a6d1", "absurd-sdk",
           "0.3.0", "0.4.0", f"{AD}.absurd:AbsurdAdapter", f"{RW}.absurd_checkout:KEYED", ("cancel-api",), pins=("absurdctl",),
-          symptom=("cancel.", "run.", "worker.", "resume.")),
+          symptom=("cancel.", "run.", "worker.", "resume."), expect="found"),
     Entry("langgraph-6161", "on a nested (subgraph) resume, already-completed @task writes are not reused and the "
           "task re-executes", "langchain-ai/langgraph", "PR 6161", "https://github.com/langchain-ai/langgraph/pull/6161",
           "https://github.com/langchain-ai/langgraph/pull/6227", "langgraph", "0.6.7", "",

@@ -72,6 +72,8 @@ _CHECKS: dict[str, tuple[str, str]] = {
     "worker.warm_path": ("resumability", "state one run left in the process"),
     "worker.stuck": ("resumability", "worker hung after its fault"),
     "cancel.honoured": ("cancellation", "cancel acknowledged and ignored"),
+    "cancel.clean_stop": ("cancellation", "cancel raised out of the worker"),
+    "cancel.final": ("cancellation", "final cancel left the run open"),
 }
 
 

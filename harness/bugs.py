@@ -223,8 +223,8 @@ ENTRIES: tuple[Entry, ...] = (
           "when restored, once when the run starts), and a stopped run's task never cancels", "run-llama/llama_index",
           "PR 17938", "https://github.com/run-llama/llama_index/pull/17938",
           "https://github.com/run-llama/llama_index/pull/17938", "llama-index-core", "0.12.20", "0.12.21",
-          needs="an adapter for llama-index-core 0.12's embedded llama_index.core.workflow (as llamaindex-18019); "
-          "the releases are the uploads around the fix's merge (2025-02-26)"),
+          "llamaindex", f"{RW}.llamaindex_checkout:KEYED", ("kill",),
+          symptom=("resume.runs", "model.calls_billed", "transcript.", "provider.", "effects.")),
     Entry("llamaindex-281", "ctx.to_dict() of a workflow resumed from a snapshot fails with 'Worker N not found in "
           "in_progress': a resumed run cannot be snapshotted again", "run-llama/llama-agents", "issue 281",
           "https://github.com/run-llama/llama-agents/issues/281", "https://github.com/run-llama/llama-agents/pull/282",

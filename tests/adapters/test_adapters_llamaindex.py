@@ -106,3 +106,38 @@ def test_kills_between_effect_and_snapshot_and_a_cancelled_caller(matrix_cases: 
     for case in naive.cases:
         assert case.failed == {"provider.payment.ledger_equal", "effects.applied_once"} and case.extra("payment") == 1, (
             f"LlamaIndex, naive: {case.result.case.id} now {case.why()}; update docs/findings.md")
+
+
+def _core_venv(version: str) -> Any:
+    """The corpus's venv of llama-index-core ``version`` (``crashmatrix bugs --entry
+    llamaindex-17938`` makes both), or skip saying how to make it."""
+    from crashmatrix.harness import bugs
+
+    venv = bugs.cache_dir() / f"llama-index-core-{version}"
+    if not (venv / ".crashmatrix-bugs").is_file():
+        pytest.skip(f"no llama-index-core {version} venv at {venv}: crashmatrix bugs --entry llamaindex-17938 makes it")
+    return venv
+
+
+@pytest.mark.parametrize("version, outcome", [("0.12.21", "pass"), ("0.12.20", "fail")])
+def test_llama_index_core_012_checkpoints_resume_from_the_last_step(tmp_path: Any, version: str, outcome: str) -> None:
+    """llama-index-core 0.12's embedded engine, in a venv of its own: the adapter saves the
+    ``WorkflowCheckpointer``'s checkpoint after every step and resumes with ``run_from``.
+    A kill after model-2's checkpoint committed: 0.12.21 resumes at tool-2.0 and finishes
+    as the golden run did; 0.12.20 delivers the restored step's event twice (``run_from``
+    sends it, then the run's start re-sends it as in progress), so the resumed run runs
+    the tool step again on an empty pending list and fails."""
+    import json
+
+    venv = _core_venv(version)
+    case = f"{WL}:KEYED/conv1/kill@log.append.after[model-2]#1"
+    report = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-m", "crashmatrix.harness.cli", "replay", case, "--subject",
+                           f"llamaindex@{venv}", "--report", str(report)], capture_output=True, text=True, timeout=600)
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    data = json.loads(report.read_text())
+    [result] = [c for r in (data.get("reports") or [data]) for c in r["cases"]]
+    failed = {v["check"] for v in result["verdicts"] if v.get("verdict") != "valid"}
+    assert result["outcome"] == outcome, (result["outcome"], failed)
+    if outcome == "fail":
+        assert "resume.runs" in failed, failed

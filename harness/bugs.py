@@ -216,9 +216,11 @@ ENTRIES: tuple[Entry, ...] = (
           "JsonSerializer) does not continue where it stopped", "run-llama/llama_index", "issue 18019",
           "https://github.com/run-llama/llama_index/issues/18019", "https://github.com/run-llama/llama_index/pull/18023",
           "llama-index-core", "0.12.22", "0.12.23",
-          needs="an adapter for llama-index-core 0.12's embedded llama_index.core.workflow, where the bug is (the "
-          "LlamaIndex adapter imports llama-index-workflows 2.x, workflows.*); the releases are the uploads "
-          "around the fix's merge (2025-03-05)"),
+          needs="a LlamaIndex workload with a person in the loop: a step that returns an InputRequiredEvent and a "
+          "run resumed from its serialized Context with the HumanResponseEvent (0.12.22 leaves the asking step in "
+          "progress, so the restored context runs it again; PR 18023). The adapter runs llama-index-core 0.12 "
+          "(its checkpoint mode), but the checkout workload asks no one: it passes 66 of 66 kills on 0.12.22 "
+          "(--subject llamaindex@VENV, conv1); the releases are the uploads around the fix's merge (2025-03-05)"),
     Entry("llamaindex-17938", "a context restored with Context.from_dict counts its in-progress events twice (once "
           "when restored, once when the run starts), and a stopped run's task never cancels", "run-llama/llama_index",
           "PR 17938", "https://github.com/run-llama/llama_index/pull/17938",

@@ -110,13 +110,16 @@ def test_kills_between_effect_and_snapshot_and_a_cancelled_caller(matrix_cases: 
 
 def _core_venv(version: str) -> Any:
     """The corpus's venv of llama-index-core ``version`` (``crashmatrix bugs --entry
-    llamaindex-17938`` makes both), or skip saying how to make it."""
+    llamaindex-17938`` makes both), with this tree's crashmatrix installed again (the
+    subject's workers run the copy in its venv), or skip saying how to make it."""
     from crashmatrix.harness import bugs
 
     venv = bugs.cache_dir() / f"llama-index-core-{version}"
     if not (venv / ".crashmatrix-bugs").is_file():
         pytest.skip(f"no llama-index-core {version} venv at {venv}: crashmatrix bugs --entry llamaindex-17938 makes it")
-    return venv
+    made, status, detail = bugs.ensure_venv("llama-index-core", version, log=lambda line: None)
+    assert status == "ok", detail
+    return made
 
 
 @pytest.mark.parametrize("version, outcome", [("0.12.21", "pass"), ("0.12.20", "fail")])

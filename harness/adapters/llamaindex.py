@@ -124,9 +124,10 @@ async def _until_done(handler: Any, running: Any) -> None:
         raise
 
 
-async def _drive_workflows(workflow: Any, start: Any, last: dict[str, Any] | None, save: Any) -> None:
+async def _drive_workflows(workflow: Any, start: Any, last: dict[str, Any] | None, save: Any, answer: Any) -> None:
     """Run ``workflow`` (llama-index-workflows 2.x) from ``start`` (no snapshot) or from
-    the ``last`` snapshot, calling ``save(ctx.to_dict())`` at every step end."""
+    the ``last`` snapshot, calling ``save(ctx.to_dict())`` at every step end and
+    ``await answer(handler, event)`` for every other event of the stream (the operator)."""
     from workflows import Context
     from workflows.events import StepState, StepStateChanged
 
@@ -136,15 +137,20 @@ async def _drive_workflows(workflow: Any, start: Any, last: dict[str, Any] | Non
         async for event in handler.stream_events(expose_internal=True):
             if isinstance(event, StepStateChanged) and event.step_state == StepState.NOT_RUNNING:
                 save(handler.ctx.to_dict())
+            else:
+                await answer(handler, event)
         await handler
 
     await _until_done(handler, consume())
 
 
-async def _drive_core(workflow: Any, start: Any, last: dict[str, Any] | None, save: Any) -> None:
+async def _drive_core(workflow: Any, start: Any, last: dict[str, Any] | None, save: Any, answer: Any) -> None:
     """Run ``workflow`` (llama-index-core 0.12) from ``start`` or from the ``last``
     checkpoint record (``run_from``), calling ``save(record)`` with the
-    ``WorkflowCheckpointer``'s checkpoint after every step (module docstring)."""
+    ``WorkflowCheckpointer``'s checkpoint after every step (module docstring) and
+    ``await answer(handler, event)`` for every event of the stream (the operator). A
+    checkpoint whose output event asked the person (``InputRequiredEvent``) is answered
+    after ``run_from``, which sends that event to the steps, not to the stream."""
     from llama_index.core.workflow.checkpointer import Checkpoint
     from llama_index.core.workflow.context_serializers import JsonSerializer
 
@@ -163,7 +169,43 @@ async def _drive_core(workflow: Any, start: Any, last: dict[str, Any] | None, sa
                            input_event=serializer.deserialize(last["input_event"]) if last["input_event"] else None,
                            output_event=serializer.deserialize(last["output_event"]), ctx_state=last["ctx_state"])
         handler = workflow.run_from(saved, ctx_serializer=serializer, checkpoint_callback=checkpoint)
-    await _until_done(handler, handler)
+
+    async def consume() -> None:
+        if last is not None:
+            await answer(handler, saved.output_event)
+        async for event in handler.stream_events():
+            await answer(handler, event)
+        await handler
+
+    await _until_done(handler, consume())
+
+
+def _operator(ctx: RunContext) -> Any:
+    """``answer(handler, event)``: the workload's scripted operator
+    (:mod:`crashmatrix.harness.human`), answering each event the workload's
+    ``interrupt`` names with its ``reply`` sent into the run's context; nothing for a
+    workload without an operator script."""
+    from crashmatrix.harness.crashpoint import reset_logical_task
+    from crashmatrix.harness.human import ANSWER_AFTER, ANSWER_BEFORE, WAIT
+
+    workload = ctx.workload
+    script = getattr(workload, "operator_script", None)
+
+    async def answer(handler: Any, event: Any) -> None:
+        asked = workload.interrupt(event) if script is not None else None
+        found = script.find(*asked) if asked is not None else None
+        if found is None:
+            return
+        token = set_logical_task(found.task)
+        try:
+            point(WAIT)
+            point(ANSWER_BEFORE)
+            handler.ctx.send_event(workload.reply(found.node, found.ordinal, script.delivered(found)))
+            point(ANSWER_AFTER)
+        finally:
+            reset_logical_task(token)
+
+    return answer
 
 
 class LlamaIndexAdapter(Adapter):
@@ -174,6 +216,9 @@ class LlamaIndexAdapter(Adapter):
     subject_packages = ("workflows",)
     requires = ("workflows", "workflows.events")
     extra = "llamaindex"
+    #: a workload's scripted person answers the run's ``InputRequiredEvent`` on the stream
+    #: (:mod:`crashmatrix.scenarios.realworld.llamaindex_human`)
+    answers_operator = ("operator_script",)
 
     def __init__(self) -> None:
         from crashmatrix.harness.adapter import findable
@@ -212,7 +257,8 @@ class LlamaIndexAdapter(Adapter):
             async with aiohttp.ClientSession() as session:
                 clients = workload.clients(session, ctx.env.providers, ctx.worker_id, ctx.conversation, ctx.run_id)
                 workflow = workload.workflow(clients, _step_hook(ctx), ctx.run_id, finished.append, RUN_TIMEOUT_SECONDS)
-                await drive(workflow, workload.start_event(ctx.conversation) if last is None else None, last, save)
+                await drive(workflow, workload.start_event(ctx.conversation) if last is None else None, last, save,
+                            _operator(ctx))
             last = store.last()
             return "completed" if last is not None and workload.finished(last) else "interrupted"
         finally:

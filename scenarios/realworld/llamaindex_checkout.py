@@ -43,15 +43,18 @@ from .common import Clients, FlavouredCheckout, effect_key, final_answer
 
 try:
     from workflows import Context, Workflow, step
-    from workflows.events import Event, StartEvent, StopEvent
+    from workflows.events import Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent
 
     API = "workflows"
 except ImportError:  # llama-index-core 0.12: the workflow engine embedded in the core package
     try:
-        from llama_index.core.workflow import Context, Event, StartEvent, StopEvent, Workflow, step
+        from llama_index.core.workflow import (
+            Context, Event, HumanResponseEvent, InputRequiredEvent, StartEvent, StopEvent, Workflow, step,
+        )
     except ImportError:  # neither: the controller only reads snapshots (no workflow is built)
         API = ""
         Context = Workflow = Event = StartEvent = StopEvent = object  # type: ignore[assignment,misc]
+        HumanResponseEvent = InputRequiredEvent = object  # type: ignore[assignment,misc]
 
         def step(fn: Any) -> Any:  # type: ignore[no-redef]
             return fn

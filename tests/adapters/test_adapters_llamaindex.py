@@ -108,18 +108,32 @@ def test_kills_between_effect_and_snapshot_and_a_cancelled_caller(matrix_cases: 
             f"LlamaIndex, naive: {case.result.case.id} now {case.why()}; update docs/findings.md")
 
 
-def _core_venv(version: str) -> Any:
+def _core_venv(version: str, entry: str = "llamaindex-17938") -> Any:
     """The corpus's venv of llama-index-core ``version`` (``crashmatrix bugs --entry
-    llamaindex-17938`` makes both), with this tree's crashmatrix installed again (the
+    ENTRY`` makes the entry's two), with this tree's crashmatrix installed again (the
     subject's workers run the copy in its venv), or skip saying how to make it."""
     from crashmatrix.harness import bugs
 
     venv = bugs.cache_dir() / f"llama-index-core-{version}"
     if not (venv / ".crashmatrix-bugs").is_file():
-        pytest.skip(f"no llama-index-core {version} venv at {venv}: crashmatrix bugs --entry llamaindex-17938 makes it")
+        pytest.skip(f"no llama-index-core {version} venv at {venv}: crashmatrix bugs --entry {entry} makes it")
     made, status, detail = bugs.ensure_venv("llama-index-core", version, log=lambda line: None)
     assert status == "ok", detail
     return made
+
+
+def _replay(tmp_path: Any, venv: Any, case: str) -> tuple[str, set[str]]:
+    """``crashmatrix replay case --subject llamaindex@venv``: the case's outcome and its
+    failing checks."""
+    import json
+
+    report = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-m", "crashmatrix.harness.cli", "replay", case, "--subject",
+                           f"llamaindex@{venv}", "--report", str(report)], capture_output=True, text=True, timeout=600)
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    data = json.loads(report.read_text())
+    [result] = [c for r in (data.get("reports") or [data]) for c in r["cases"]]
+    return result["outcome"], {v["check"] for v in result["verdicts"] if v.get("verdict") != "valid"}
 
 
 @pytest.mark.parametrize("version, outcome", [("0.12.21", "pass"), ("0.12.20", "fail")])
@@ -130,17 +144,23 @@ def test_llama_index_core_012_checkpoints_resume_from_the_last_step(tmp_path: An
     as the golden run did; 0.12.20 delivers the restored step's event twice (``run_from``
     sends it, then the run's start re-sends it as in progress), so the resumed run runs
     the tool step again on an empty pending list and fails."""
-    import json
-
-    venv = _core_venv(version)
-    case = f"{WL}:KEYED/conv1/kill@log.append.after[model-2]#1"
-    report = tmp_path / "r.json"
-    done = subprocess.run([sys.executable, "-m", "crashmatrix.harness.cli", "replay", case, "--subject",
-                           f"llamaindex@{venv}", "--report", str(report)], capture_output=True, text=True, timeout=600)
-    assert done.returncode in (0, 1), done.stderr[-3000:]
-    data = json.loads(report.read_text())
-    [result] = [c for r in (data.get("reports") or [data]) for c in r["cases"]]
-    failed = {v["check"] for v in result["verdicts"] if v.get("verdict") != "valid"}
-    assert result["outcome"] == outcome, (result["outcome"], failed)
+    got, failed = _replay(tmp_path, _core_venv(version), f"{WL}:KEYED/conv1/kill@log.append.after[model-2]#1")
+    assert got == outcome, (got, failed)
     if outcome == "fail":
         assert "resume.runs" in failed, failed
+
+
+@pytest.mark.parametrize("version, outcome", [("0.12.23", "pass"), ("0.12.22", "fail")])
+def test_a_person_in_the_loop_on_llama_index_core_012(tmp_path: Any, version: str, outcome: str) -> None:
+    """The approval workflow (``llamaindex_human``): the adapter's operator answers each
+    ``InputRequiredEvent`` on the stream with a ``HumanResponseEvent``. A kill before the
+    receipt: 0.12.23 resumes from the last checkpoint and finishes; 0.12.22 left each
+    asking step in progress (its ``InputRequiredEvent`` path skips the removal), so the
+    restored context runs the plan and the first review again: the person's answers are
+    consumed twice and the plan's model turn is billed again."""
+    venv = _core_venv(version, entry="llamaindex-18019")
+    got, failed = _replay(tmp_path, venv, "crashmatrix.scenarios.realworld.llamaindex_human:KEYED/approve/"
+                                          "kill@step.before[tool-1.1]#1")
+    assert got == outcome, (got, failed)
+    if outcome == "fail":
+        assert {"interrupt.answers", "model.calls_billed"} <= failed, failed

@@ -91,8 +91,9 @@ def test_every_harness_module_imports_without_the_optional_runtimes() -> None:
 
 
 WORKLOADS_CODE = HIDE + """
-from crashmatrix.scenarios.realworld import crewai_checkout, llamaindex_checkout
-out = {"crewai_input": len(crewai_checkout.KEYED.inputs("r1", "conv1")["messages"]), "llamaindex_api": llamaindex_checkout.API}
+from crashmatrix.scenarios.realworld import crewai_checkout, llamaindex_checkout, llamaindex_human
+out = {"crewai_input": len(crewai_checkout.KEYED.inputs("r1", "conv1")["messages"]), "llamaindex_api": llamaindex_checkout.API,
+       "human_script": len(llamaindex_human.KEYED.operator_script.answers)}
 msgs = json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "done"}])
 core = {"ctx_state": {"globals": {"messages": msgs}, "is_running": True}}
 new = {"state": {"state_type": "DictState", "state_data": {"_data": {"messages": msgs}}}, "is_running": False}
@@ -111,4 +112,4 @@ def test_workloads_read_runs_in_a_controller_without_their_runtimes() -> None:
                           text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out == {"crewai_input": 1, "llamaindex_api": "", "finished": [True, True], "loaded": []}, out
+    assert out == {"crewai_input": 1, "llamaindex_api": "", "human_script": 2, "finished": [True, True], "loaded": []}, out

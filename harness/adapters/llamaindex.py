@@ -127,13 +127,17 @@ async def _until_done(handler: Any, running: Any) -> None:
 async def _drive_workflows(workflow: Any, start: Any, last: dict[str, Any] | None, save: Any, answer: Any) -> None:
     """Run ``workflow`` (llama-index-workflows 2.x) from ``start`` (no snapshot) or from
     the ``last`` snapshot, calling ``save(ctx.to_dict())`` at every step end and
-    ``await answer(handler, event)`` for every other event of the stream (the operator)."""
+    ``await answer(handler, event)`` for every other event of the stream (the operator).
+    A restored run does not ask its pending question again: ``answer(handler, last)``
+    answers what the snapshot says it waits on."""
     from workflows import Context
     from workflows.events import StepState, StepStateChanged
 
     handler = workflow.run(start_event=start) if last is None else workflow.run(ctx=Context.from_dict(workflow, last))
 
     async def consume() -> None:
+        if last is not None:
+            await answer(handler, last)
         async for event in handler.stream_events(expose_internal=True):
             if isinstance(event, StepStateChanged) and event.step_state == StepState.NOT_RUNNING:
                 save(handler.ctx.to_dict())
@@ -183,7 +187,8 @@ async def _drive_core(workflow: Any, start: Any, last: dict[str, Any] | None, sa
 def _operator(ctx: RunContext) -> Any:
     """``answer(handler, event)``: the workload's scripted operator
     (:mod:`crashmatrix.harness.human`), answering each event the workload's
-    ``interrupt`` names with its ``reply`` sent into the run's context; nothing for a
+    ``interrupt`` names (or a restored snapshot, a dict, whose question the workload's
+    ``waiting`` names) with its ``reply`` sent into the run's context; nothing for a
     workload without an operator script."""
     from crashmatrix.harness.crashpoint import reset_logical_task
     from crashmatrix.harness.human import ANSWER_AFTER, ANSWER_BEFORE, WAIT
@@ -192,7 +197,9 @@ def _operator(ctx: RunContext) -> Any:
     script = getattr(workload, "operator_script", None)
 
     async def answer(handler: Any, event: Any) -> None:
-        asked = workload.interrupt(event) if script is not None else None
+        if script is None:
+            return
+        asked = workload.waiting(event) if isinstance(event, dict) else workload.interrupt(event)
         found = script.find(*asked) if asked is not None else None
         if found is None:
             return

@@ -171,6 +171,14 @@ class LlamaIndexApproval(LlamaIndexCheckout):
         return ApprovalWorkflow(clients, hook, self.flavour, run_id, finished, timeout=timeout)
 
     @staticmethod
+    def waiting(snapshot: dict[str, Any]) -> tuple[str, int] | None:
+        """``(node, ordinal)`` of the question a run restored from ``snapshot`` waits on
+        (the application's own record of what it asked: the last step asked it), else
+        None."""
+        last = snapshot_state(snapshot).get("step")
+        return {"model-1": (NODE, 1), f"human-{NODE}-1": (NODE, 2)}.get(last)
+
+    @staticmethod
     def interrupt(event: Any) -> tuple[str, int] | None:
         """``(node, ordinal)`` of a stream event that asks the person, else None."""
         return (event.node, event.ordinal) if isinstance(event, Ask) else None

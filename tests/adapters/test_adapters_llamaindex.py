@@ -156,11 +156,26 @@ def test_a_person_in_the_loop_on_llama_index_core_012(tmp_path: Any, version: st
     ``InputRequiredEvent`` on the stream with a ``HumanResponseEvent``. A kill before the
     receipt: 0.12.23 resumes from the last checkpoint and finishes; 0.12.22 left each
     asking step in progress (its ``InputRequiredEvent`` path skips the removal), so the
-    restored context runs the plan and the first review again: the person's answers are
-    consumed twice and the plan's model turn is billed again."""
+    restored context runs the plan and the first review again: the plan's model turn is
+    billed again and the person asked again."""
     venv = _core_venv(version, entry="llamaindex-18019")
     got, failed = _replay(tmp_path, venv, "crashmatrix.scenarios.realworld.llamaindex_human:KEYED/approve/"
                                           "kill@step.before[tool-1.1]#1")
     assert got == outcome, (got, failed)
     if outcome == "fail":
-        assert {"interrupt.answers", "model.calls_billed"} <= failed, failed
+        # the plan's turn billed again every time; whether the second answer lands in
+        # the transcript before the re-run fails depends on timing (interrupt.answers)
+        assert "model.calls_billed" in failed, failed
+
+
+def test_a_person_in_the_loop_answers_a_restored_run_that_waits(matrix_cases: Any) -> None:
+    """The approval workflow on llama-index-workflows 2.x: a kill after the snapshot of the
+    first answer's step. The restored run does not ask its pending question again; the
+    adapter's operator answers what the snapshot says it waits on (review#2), and the run
+    ends as the golden run did, each answer consumed once."""
+    s = matrix_cases(ADAPTER, "crashmatrix.scenarios.realworld.llamaindex_human:KEYED",
+                     ["approve/kill@log.append.after[human-review-1]#1"])
+    [case] = s.cases
+    assert case.result.outcome == "pass", case.why()
+    checks = {v.check: v for v in case.result.verdicts}
+    assert checks["interrupt.answers"].valid and "each answered once" in checks["interrupt.answers"].details

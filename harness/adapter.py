@@ -260,9 +260,10 @@ class Adapter(ABC):
     #: and the conformance table and the findings leave ``cancel``, ``cancel-edge`` and
     #: await points out
     cancel_reaches_run: bool = True
-    #: the runtime's cancel is final: a cancelled run cannot be resumed, so
-    #: :meth:`resume_cancelled` raises saying why and a ``cancel-api`` case cannot go on
-    #: past its crash state (the conformance table leaves the kind out)
+    #: the runtime's cancel is terminal: no API of it resumes a cancelled run (Absurd:
+    #: ``retry_task`` refuses a task that is not ``failed``). A ``cancel-api`` case then
+    #: ends at its crash state, the run cancelled, judged by the cancel's own checks, and
+    #: :meth:`Adapter.resume_cancelled` need not be implemented
     cancel_is_final: bool = False
 
     #: the workload's persons in the loop this adapter hands a waiting run to and goes on:
@@ -348,7 +349,8 @@ class Adapter(ABC):
     async def resume_cancelled(self, env: Environment, run_id: str) -> None:
         """In the controller, after a ``cancel-api`` fault's crash state was checked:
         undo the cancel through the runtime's own API (DBOS ``resume_workflow``), so the
-        next worker continues the run. Default: none (``NotImplementedError``)."""
+        next worker continues the run. Not called for a runtime whose
+        :attr:`cancel_is_final`. Default: none (``NotImplementedError``)."""
         raise NotImplementedError(f"{type(self).__name__} declares no cancel API of its runtime")
 
     #: what the runtime promises about the effects a run made after the point it is
@@ -388,13 +390,13 @@ class Adapter(ABC):
     def capabilities(cls) -> frozenset[str]:
         """What the runtime can be tested for, read from the class's declarations
         (nothing imported, nothing made): ``"cancel"`` (:attr:`cancel_reaches_run`),
-        ``"cancel-api"`` (:meth:`cancel_run` and :meth:`resume_cancelled`
-        implemented, the cancel not final: :attr:`cancel_is_final`), ``"leases"``
+        ``"cancel-api"`` (:meth:`cancel_run` implemented, and
+        :meth:`resume_cancelled` too unless the cancel is final: :attr:`cancel_is_final`), ``"leases"``
         (:attr:`harness_db_leases`), ``"restore"`` (:meth:`restore_point` and
         :meth:`restore_run` implemented, :attr:`restore_effects` declared)."""
         words = {"cancel": cls.cancel_reaches_run, "leases": cls.harness_db_leases,
-                 "cancel-api": (cls.cancel_run is not Adapter.cancel_run and not cls.cancel_is_final
-                                and cls.resume_cancelled is not Adapter.resume_cancelled),
+                 "cancel-api": (cls.cancel_run is not Adapter.cancel_run
+                                and (cls.cancel_is_final or cls.resume_cancelled is not Adapter.resume_cancelled)),
                  "restore": (cls.restore_effects in RESTORE_PROMISES and cls.restore_point is not Adapter.restore_point
                              and cls.restore_run is not Adapter.restore_run)}
         return frozenset(w for w, there in words.items() if there)
@@ -442,11 +444,13 @@ def findable(module: str) -> bool:
 
 
 def has_cancel_api(adapter: Any) -> bool:
-    """Whether ``adapter`` implements :meth:`Adapter.cancel_run` and
-    :meth:`Adapter.resume_cancelled` (its runtime's own cancel API)."""
+    """Whether ``adapter`` implements :meth:`Adapter.cancel_run` and either
+    :meth:`Adapter.resume_cancelled` or declares :attr:`Adapter.cancel_is_final` (its
+    runtime's own cancel API)."""
     cls = type(adapter)
     return (getattr(cls, "cancel_run", Adapter.cancel_run) is not Adapter.cancel_run
-            and getattr(cls, "resume_cancelled", Adapter.resume_cancelled) is not Adapter.resume_cancelled)
+            and (getattr(cls, "resume_cancelled", Adapter.resume_cancelled) is not Adapter.resume_cancelled
+                 or bool(getattr(cls, "cancel_is_final", False))))
 
 
 def has_restore_api(adapter: Any) -> bool:

@@ -202,29 +202,38 @@ ENTRIES: tuple[Entry, ...] = (
           "the buggy and fixing releases are not determined"),
     Entry("pydantic-ai-6907", "on Prefect, tool-call results never replay: non-idempotent tools re-execute on "
           "a flow retry (the cache key depends on pickle object sharing)", "pydantic/pydantic-ai", "issue 6907",
-          "https://github.com/pydantic/pydantic-ai/issues/6907", "https://github.com/pydantic/pydantic-ai/issues/6907",
-          "pydantic-ai-slim", "", "",
-          needs="an adapter for Pydantic AI's Prefect durability (the shipped Pydantic AI adapters run on DBOS "
-          "only)"),
+          "https://github.com/pydantic/pydantic-ai/issues/6907", "https://github.com/pydantic/pydantic-ai/pull/6944",
+          "pydantic-ai-slim", "2.21.0", "2.22.0",
+          needs="an adapter for Pydantic AI's Prefect durability (PrefectAgent: model requests and tool calls as "
+          "Prefect tasks cached by their inputs; the shipped Pydantic AI adapters run on DBOS only; Prefect itself "
+          "runs here: the Prefect adapter starts a local API server on SQLite), and a way to see a tool re-executed "
+          "on the retry that the checkout's tools hide: a keyed tool repeats its key, so the provider applies the "
+          "charge once and every ledger matches the golden run; a naive tool charges twice on the buggy release, "
+          "but on the fixing one too wherever the kill lands between the request and the task's persisted result "
+          "(at-least-once), so the fixing release cannot pass. The releases: 2.22.0 is the first wheel whose "
+          "_cache_policies.py projects a ToolsetTool to its ToolDefinition (PR 6944, read in the wheels)"),
     Entry("crewai-6113", "with checkpointing on, an agent running two sequential tasks replays the first task's "
           "completed methods as a resume and never reaches a final answer", "crewAIInc/crewAI", "PR 6113",
           "https://github.com/crewAIInc/crewAI/pull/6113", "https://github.com/crewAIInc/crewAI/pull/6113",
-          "crewai", "", "",
-          needs="a CrewAI adapter that runs a Crew with agents, tasks and CheckpointConfig (the shipped one runs a "
-          "Flow with @persist; the bug lives in the checkpointed AgentExecutor)"),
+          "crewai", "", "1.14.7",
+          needs="a buggy release on PyPI: the bug lived between a development commit (FlowStartedEvent no longer "
+          "gated by suppress_flow_events, so the Flow-based AgentExecutor joined the checkpointed state) and its "
+          "fix, both before 1.14.7, which has the fix (_restored_from_checkpoint); 1.14.6 still gates the event "
+          "(read in the wheels), so its executor never joins the checkpoint. Also a CrewAI adapter that runs a "
+          "Crew with agents, tasks and CheckpointConfig and a CrewAI LLM answering from the model provider (the "
+          "shipped one runs a Flow with @persist)"),
     Entry("llamaindex-18019", "a workflow resumed from a serialized Context (to_dict/from_dict with "
           "JsonSerializer) does not continue where it stopped", "run-llama/llama_index", "issue 18019",
           "https://github.com/run-llama/llama_index/issues/18019", "https://github.com/run-llama/llama_index/pull/18023",
           "llama-index-core", "0.12.22", "0.12.23",
-          needs="an adapter for llama-index-core 0.12's embedded llama_index.core.workflow, where the bug is (the "
-          "LlamaIndex adapter imports llama-index-workflows 2.x, workflows.*); the releases are the uploads "
-          "around the fix's merge (2025-03-05)"),
+          "llamaindex", f"{RW}.llamaindex_human:KEYED", ("kill",), conversation="approve",
+          symptom=("interrupt.", "model.calls_billed", "resume.runs", "transcript.")),
     Entry("llamaindex-17938", "a context restored with Context.from_dict counts its in-progress events twice (once "
           "when restored, once when the run starts), and a stopped run's task never cancels", "run-llama/llama_index",
           "PR 17938", "https://github.com/run-llama/llama_index/pull/17938",
           "https://github.com/run-llama/llama_index/pull/17938", "llama-index-core", "0.12.20", "0.12.21",
-          needs="an adapter for llama-index-core 0.12's embedded llama_index.core.workflow (as llamaindex-18019); "
-          "the releases are the uploads around the fix's merge (2025-02-26)"),
+          "llamaindex", f"{RW}.llamaindex_checkout:KEYED", ("kill",),
+          symptom=("resume.runs", "model.calls_billed", "transcript.", "provider.", "effects.")),
     Entry("llamaindex-281", "ctx.to_dict() of a workflow resumed from a snapshot fails with 'Worker N not found in "
           "in_progress': a resumed run cannot be snapshotted again", "run-llama/llama-agents", "issue 281",
           "https://github.com/run-llama/llama-agents/issues/281", "https://github.com/run-llama/llama-agents/pull/282",
@@ -235,7 +244,7 @@ ENTRIES: tuple[Entry, ...] = (
           "https://github.com/earendil-works/absurd/issues/95",
           "https://github.com/earendil-works/absurd/commit/4aec33eaa8f227249c3234f57a806b1fd7c9a6d1", "absurd-sdk",
           "0.3.0", "0.4.0", f"{AD}.absurd:AbsurdAdapter", f"{RW}.absurd_checkout:KEYED", ("cancel-api",), pins=("absurdctl",),
-          symptom=("cancel.", "run.", "worker.", "resume.")),
+          symptom=("cancel.", "run.", "worker.", "resume."), expect="found"),
     Entry("langgraph-6161", "on a nested (subgraph) resume, already-completed @task writes are not reused and the "
           "task re-executes", "langchain-ai/langgraph", "PR 6161", "https://github.com/langchain-ai/langgraph/pull/6161",
           "https://github.com/langchain-ai/langgraph/pull/6227", "langgraph", "0.6.7", "",

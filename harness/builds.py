@@ -72,7 +72,7 @@ UPGRADE_PREFIX = "upgrade:"
 SERVICE_ROLES = ("observe", "prepare", "between", "describe", "cancel_run", "resume_cancelled")
 """Job roles that call the adapter's controller-side methods in a worker of a build."""
 DECLARATIONS = ("expects_redelivery", "crash_loop_status", "lease_seconds", "takes_over_live_owner",
-                "long_lived_workers", "answers_operator", "subject_packages", "recovery_branches")
+                "long_lived_workers", "answers_operator", "subject_packages", "recovery_branches", "cancel_is_final")
 """The adapter's declarations a ``describe`` service job reports besides its name, cancel
 API, ``cannot_migrate_statuses`` and ``identifier_fields`` (what the controller reads of an
 adapter it does not import: :class:`EnvAdapter`)."""
@@ -376,6 +376,12 @@ class BuildAdapter(Adapter):
 
     async def resume_cancelled(self, env: Environment, run_id: str) -> None:
         await self.call(self.upgrade.resume, "resume_cancelled", env, run_id)
+
+    @property
+    def cancel_is_final(self) -> bool:  # type: ignore[override]
+        """What the resume build declares: it is the build a cancelled run would be
+        resumed by."""
+        return bool(self.upgrade.declared.get(self.upgrade.resume.label, {}).get("cancel_is_final"))
 
     def has_cancel_api(self) -> bool:
         return all(self.upgrade.declared.get(b.label, {}).get("cancel_api") for b in (self.upgrade.crash,

@@ -543,5 +543,9 @@ class CaseRun:
         verdicts, generic = self.policy.judge(self, final)
         if not generic:
             return verdicts
+        for fault in result.case.plan.faults:  # a kind that ended the case on its own (a final cancel)
+            only = faults.kind(fault.kind).end_checks_only(self)
+            if only is not None:
+                return verdicts + [v for v in invariants.end_invariants(final, self.allowance) if v.check in only]
         return verdicts + composed_end_verdicts(EndContext(golden.evidence, final, self.allowance, result, ex.adapter,
                                                            ex.workload, golden.identifiers, ex.upgrade))

@@ -104,7 +104,8 @@ CAPABILITY_KINDS: tuple[tuple[str | None, tuple[str, ...]], ...] = (
 """The fault kinds a runtime's row runs, by the capability each needs
 (:meth:`.adapter.Adapter.capabilities`; None: every runtime), in the table's order."""
 NO_API = "no cancel-api: the runtime offers no cancel of a run by id"
-FINAL_CANCEL = "no cancel-api: the runtime's cancel is final (a cancelled run cannot be resumed)"
+FINAL_CANCEL = ("no cancel-api: the runtime's cancel is final (a cancelled run cannot be resumed; its cancel-api "
+                "cases end at the cancel, judged by cancel.final and cancel.clean_stop outside this table)")
 NO_LEASES = "no pause or db-restart: no lease the harness can steal on its PostgreSQL"
 
 
@@ -122,6 +123,8 @@ def kinds_and_note(subject: str, why: str = "") -> tuple[tuple[str, ...], str]:
     runtime's own words, first in the note."""
     cls = adapter_class(subject)
     caps = cls.capabilities()
+    if getattr(cls, "cancel_is_final", False):  # its cancel-api cases end at the cancel: no resume to judge
+        caps = caps - {"cancel-api"}
     kinds = tuple(k for need, ks in CAPABILITY_KINDS if need is None or need in caps for k in ks)
     clauses = [why] if why else []
     if "cancel" in caps and "cancel-api" not in caps:

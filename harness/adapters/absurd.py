@@ -29,8 +29,8 @@ the next worker claims it when the lease expires); ``pause`` (a frozen worker's 
 expires, the resume worker steals the task; the woken zombie's writes meet Absurd's
 fencing: a checkpoint of a run already failed raises ``AB002``); ``db-restart``;
 ``net`` on the ``db`` link and the providers'; ``cancel-api`` (:meth:`AbsurdAdapter.
-cancel_run`: ``cancel_task``; a cancelled task cannot be resumed, see
-:meth:`AbsurdAdapter.resume_cancelled`).
+cancel_run`: ``cancel_task``; a cancelled task cannot be resumed, so the adapter
+declares its cancel final, ``cancel_is_final``, and the case ends cancelled).
 
 **Crash points**: ``step.before/after`` around each step's function (logical task
 ``model-N`` / ``tool-N.i``, the checkpoint name), the workload's ``model.call.*`` /
@@ -79,7 +79,10 @@ class AbsurdAdapter(Adapter):
     extra = "absurd"
     #: task leases in the harness's PostgreSQL (pause, db-restart)
     harness_db_leases = True
-    #: ``cancel_task`` is final (:meth:`resume_cancelled` says why)
+    #: Absurd has no way back from a cancel: ``cancelled`` is final. Its one call that
+    #: reschedules a task, ``retry_task`` (in place or ``spawn_new``), refuses a task that
+    #: is not ``failed`` (``absurd.sql``: 'Task ... is not currently failed'), and a spawn
+    #: with the run's idempotency key returns the cancelled task
     cancel_is_final = True
 
     async def prepare(self, env: Environment) -> None:
@@ -157,17 +160,6 @@ class AbsurdAdapter(Adapter):
             if row is None:
                 raise LookupError(f"run {run_id}: no Absurd task in queue {queue!r} to cancel")
             await AsyncAbsurd(conn, queue_name=queue).cancel_task(str(row[0]))
-
-    async def resume_cancelled(self, env: Environment, run_id: str) -> None:
-        """Absurd has no way back from a cancel: ``cancelled`` is final. Its one call
-        that reschedules a task, ``retry_task`` (in place or ``spawn_new``), refuses a
-        task that is not ``failed`` (``absurd.sql``: 'Task ... is not currently
-        failed'), and a spawn with the run's idempotency key returns the cancelled task.
-        Raises ``NotImplementedError`` saying so (the case's crash check,
-        ``cancel.step_recorded``, has run by then)."""
-        raise NotImplementedError(
-            "Absurd's cancel is final: retry_task refuses a task that is not 'failed' and a spawn with the same "
-            "idempotency key returns the cancelled task, so a cancelled run cannot be resumed")
 
     async def observe(self, env: Environment, run_id: str) -> Observation:
         import asyncpg

@@ -115,6 +115,12 @@ class FaultKind:
 
         return in_flight_model_calls(ev.trace_full)
 
+    def end_checks_only(self, cx: CaseRun) -> tuple[str, ...] | None:
+        """The end checks a case this kind ended on its own keeps (the invariants that
+        hold of any run: a final cancel's run is not meant to match the golden run), or
+        None: the case's end checks are all of them (the default)."""
+        return None
+
     async def after_worker(self, cx: CaseRun, w: WorkerRun) -> None:
         """In the controller, once the faulted worker ended (``w.exit`` and ``w.report``
         are set), before its firing is checked: what the kind left to clean up, and

@@ -12,7 +12,16 @@ no cancel API cannot run these cases (a harness error saying so). Crash checks:
 does not apply: a runtime's own cancel need not mark the call in flight ``unknown``) and
 ``cancel.honoured`` (:func:`check_cancel_honoured`: a runtime whose API acknowledged the
 cancel of a run that had not ended, and whose worker then finished the run as the golden
-run did, ignored it: a failure, never "not run").
+run did, ignored it: a failure, never "not run") and ``cancel.clean_stop``
+(:func:`check_clean_stop`: the woken worker must not raise out of the runtime; a cancel
+is control flow the runtime ends the run with, not a crash of the process that serves
+other runs).
+A runtime whose cancel is final (:attr:`.adapter.Adapter.cancel_is_final`: no API
+resumes a cancelled run) is not resumed: the case ends at its crash state with
+``cancel.final`` (the run is in a terminal status), and its end checks are the
+invariants that hold of any run (no effect applied twice, a clean log) instead of the
+comparison with the golden run, which a cancelled run is not meant to match
+(:func:`ended_final`).
 A cancel that does not return within :data:`CANCEL_WAIT_S` while the worker is stopped
 most likely waits for what the stopped worker holds (with SQLite, the write lock): the
 case is a harness error saying so, never a hang.
@@ -96,15 +105,30 @@ class CancelApi(Stops, FaultKind):
         before = w.entry.get("cancel_acknowledged")
         if before is None or w.report.fired is None or w.exit is None:
             return  # the cancel never went out (a harness error says why)
+        end = w.report.end
         cx.result.verdicts.append(check_cancel_honoured(
             before, cx.explorer.terminal_statuses(), cx.golden.evidence.observation.status,
-            w.exit.returncode, w.report.end.status if w.report.end is not None else None, w.fault.point.label()))
+            w.exit.returncode, end.status if end is not None else None, w.fault.point.label()))
+        cx.result.verdicts.append(check_clean_stop(
+            before, cx.explorer.terminal_statuses(), end.status if end is not None else None,
+            (end.error or "") if end is not None else "", w.fault.point.label()))
 
     def crash_checks(self, ev: CrashEvidence) -> list[Verdict]:
         return [STEP_RECORDED.run(lambda: check_step_recorded(ev))]
 
+    def end_checks_only(self, cx: CaseRun) -> tuple[str, ...] | None:
+        return ANY_RUN_INVARIANTS if ended_final(cx) else None
+
     async def settle(self, cx: CaseRun, w: WorkerRun, obs: Observation) -> str:
         ex = cx.explorer
+        before = w.entry.get("cancel_acknowledged")
+        if getattr(ex.adapter, "cancel_is_final", False) and before is not None:
+            terminal = ex.terminal_statuses()
+            if before not in terminal:  # the cancel struck a live run: it ends here
+                cx.kind_state[self.name] = FINAL
+                cx.result.verdicts.append(check_final(obs.status, terminal, w.fault.point.label()))
+                cx.done = True
+            return obs.status
         await ex.adapter.resume_cancelled(ex.case_env, cx.run_id)
         return (await cx.observe()).status
 
@@ -133,3 +157,50 @@ def check_cancel_honoured(before: str, terminal: tuple[str, ...], golden_status:
     how = f"exit {returncode}" if returncode is not None else "killed"
     return Verdict(HONOURED, "crash", True, f"cancelled at {at} (the run was {before!r}); the worker stopped: "
                                             f"{how}, reported {end_status!r}")
+
+
+CLEAN_STOP = Check("cancel.clean_stop", "cancellation", "cancel raised out of the worker", "crash",
+                   "after the runtime's cancel API returned, the woken worker ends the run without raising out "
+                   "of the runtime").name
+FINAL_CHECK = Check("cancel.final", "cancellation", "final cancel left the run open", "crash",
+                    "after a final cancel (Adapter.cancel_is_final) of a run that had not ended, the run is in a "
+                    "terminal status").name
+FINAL = "final"
+"""``CaseRun.kind_state["cancel-api"]`` of a case a final cancel ended (:func:`ended_final`)."""
+ANY_RUN_INVARIANTS = ("effects.applied_once", "log.clean_final")
+"""The end invariants that hold of a cancelled run too (the others assume a run that ran
+to its end: every effect resolved, every paid answer recorded)."""
+
+
+def check_clean_stop(before: str, terminal: tuple[str, ...], end_status: str | None, error: str, at: str) -> Verdict:
+    """``cancel.clean_stop``: after the runtime's cancel API returned for a run that was
+    ``before`` (not in ``terminal``), the woken worker ended reporting ``end_status``
+    (``"error"``: the adapter's call raised ``error``; None: no end report, e.g.
+    killed). Invalid when it raised: the runtime let its cancel escape as an exception
+    out of the code that serves runs (in production, the worker process)."""
+    if before in terminal:
+        return Verdict(CLEAN_STOP, "crash", True, f"not applicable: the run was already {before!r} when the cancel "
+                                                  f"went out at {at}")
+    if end_status == "error":
+        first = (error.splitlines() or ["no error recorded"])[0][:300]
+        return Verdict(CLEAN_STOP, "crash", False,
+                       f"the runtime's cancel API returned at {at} (the run was {before!r}), then the woken worker "
+                       f"raised out of the runtime: {first}")
+    return Verdict(CLEAN_STOP, "crash", True, f"cancelled at {at}; the worker ended reporting {end_status!r}")
+
+
+def check_final(status: str, terminal: tuple[str, ...], at: str) -> Verdict:
+    """``cancel.final``: a runtime whose cancel is final left the run ``status`` after its
+    cancel at ``at``; invalid unless terminal (a non-terminal run waits for a resume that
+    no API of the runtime gives)."""
+    if status in terminal:
+        return Verdict(FINAL_CHECK, "crash", True, f"cancelled at {at}: the run ended {status!r}, the runtime's "
+                                                   "cancel is final")
+    return Verdict(FINAL_CHECK, "crash", False, f"cancelled at {at}: the run is {status!r}, not terminal, yet the "
+                                                "runtime's cancel is final: nothing will end it")
+
+
+def ended_final(cx: CaseRun) -> bool:
+    """Whether a final cancel ended the case (its end checks are
+    :data:`ANY_RUN_INVARIANTS`, not the comparison with the golden run)."""
+    return cx.kind_state.get(CancelApi.name) == FINAL

@@ -23,7 +23,10 @@ run id, step ids are derived from the saved state), ``naive`` a fresh key per at
 
 CrewAI's telemetry and tracing are switched off before it is imported
 (``CREWAI_DISABLE_TELEMETRY``, ``CREWAI_TRACING_ENABLED``): nothing may leave this
-machine. The flow class is built per worker (:func:`build_flow`).
+machine. The flow class is built per worker (:func:`build_flow`), and CrewAI is imported
+only then: the controller imports this module to read runs (conversations, answers), and
+its environment need not hold CrewAI when the subject runs in an environment of its own
+(``--subject ...@VENV``).
 """
 
 from __future__ import annotations
@@ -38,8 +41,6 @@ from typing import Any
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 
-from crewai.flow.flow import Flow, listen, or_, router, start  # noqa: E402
-from crewai.flow.persistence import SQLiteFlowPersistence, persist  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
 
 from .common import MAX_TURNS, FlavouredCheckout, StepHooks, effect_key  # noqa: E402
@@ -61,24 +62,36 @@ class CheckoutState(BaseModel):
     step: str | None = None
 
 
-class CrashpointPersistence(SQLiteFlowPersistence):
-    """CrewAI's SQLite persistence with ``log.append.before`` / ``.after`` around the save
-    that follows a step method (after: committed). ``point`` is set per worker."""
-
-    def save_state(self, flow_uuid: str, method_name: str, state_data: Any) -> None:
-        labelled = method_name in STEP_METHODS
-        if labelled:
-            _POINT[0](LOG_APPEND_BEFORE)
-        super().save_state(flow_uuid, method_name, state_data)
-        if labelled:
-            _POINT[0](LOG_APPEND_AFTER)
-
-
 _POINT: list[Any] = [lambda name: None]
+_PERSISTENCE: list[type] = []
 
 
-def build_flow(hooks: StepHooks, persistence: SQLiteFlowPersistence) -> type[Flow[CheckoutState]]:
-    """The checkout flow class for one worker (its hooks bound, saved by ``persistence``)."""
+def persistence_class() -> type:
+    """``CrashpointPersistence``: CrewAI's ``SQLiteFlowPersistence`` with
+    ``log.append.before`` / ``.after`` around the save that follows a step method (after:
+    committed); ``point`` is set per worker. Made on first use (it imports CrewAI)."""
+    if not _PERSISTENCE:
+        from crewai.flow.persistence import SQLiteFlowPersistence
+
+        class CrashpointPersistence(SQLiteFlowPersistence):
+            def save_state(self, flow_uuid: str, method_name: str, state_data: Any) -> None:
+                labelled = method_name in STEP_METHODS
+                if labelled:
+                    _POINT[0](LOG_APPEND_BEFORE)
+                super().save_state(flow_uuid, method_name, state_data)
+                if labelled:
+                    _POINT[0](LOG_APPEND_AFTER)
+
+        _PERSISTENCE.append(CrashpointPersistence)
+    return _PERSISTENCE[0]
+
+
+def build_flow(hooks: StepHooks, persistence: Any) -> type:
+    """The checkout flow class for one worker (its hooks bound, saved by ``persistence``,
+    a CrewAI ``FlowPersistence``)."""
+    from crewai.flow.flow import Flow, listen, or_, router, start
+    from crewai.flow.persistence import persist
+
     _POINT[0] = hooks.point
 
     @persist(persistence)
@@ -139,12 +152,13 @@ class CrewAICheckout(FlavouredCheckout):
     step_methods = STEP_METHODS
 
     @staticmethod
-    def persistence(path: str) -> CrashpointPersistence:
-        """The run's persistence: CrewAI's SQLite file at ``path``, labelled."""
-        return CrashpointPersistence(path)
+    def persistence(path: str) -> Any:
+        """The run's persistence: CrewAI's SQLite file at ``path``, labelled
+        (:func:`persistence_class`)."""
+        return persistence_class()(path)
 
     @staticmethod
-    def flow(hooks: StepHooks, persistence: SQLiteFlowPersistence) -> type[Flow[CheckoutState]]:
+    def flow(hooks: StepHooks, persistence: Any) -> type:
         """:func:`build_flow`: the flow class for one worker."""
         return build_flow(hooks, persistence)
 

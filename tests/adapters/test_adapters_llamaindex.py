@@ -106,3 +106,76 @@ def test_kills_between_effect_and_snapshot_and_a_cancelled_caller(matrix_cases: 
     for case in naive.cases:
         assert case.failed == {"provider.payment.ledger_equal", "effects.applied_once"} and case.extra("payment") == 1, (
             f"LlamaIndex, naive: {case.result.case.id} now {case.why()}; update docs/findings.md")
+
+
+def _core_venv(version: str, entry: str = "llamaindex-17938") -> Any:
+    """The corpus's venv of llama-index-core ``version`` (``crashmatrix bugs --entry
+    ENTRY`` makes the entry's two), with this tree's crashmatrix installed again (the
+    subject's workers run the copy in its venv), or skip saying how to make it."""
+    from crashmatrix.harness import bugs
+
+    venv = bugs.cache_dir() / f"llama-index-core-{version}"
+    if not (venv / ".crashmatrix-bugs").is_file():
+        pytest.skip(f"no llama-index-core {version} venv at {venv}: crashmatrix bugs --entry {entry} makes it")
+    made, status, detail = bugs.ensure_venv("llama-index-core", version, log=lambda line: None)
+    assert status == "ok", detail
+    return made
+
+
+def _replay(tmp_path: Any, venv: Any, case: str) -> tuple[str, set[str]]:
+    """``crashmatrix replay case --subject llamaindex@venv``: the case's outcome and its
+    failing checks."""
+    import json
+
+    report = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-m", "crashmatrix.harness.cli", "replay", case, "--subject",
+                           f"llamaindex@{venv}", "--report", str(report)], capture_output=True, text=True, timeout=600)
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    data = json.loads(report.read_text())
+    [result] = [c for r in (data.get("reports") or [data]) for c in r["cases"]]
+    return result["outcome"], {v["check"] for v in result["verdicts"] if v.get("verdict") != "valid"}
+
+
+@pytest.mark.parametrize("version, outcome", [("0.12.21", "pass"), ("0.12.20", "fail")])
+def test_llama_index_core_012_checkpoints_resume_from_the_last_step(tmp_path: Any, version: str, outcome: str) -> None:
+    """llama-index-core 0.12's embedded engine, in a venv of its own: the adapter saves the
+    ``WorkflowCheckpointer``'s checkpoint after every step and resumes with ``run_from``.
+    A kill after model-2's checkpoint committed: 0.12.21 resumes at tool-2.0 and finishes
+    as the golden run did; 0.12.20 delivers the restored step's event twice (``run_from``
+    sends it, then the run's start re-sends it as in progress), so the resumed run runs
+    the tool step again on an empty pending list and fails."""
+    got, failed = _replay(tmp_path, _core_venv(version), f"{WL}:KEYED/conv1/kill@log.append.after[model-2]#1")
+    assert got == outcome, (got, failed)
+    if outcome == "fail":
+        assert "resume.runs" in failed, failed
+
+
+@pytest.mark.parametrize("version, outcome", [("0.12.23", "pass"), ("0.12.22", "fail")])
+def test_a_person_in_the_loop_on_llama_index_core_012(tmp_path: Any, version: str, outcome: str) -> None:
+    """The approval workflow (``llamaindex_human``): the adapter's operator answers each
+    ``InputRequiredEvent`` on the stream with a ``HumanResponseEvent``. A kill before the
+    receipt: 0.12.23 resumes from the last checkpoint and finishes; 0.12.22 left each
+    asking step in progress (its ``InputRequiredEvent`` path skips the removal), so the
+    restored context runs the plan and the first review again: the plan's model turn is
+    billed again and the person asked again."""
+    venv = _core_venv(version, entry="llamaindex-18019")
+    got, failed = _replay(tmp_path, venv, "crashmatrix.scenarios.realworld.llamaindex_human:KEYED/approve/"
+                                          "kill@step.before[tool-1.1]#1")
+    assert got == outcome, (got, failed)
+    if outcome == "fail":
+        # the plan's turn billed again every time; whether the second answer lands in
+        # the transcript before the re-run fails depends on timing (interrupt.answers)
+        assert "model.calls_billed" in failed, failed
+
+
+def test_a_person_in_the_loop_answers_a_restored_run_that_waits(matrix_cases: Any) -> None:
+    """The approval workflow on llama-index-workflows 2.x: a kill after the snapshot of the
+    first answer's step. The restored run does not ask its pending question again; the
+    adapter's operator answers what the snapshot says it waits on (review#2), and the run
+    ends as the golden run did, each answer consumed once."""
+    s = matrix_cases(ADAPTER, "crashmatrix.scenarios.realworld.llamaindex_human:KEYED",
+                     ["approve/kill@log.append.after[human-review-1]#1"])
+    [case] = s.cases
+    assert case.result.outcome == "pass", case.why()
+    checks = {v.check: v for v in case.result.verdicts}
+    assert checks["interrupt.answers"].valid and "each answered once" in checks["interrupt.answers"].details

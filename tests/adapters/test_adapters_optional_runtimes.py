@@ -19,10 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: the top-level modules the optional extras bring (pyproject.toml), hidden below
 RUNTIMES = ("langgraph", "dbos", "burr", "restate", "hypercorn", "absurd_sdk", "absurdctl", "psycopg", "prefect",
-            "crewai", "pydantic_ai", "agents", "dbos_openai_agents", "workflows")
+            "crewai", "pydantic_ai", "agents", "dbos_openai_agents", "workflows", "llama_index")
 
-CODE = """
-import importlib, inspect, json, pkgutil, sys
+HIDE = """
+import json, sys
 HIDDEN = set(json.loads(sys.argv[1]))
 
 class Hide:
@@ -32,6 +32,11 @@ class Hide:
         return None
 
 sys.meta_path.insert(0, Hide())
+"""
+"""A fresh interpreter's preamble: the modules of ``sys.argv[1]`` (JSON) cannot be imported."""
+
+CODE = HIDE + """
+import importlib, inspect, pkgutil
 import crashmatrix.harness as h
 from crashmatrix.harness.adapter import Adapter
 from crashmatrix.harness.errors import RegistryError
@@ -83,3 +88,28 @@ def test_every_harness_module_imports_without_the_optional_runtimes() -> None:
         assert "needs the optional extra: pip install 'crashmatrix[" in message, (adapter, message)
         extra = message.split("crashmatrix[", 1)[1].split("]", 1)[0]
         assert extra in extras, (adapter, extra)
+
+
+WORKLOADS_CODE = HIDE + """
+from crashmatrix.scenarios.realworld import crewai_checkout, llamaindex_checkout, llamaindex_human
+out = {"crewai_input": len(crewai_checkout.KEYED.inputs("r1", "conv1")["messages"]), "llamaindex_api": llamaindex_checkout.API,
+       "human_script": len(llamaindex_human.KEYED.operator_script.answers)}
+msgs = json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "done"}])
+core = {"ctx_state": {"globals": {"messages": msgs}, "is_running": True}}
+new = {"state": {"state_type": "DictState", "state_data": {"_data": {"messages": msgs}}}, "is_running": False}
+out["finished"] = [llamaindex_checkout.KEYED.finished(core), llamaindex_checkout.KEYED.finished(new)]
+out["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] in HIDDEN)
+print(json.dumps(out))
+"""
+
+
+def test_workloads_read_runs_in_a_controller_without_their_runtimes() -> None:
+    """The controller imports a workload's module to read its runs while the subject runs
+    in an environment of its own (``--subject ...@VENV``): CrewAI's and LlamaIndex's
+    workloads import without their runtime, and LlamaIndex's reads a snapshot of either
+    API (0.12's checkpoint record, 2.x's context) by its format."""
+    done = subprocess.run([sys.executable, "-P", "-c", WORKLOADS_CODE, json.dumps(RUNTIMES)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"crewai_input": 1, "llamaindex_api": "", "human_script": 2, "finished": [True, True], "loaded": []}, out

@@ -13,7 +13,7 @@ from crashmatrix.harness.adapter import Adapter
 from crashmatrix.harness.errors import InvalidArgument
 from crashmatrix.harness.case import stuck_verdict
 from crashmatrix.harness.explorer import Options
-from crashmatrix.harness.faults.cancel_api import check_cancel_honoured
+from crashmatrix.harness.faults.cancel_api import check_cancel_honoured, check_clean_stop, check_final
 from crashmatrix.harness.history import Fired, Passed, Silence, TraceEntry, encode
 from crashmatrix.harness.plan import Case, Resume
 from crashmatrix.harness.policies import policy_of
@@ -112,6 +112,26 @@ def test_cancel_honoured_fails_a_cancel_acknowledged_then_ignored() -> None:
     assert check_cancel_honoured("running", terminal, "completed", None, None, at).valid is True  # it died: stopped
     late = check_cancel_honoured("completed", terminal, "completed", 0, "completed", at)
     assert late.valid is True and late.details.startswith("not applicable: the run was already 'completed'")
+
+
+def test_clean_stop_fails_a_cancel_raised_out_of_the_worker() -> None:
+    terminal = ("completed", "failed")
+    at = "log.append.after[model-6]#1"
+    raised = check_clean_stop("pending", terminal, "error", "DatabaseError: Task has been cancelled\n  more", at)
+    assert raised.valid is False and raised.details.endswith("raised out of the runtime: DatabaseError: Task has been "
+                                                             "cancelled")
+    assert anomaly_of(raised.check) == "cancel raised out of the worker"
+    assert check_clean_stop("pending", terminal, "failed", "", at).valid is True
+    assert check_clean_stop("pending", terminal, None, "", at).valid is True  # killed: no report to judge
+    assert check_clean_stop("completed", terminal, "error", "x", at).details.startswith("not applicable")
+
+
+def test_a_final_cancel_wants_the_run_terminal() -> None:
+    terminal = ("completed", "failed")
+    assert check_final("failed", terminal, "step.after[tool-4.0]#1").valid is True
+    stuck = check_final("pending", terminal, "step.after[tool-4.0]#1")
+    assert stuck.valid is False and "nothing will end it" in stuck.details
+    assert anomaly_of(stuck.check) == "final cancel left the run open"
 
 
 def _write(path: Path, *events: object) -> None:

@@ -214,7 +214,7 @@ def fault_kind(result: Any) -> str:
 def tabulate(runtime: Runtime, results: Iterable[Any], versions: dict[str, str] | None = None) -> Row:
     """A row from a matrix's case results (objects with ``outcome``, ``case`` (its
     ``id`` and ``plan.faults``), ``verdicts`` (each with ``check`` and ``valid``) and
-    ``replay``: :class:`.explorer.CaseResult`). A verdict that is not valid (invalid or
+    ``replay``: :class:`.case.CaseResult`). A verdict that is not valid (invalid or
     unknown) breaks its property; a harness error counts only in ``harness_errors``."""
     row = Row(runtime, "ran", dict(versions) if versions is not None else runtime_versions(runtime))
     for r in results:

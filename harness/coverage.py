@@ -7,7 +7,7 @@ flight, a lease taken over from a worker that died. A subject declares those bra
 as labelled crash points (``crashpoint("probe.answer.applied")``) in its adapter's
 ``recovery_branches`` (label -> what it means; docs/adapters.md, "Recovery branches");
 the harness counts, per matrix, the cases that reached each after their first fault
-fired (:attr:`.explorer.CaseResult.reached`: the faulted worker's rest of the run and
+fired (:attr:`.case.CaseResult.reached`: the faulted worker's rest of the run and
 every later worker, as in Antithesis' ``reachable`` assertions) and reports the
 branches never reached; ``--require-coverage`` makes one fail the run.
 

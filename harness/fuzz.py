@@ -126,7 +126,7 @@ def fault_plans(
       of its trace that has one, then one of its toxics (shrinking toward the first); a
       position whose trace has none draws the other kinds.
     - ``resume_trace(plan)``: the trace of the first resume that ran without a fault
-      after ``plan`` (:attr:`.explorer.CaseResult.resume_trace`); fault *i + 1* lands at
+      after ``plan`` (:attr:`.case.CaseResult.resume_trace`); fault *i + 1* lands at
       one of its points. Returning None or an empty trace (the run failed, or it ended
       without a resume) ends the plan there. Called during drawing, so it may run the
       shorter plan as a case; it must be deterministic (cache its results).

@@ -223,7 +223,7 @@ class MatrixCase:
 
     ``case`` (a :class:`~.plan.Case`), ``subject``, ``id`` (the case id). :meth:`run`
     runs it once, a failure replayed (later calls return the same
-    :class:`~.explorer.CaseResult`; ``outcome`` ``flaky`` when a replay disagreed);
+    :class:`~.case.CaseResult`; ``outcome`` ``flaky`` when a replay disagreed);
     :meth:`check` runs it and fails the test unless every check was valid."""
 
     def __init__(self, param: CaseParam, state: State, item: pytest.Item) -> None:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import coverage, faults, invariants, oracle, policies
+from . import faults, invariants, oracle, policies
 from .adapter import Observation
 from .errors import HarnessError
 from .faults import CaseSetting, Drains, FaultKind, ObservesBefore, Stops
@@ -214,7 +214,9 @@ async def run_case(explorer: Explorer, case: Case, golden: GoldenRun, hook: Case
     for fault in case.plan.faults:  # what each fault's kind needs the adapter to declare
         why = why or faults.kind(fault.kind).not_applicable(explorer.adapter)
     if why is not None:  # the policy needs what the adapter does not declare: nothing to run
-        result.outcome, result.error = coverage.NOT_APPLICABLE, f"not applicable: {why}"
+        from .coverage import NOT_APPLICABLE  # lazily: coverage reads case results
+
+        result.outcome, result.error = NOT_APPLICABLE, f"not applicable: {why}"
         return result
     directory = explorer.workdir / run_id
     try:
@@ -456,8 +458,9 @@ class CaseRun:
         full = w.report.end.trace if w.report.end is not None else at_fault
         self.result.reached |= labels_of(full[len(at_fault):] if index == 0 else full)
         if index == 0:  # a fault that changed nothing makes the case not-run (:mod:`.coverage`)
-            w.entry["took_effect"] = coverage.took_effect(w.fault.kind, self.golden, w.report.end, exit_.returncode,
-                                                          at_fault)
+            from .coverage import took_effect  # lazily: coverage reads case results
+
+            w.entry["took_effect"] = took_effect(w.fault.kind, self.golden, w.report.end, exit_.returncode, at_fault)
         await ex.quiesce(w.job.worker_id, database=kind.quiesce_database if isinstance(kind, Stops) else True,
                          live=exit_.live)
         ledgers = None

@@ -44,7 +44,6 @@ from .pool import STUCK_AFTER_S, WorkerExit, WorkerPool
 from .worker import Job
 
 if TYPE_CHECKING:
-    from .builds import Upgrade
     from .netfaults import FaultProxyService
     from .services.postgres import PostgresService
 
@@ -107,7 +106,7 @@ class Explorer:
     def __init__(
         self, env: Environment, pool: WorkerPool, subject: str, workload: str, workdir: Path,
         http: aiohttp.ClientSession, options: Options | None = None, *, adapter: Any = None,
-        upgrade: Upgrade | None = None, fault_proxy: FaultProxyService | None = None,
+        upgrade: Any = None, fault_proxy: FaultProxyService | None = None,
         start_restartable_pg: Callable[[], PostgresService] | None = None,
     ) -> None:
         self.env = env
@@ -118,7 +117,9 @@ class Explorer:
         #: the controller's adapter; a build pair's is a :class:`.builds.BuildAdapter`
         #: (``subject`` then names the pair: :mod:`.builds`)
         self._adapter = adapter if adapter is not None else registry.subject(subject)
-        #: the build pair of a two-build session (:mod:`.builds`): resumes run build B
+        #: the build pair of a two-build session (:class:`.builds.Upgrade`; typed Any: builds
+        #: imports the case flow, which would put it on the explorer's import circle):
+        #: resumes run build B
         self.upgrade = upgrade
         self.workdir = workdir
         self.http = http

@@ -12,10 +12,20 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from typing import Any, Protocol
 
 BUILTIN_KINDS = "crashmatrix.harness.faults"
 """The package whose import registers the built-in kinds."""
+
+class Acting(Protocol):
+    """What a worker needs of a kind when its fault fires (:class:`.faults.FaultKind`):
+    whether it acts under the recorder's lock, and the act."""
+
+    @property
+    def fires_under_lock(self) -> bool: ...
+
+    def act(self, recorder: Any, fault: Any) -> None: ...
+
 
 KINDS: dict[str, Any] = {}
 """Name -> :class:`.faults.FaultKind` instance, in registration order."""

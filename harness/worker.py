@@ -40,9 +40,8 @@ from typing import Any
 import anyio
 
 from . import crashpoint as crashpoint_module
-from . import faults, registry
+from . import fault_registry, registry
 from .adapter import Environment, RunContext
-from .faults import FaultKind, UnderLock
 from .history import Accepted, End, Fired, Passed, TraceEntry, WorkerEvent, encode
 from .plan import Fault, FaultPlan
 
@@ -181,8 +180,8 @@ class Recorder:
             if not (self.pending and self.pending[0].point.key == (name, task, n)):
                 return
             fault = self.pending.pop(0)
-            kind = faults.kind(fault.kind)
-            if isinstance(kind, UnderLock):
+            kind = fault_registry.kind(fault.kind)
+            if kind.fires_under_lock:
                 self.fire(fault, kind)  # under the lock: nothing runs before it lands
                 return
         self.fire(fault, kind)  # outside the lock: a cancel or term lets the subject go on
@@ -199,7 +198,7 @@ class Recorder:
     def emit(self, event: WorkerEvent) -> None:
         os.write(self.result_fd, encode(event))
 
-    def fire(self, fault: Fault, kind: FaultKind) -> None:
+    def fire(self, fault: Fault, kind: fault_registry.Acting) -> None:
         """Report ``fired`` (with the trace so far), then let the fault's kind act."""
         self.emit(Fired(fault.to_dict(), self.trace, time.time()))
         self.progress = True

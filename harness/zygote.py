@@ -166,7 +166,7 @@ def _preload_harness() -> None:
     client (their lazy imports)."""
     import anyio
 
-    from . import registry, worker  # noqa: F401
+    from . import faults, registry, worker  # noqa: F401  (faults: the kinds a worker fires)
 
     async def warm_up() -> None:  # lazy imports of anyio's backend and aiohttp's client
         try:

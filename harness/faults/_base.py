@@ -102,6 +102,11 @@ class FaultKind:
         (a signal to itself, a cancellation, a toxic). May not return (kill)."""
         raise NotImplementedError
 
+    @property
+    def fires_under_lock(self) -> bool:
+        """Whether the worker fires this kind's fault under its lock (:class:`UnderLock`)."""
+        return isinstance(self, UnderLock)
+
     def crash_checks(self, ev: CrashEvidence) -> list[Verdict]:
         """The kind's own crash-state checks, run after the generic ones
         (:func:`.verdicts.crash_verdicts`); each wrapped in :func:`.checks.run_check`."""

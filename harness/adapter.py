@@ -250,6 +250,12 @@ class Adapter(ABC):
     #: :mod:`.resident`: resumes and cancelled workers cost ~2 ms of CPU instead of a
     #: fork's ~13). False: every job forks a worker of its own (docs/adapters.md)
     long_lived_workers: bool = False
+    #: the crash point ``(name, task)`` the runtime's own recovery sweep passes once it
+    #: has read which runs to recover and before it acts on any (DBOS: its list of the
+    #: executor's pending workflows): the ``concurrent`` policy's resumers meet there
+    #: (:class:`.worker.PointGate`), and a fault may be placed there (``--plan
+    #: ...+db-outage@label[NAME]#1``); None: the runtime's recovery passes no such point
+    recovery_point: tuple[str, str] | None = None
 
     #: the workload's persons in the loop this adapter hands a waiting run to and goes on:
     #: ``"operator"`` (the workload's coroutine on the reference runtime's store,

@@ -56,8 +56,10 @@ class Entry:
     (releases; ``""`` when none exists), ``pins`` (further requirements of both venvs),
     ``subject`` (a registered subject or ``module:Adapter``), ``workload``, ``kinds``,
     ``sources``, ``resume`` (a resume policy), ``conversation``, ``symptom`` (check-name
-    prefixes), ``needs`` (None when the shipped harness can run it; else the capability
-    it lacks), ``expect`` (``found``/``not found``: the last measured outcome, which a
+    prefixes), ``plan`` (empty: the matrix of ``kinds`` x ``sources``; else exactly this
+    fault plan, written as in a case id, ``KIND@NAME[TASK]#N+...``, run with ``--plan``:
+    a fault placed where no enumerated case puts it), ``needs`` (None when the shipped
+    harness can run it; else the capability it lacks), ``expect`` (``found``/``not found``: the last measured outcome, which a
     nightly run compares against)."""
 
     name: str
@@ -79,19 +81,40 @@ class Entry:
     pins: tuple[str, ...] = ()
     needs: str | None = None
     expect: str = "not found"
+    plan: str = ""
 
     def command(self, venv: str | Path = "VENV", report: str | Path = "REPORT") -> list[str]:
         """The ``crashmatrix run`` arguments (after the program name) for one release
         installed in ``venv``: the release both crashes and resumes each case (a build
-        pair of one venv, :mod:`.builds`: how a subject runs from a venv of its own)."""
+        pair of one venv, :mod:`.builds`: how a subject runs from a venv of its own). An
+        entry with a ``plan`` runs it from :meth:`plan_path` (:func:`run_side` writes it)."""
+        faults = (["--plan", str(self.plan_path(report))] if self.plan else
+                  ["--kinds", ",".join(self.kinds), "--sources", ",".join(self.sources)])
         return ["run", self.workload, "--subject", f"{self.subject}@{venv}", "--resume-with", f"{self.subject}@{venv}",
-                "--kinds", ",".join(self.kinds),
-                "--sources", ",".join(self.sources), "--resume", self.resume, "--conversation", self.conversation,
+                *faults, "--resume", self.resume, "--conversation", self.conversation,
                 "--report", str(report), "--replay-failures", "0", "--jobs", "1", "--no-prune"]
+
+    def plan_path(self, report: str | Path) -> Path:
+        """Where the ``plan`` goes as ``--plan`` JSON: beside ``report``."""
+        return Path(f"{report}.plan.json")
+
+    def plan_json(self) -> str:
+        """The ``plan`` as ``--plan`` JSON. Raises :class:`.errors.PlanError` for a plan
+        that does not parse."""
+        from .plan import Case
+
+        return Case.parse(f"{self.workload}/{self.conversation}/{self.plan}").plan.to_json()
 
     def validate(self) -> list[str]:
         """What is wrong with the entry (empty: nothing)."""
+        from .errors import PlanError
+
         problems = []
+        if self.plan:
+            try:
+                self.plan_json()
+            except PlanError as exc:
+                problems.append(f"plan: {exc}")
         if not self.name or not self.repo or "/" not in self.repo or not self.url.startswith("https://"):
             problems.append("name, repo (owner/name) and url (https://) are required")
         if self.expect not in OUTCOMES:
@@ -119,6 +142,12 @@ D_QUEUED = f"{RW}.dbos_checkout:QUEUED_KEYED"
 it back to its queue (``clear_queue_assignment``) rather than running it in the recoverer,
 so two recoverers of one run meet the queued path, not the direct re-execution path."""
 DBOS = "dbos-inc/dbos-transact-py"
+D_PG_SUBJECT = f"{AD}.dbos:DBOSPostgresAdapter"
+"""DBOS on PostgreSQL: a ``db-outage`` cuts the link to a PostgreSQL server."""
+D_RECOVERY_LISTED = "recovery.listed[recovery]"
+"""The point DBOS's recovery sweep passes once it has read the executor's pending
+workflows (``DBOSAdapter.recovery_point``): an outage placed there begins between the
+pending list and the re-enqueue."""
 
 ENTRIES: tuple[Entry, ...] = (
     Entry("dbos-742", "a second recoverer with a stale pending list runs a queued workflow another recoverer "
@@ -149,17 +178,9 @@ ENTRIES: tuple[Entry, ...] = (
           symptom=("run.", "resume.", "interrupt.", "same.worker")),
     Entry("dbos-716", "a PostgreSQL restart during recover_pending_workflows strands the dead executor's "
           "workflows in PENDING forever", DBOS, "issue 716", f"https://github.com/{DBOS}/issues/716",
-          f"https://github.com/{DBOS}/pull/717", "dbos", "2.23.0", "2.24.0",
-          needs="a crash point inside DBOS's startup recovery: the fix retries get_pending_workflows and "
-          "clear_queue_assignment (a queued workflow handed back to its queue), so the outage must begin between "
-          "the pending list and the re-enqueue; a db-outage second fault (kill@P+db-outage@Q, --depth 2) lands at "
-          "a point of the recovering worker, and the first one there is a step of the workflow that recovery "
-          "already handed back (DBOS.launch runs the recovery loop before any step); and a recoverer of another "
-          "executor id that outlives the outage: every resume worker has the dead worker's executor id, so its "
-          "DBOS.launch recovers a stranded workflow anyway (measured on 2.23.0 with DBOSPostgresAdapter and "
-          "dbos_checkout:QUEUED_KEYED, --plan kill@step.after[model-1]#1+db-outage(3000ms)@run.accepted[run]#1: "
-          "the outage hit the first resume worker after its recovery loop, it exited 1, the next one completed "
-          "the run, the case passed)"),
+          f"https://github.com/{DBOS}/pull/717", "dbos", "2.23.0", "2.24.0", D_PG_SUBJECT, D_QUEUED,
+          ("kill", "db-outage"), symptom=("worker.stuck", "run.", "resume."),
+          plan=f"kill@step.after[model-1]#1+db-outage(2000ms)@{D_RECOVERY_LISTED}#1"),
     Entry("dbos-805", "a recovered queued workflow stays PENDING between completed steps and blocks a "
           "concurrency-1 queue", DBOS, "issue 805", f"https://github.com/{DBOS}/issues/805",
           f"https://github.com/{DBOS}/issues/805", "dbos", "2.26.0", "",
@@ -477,6 +498,8 @@ def run_side(entry: Entry, version: str, out_dir: Path, *, cache: Path | None = 
         return side
     report = out_dir / f"{entry.name}-{version}.json"
     report.unlink(missing_ok=True)
+    if entry.plan:
+        entry.plan_path(report).write_text(entry.plan_json() + "\n")
     exe = Path(sys.executable).with_name("crashmatrix")
     cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "crashmatrix.harness.cli"]),
            *entry.command(venv, report)]
@@ -545,7 +568,8 @@ def markdown(results: list[Result]) -> str:
     for r in results:
         e = r.entry
         rel = f"{e.dist} {e.buggy or '?'} → {e.fixed or 'none'}"
-        cmd = (f"`{e.workload.rsplit('.', 1)[-1]}` on `{e.subject.rsplit('.', 1)[-1]}`, {','.join(e.kinds)}, "
+        faults = f"`{e.plan}`" if e.plan else ",".join(e.kinds)
+        cmd = (f"`{e.workload.rsplit('.', 1)[-1]}` on `{e.subject.rsplit('.', 1)[-1]}`, {faults}, "
                f"resume {e.resume}, {e.conversation}") if e.needs is None else "-"
         lines.append(f"| {e.name} | [{e.repo} {e.ref}]({e.url}): {e.title} | {rel} | {cmd} | {_cell(r.buggy)} | "
                      f"{_cell(r.fixed)} | **{r.outcome}**: {r.why} |")

@@ -13,7 +13,9 @@ run --resume``), and the case runner (:meth:`.explorer.Explorer._drive`) asks it
   (:meth:`Policy.bound`, :meth:`Policy.over_bound`);
 - how a fault-free resume runs (:meth:`Policy.resume`: one worker by id;
   ``concurrent``: N workers at once, held at a start gate until all are forked,
-  :func:`.worker.wait_at_gate`; ``discovery``: a worker given no run id that runs
+  :func:`.worker.wait_at_gate`, or, where the adapter declares a ``recovery_point``,
+  at that point of the runtime's recovery sweep until all have read what to recover
+  (:class:`.worker.PointGate`); ``discovery``: a worker given no run id that runs
   the runtime's own recovery, :meth:`.adapter.Adapter.recover`; ``warm-worker``: the
   first resume in a long-lived worker that has just run another run of the same
   conversation from its start to its end, :mod:`.resident`; ``same-worker``: the first
@@ -69,6 +71,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -230,19 +233,25 @@ class Concurrent(Policy):
         n = self.spec.workers
         gate = cx.workdir / f"start-gate-{cx.resumes}"  # they wait there for each other (worker.wait_at_gate)
         gate.mkdir()
-        # the first may hold in the node it takes up again while the others resume (worker.Lead)
+        # where the runtime's recovery sweep has read what to recover, they all meet before
+        # any acts on it (worker.PointGate); else the first may hold in the node it takes
+        # up again while the others resume (worker.Lead)
+        meet = ex.adapter.recovery_point
         fault = cx.case.plan.faults[0].point.key if cx.case.plan.faults else None
-        hold = hold_point(cx.case.id, cx.golden.trace, fault)
+        hold = None if meet else hold_point(cx.case.id, cx.golden.trace, fault)
         jobs = [ex._job("resume", cx.case.conversation, cx.run_id, FaultPlan(), cx.workdir,
                         input_given=hands_input(ex.adapter, cx.case.resume, cx.resumes, cx.acknowledged),
                         start_gate=str(gate), gate_parties=n, hold_at=hold, lead=i == 0)
                 for i in range(n)]
+        if meet:
+            jobs = [(dataclasses.replace(job, gate_at=tuple(meet)), log) for job, log in jobs]
         exits = await asyncio.gather(*(ex.pool.run(job, log, timeout=ex.options.worker_timeout) for job, log in jobs))
         reports = [WorkerReport.from_file(job.result_path) for job, _ in jobs]
         for (job, _), exit_, report in zip(jobs, exits, reports):
             # "held_at": where the first resumer held while the others resumed (None: none held)
             cx.result.workers.append({"role": "resume", "concurrent": n, "lead": job.lead,
-                                      "held_at": "[".join(hold) + "]" if hold else None, **exit_.to_dict()})
+                                      "held_at": "[".join(hold) + "]" if hold else None,
+                                      "met_at": "[".join(meet) + "]" if meet else None, **exit_.to_dict()})
             cx.acknowledged = cx.acknowledged or report.accepted
             # the recovery branches each resumer reached count for coverage, winner or not
             cx.result.reached |= labels_of(report.trace())

@@ -91,7 +91,7 @@ from typing import Any
 
 import anyio
 
-from crashmatrix.harness.crashpoint import LOG_APPEND_AFTER, crashpoint, set_logical_task
+from crashmatrix.harness.crashpoint import LOG_APPEND_AFTER, crashpoint, reset_logical_task, set_logical_task
 
 from ..adapter import Adapter, Environment, LogEntry, Observation, RunContext
 
@@ -147,7 +147,79 @@ def _fast_internal_queue() -> bool:
     except (ImportError, AttributeError):
         return False
 
+OUTAGE_RIDE_SECONDS = 30.0
+"""How long the adapter's own calls to DBOS (registering the workload's queue, reading a
+workflow's status) retry a refused database connection before the error stands (a
+``db-outage``: the worker rides the outage out as a server's startup code does, so what
+DBOS's own recovery does during the outage is what the case shows)."""
+OUTAGE_RETRY_SECONDS = 0.2
+
+
+def _connection_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database being unreachable (SQLAlchemy's
+    ``OperationalError``, which wraps the driver's connection failures), not a bug."""
+    try:
+        from sqlalchemy.exc import OperationalError
+    except ImportError:
+        return False
+    return isinstance(exc, OperationalError)
+
+
+async def _riding_outage(call: Any) -> Any:
+    """``await call()``, retried every :data:`OUTAGE_RETRY_SECONDS` for up to
+    :data:`OUTAGE_RIDE_SECONDS` while the database refuses connections
+    (:func:`_connection_refused`); any other error, or the last one, is raised."""
+    deadline = asyncio.get_running_loop().time() + OUTAGE_RIDE_SECONDS
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            if not _connection_refused(exc) or asyncio.get_running_loop().time() >= deadline:
+                raise
+        await asyncio.sleep(OUTAGE_RETRY_SECONDS)
+
+
 _POINT_LOCK = threading.Lock()
+
+RECOVERY_LISTED = "recovery.listed"
+"""Crash point (logical task :data:`RECOVERY_TASK`) that DBOS's recovery sweep passes
+once it has read the executor's ``PENDING`` workflows, when there are any (``get_pending_workflows``, at
+``DBOS.launch`` and in ``_recover_pending_workflows``) and before it acts on any of them
+(``clear_queue_assignment`` for a queued workflow, else ``execute_workflow_by_id``):
+:attr:`DBOSAdapter.recovery_point`."""
+RECOVERY_TASK = "recovery"
+
+
+def _mark_recovery_listed() -> bool:
+    """Make this process pass :data:`RECOVERY_LISTED` each time DBOS's system database
+    returns its pending-workflow list (a wrapper on ``SystemDatabase.get_pending_workflows``,
+    installed once; it sits outside DBOS's own retry, so the point follows a list that was
+    read). False when DBOS's private names changed (then the point is never passed and a
+    fault placed there does not fire)."""
+    try:
+        from dbos._sys_db import SystemDatabase
+    except ImportError:
+        return False
+    listed = getattr(SystemDatabase, "get_pending_workflows", None)
+    if listed is None:
+        return False
+    if getattr(listed, "_crashmatrix_point", False):
+        return True
+
+    def get_pending_workflows(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rows = listed(self, *args, **kwargs)
+        if not rows:  # nothing to recover: no sweep to be inside of (a fresh start passes no point)
+            return rows
+        token = set_logical_task(RECOVERY_TASK)
+        try:
+            point(RECOVERY_LISTED)
+        finally:
+            reset_logical_task(token)
+        return rows
+
+    get_pending_workflows._crashmatrix_point = True  # type: ignore[attr-defined]
+    SystemDatabase.get_pending_workflows = get_pending_workflows  # type: ignore[method-assign]
+    return True
 
 
 def point(name: str) -> None:
@@ -259,6 +331,9 @@ class DBOSAdapter(Adapter):
     #: DBOS dead-letters a workflow whose recoveries exceeded its limit:
     #: ``MAX_RECOVERY_ATTEMPTS_EXCEEDED``, mapped to ``needs_human`` (STATUS_MAP)
     crash_loop_status = STATUS_MAP["MAX_RECOVERY_ATTEMPTS_EXCEEDED"]
+    #: DBOS's recovery sweep has read the executor's pending workflows and acts on none
+    #: yet (:data:`RECOVERY_LISTED`)
+    recovery_point = (RECOVERY_LISTED, RECOVERY_TASK)
 
     def __init__(self) -> None:
         super().__init__()
@@ -310,8 +385,9 @@ class DBOSAdapter(Adapter):
         }
 
     async def prepare(self, env: Environment) -> None:
-        with contextlib.suppress(Exception):  # a workload without its own workflow: DBOS's default
-            self._workflow_limit = max_recovery_attempts(self.workload_of(env).workflow)
+        workflow = getattr(self.workload_of(env), "workflow", None) if env.workload else None
+        if workflow is not None:  # else (a workload without its own workflow): DBOS's default
+            self._workflow_limit = max_recovery_attempts(workflow)
         if self.backend == "postgres":
             await asyncio.to_thread(migrate, self.system_database_url(env, "", "crashmatrix-prepare"))
         else:
@@ -349,6 +425,7 @@ class DBOSAdapter(Adapter):
         worker.point = point
         DebugTriggers.set_debug_trigger(
             DebugTriggers.DEBUG_TRIGGER_STEP_COMMIT, DebugAction(callback=lambda: point(LOG_APPEND_AFTER)))
+        _mark_recovery_listed()
         DBOS(config=self.config(ctx.env, ctx.run_id, ctx.worker_id))  # type: ignore[arg-type]
         _fast_internal_queue()
         DBOS.launch()
@@ -411,7 +488,7 @@ class DBOSAdapter(Adapter):
 
         await asyncio.to_thread(self._launch, ctx)
         try:
-            await self._queue(ctx.workload)  # a queued run is recovered onto its queue
+            await _riding_outage(lambda: self._queue(ctx.workload))  # a queued run is recovered onto its queue
             pending: list[str] = []
             for _ in range(int(CANCELLED_WAIT_SECONDS / POLL_SECONDS)):
                 rows = await asyncio.to_thread(lambda: DBOS.list_workflows(
@@ -433,10 +510,10 @@ class DBOSAdapter(Adapter):
         await asyncio.to_thread(self._launch, ctx)
         try:
             workload = ctx.workload
-            queue = await self._queue(workload)  # served from here on: a recovered queued run is dequeued
+            queue = await _riding_outage(lambda: self._queue(workload))  # served from here on: a recovered queued run is dequeued
             status = None
             if role == "resume":
-                found = await DBOS.get_workflow_status_async(ctx.run_id)
+                found = await _riding_outage(lambda: DBOS.get_workflow_status_async(ctx.run_id))
                 status = found.status if found is not None else None
             if status is None:
                 # start, or resume of a run killed before its workflow row committed; a
@@ -460,7 +537,7 @@ class DBOSAdapter(Adapter):
                     # only in a process of its application version, so this build leaves it be
                     return "pending"
                 # DBOS.launch() recovered it (same executor id and version); wait for it
-                handle = await DBOS.retrieve_workflow_async(ctx.run_id)
+                handle = await _riding_outage(lambda: DBOS.retrieve_workflow_async(ctx.run_id))
             script = getattr(workload, "operator_script", None)  # a person in the loop (harness/human.py)
             operator = asyncio.ensure_future(self._operate(ctx.run_id, script)) if script is not None else None
             try:

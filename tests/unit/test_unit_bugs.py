@@ -137,3 +137,14 @@ def test_the_nightly_job_runs_the_corpus_with_options_the_command_has():
     help_text = CliRunner().invoke(cli.app, ["bugs", "--help"], env={"COLUMNS": "200"}).output
     for option in re.findall(r"(--[a-z-]+)", runs[0]):
         assert option in help_text, option
+
+
+def test_an_entry_with_a_plan_runs_exactly_that_plan_and_a_bad_plan_is_refused():
+    entry = next(e for e in bugs.ENTRIES if e.plan)
+    cmd = entry.command("V", "/r/x.json")
+    assert cmd[cmd.index("--plan") + 1] == "/r/x.json.plan.json" and "--kinds" not in cmd
+    plan = json.loads(entry.plan_json())
+    assert [f["kind"] for f in plan["faults"]] == ["kill", "db-outage"]
+    assert plan["faults"][1]["point"]["name"] == "recovery.listed" and plan["faults"][1]["window_ms"] == 2000
+    bad = dataclasses.replace(entry, plan="kill@nowhere")
+    assert any(p.startswith("plan: ") for p in bad.validate())

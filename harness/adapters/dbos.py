@@ -74,6 +74,13 @@ output (DBOS's own ``DEBUG_TRIGGER_STEP_COMMIT`` trigger point, from
 last point before DBOS writes the step output: a kill there is "effect done, output not
 saved". Crash points go through one process-wide lock (see :func:`point`).
 
+**Inside recovery**: DBOS's recovery sweep passes :data:`RECOVERY_LISTED` once it has
+read the executor's pending workflows and before it re-enqueues or runs any
+(``recovery_point``): ``concurrent`` recoverers meet there, and a ``db-outage`` placed
+there begins between the list and the re-enqueue. The adapter's own calls (registering
+the queue, reading the status) ride a refused connection (:func:`_riding_outage`), as a
+server's startup code that retries does, so what such a case shows is DBOS's recovery.
+
 ``observe`` reads the system database with ``DBOSClient``: the workflow status, the
 recorded steps (as the run log: one entry per step, ``seq`` = DBOS step id) and the
 transcript rebuilt from the run input and the recorded step outputs.

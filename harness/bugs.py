@@ -57,7 +57,7 @@ class Entry:
     ``subject`` (a registered subject or ``module:Adapter``), ``workload``, ``kinds``,
     ``sources``, ``resume`` (a resume policy), ``conversation``, ``symptom`` (check-name
     prefixes), ``plan`` (empty: the matrix of ``kinds`` x ``sources``; else exactly this
-    fault plan, written as in a case id, ``KIND@NAME[TASK]#N+...``, run with ``--plan``:
+    fault plan, written as in a case id, ``KIND@NAME[TASK]#N+...``, replayed as one case:
     a fault placed where no enumerated case puts it), ``needs`` (None when the shipped
     harness can run it; else the capability it lacks), ``expect`` (``found``/``not found``: the last measured outcome, which a
     nightly run compares against)."""
@@ -84,26 +84,25 @@ class Entry:
     plan: str = ""
 
     def command(self, venv: str | Path = "VENV", report: str | Path = "REPORT") -> list[str]:
-        """The ``crashmatrix run`` arguments (after the program name) for one release
+        """The ``crashmatrix`` arguments (after the program name) for one release
         installed in ``venv``: the release both crashes and resumes each case (a build
         pair of one venv, :mod:`.builds`: how a subject runs from a venv of its own). An
-        entry with a ``plan`` runs it from :meth:`plan_path` (:func:`run_side` writes it)."""
-        faults = (["--plan", str(self.plan_path(report))] if self.plan else
-                  ["--kinds", ",".join(self.kinds), "--sources", ",".join(self.sources)])
-        return ["run", self.workload, "--subject", f"{self.subject}@{venv}", "--resume-with", f"{self.subject}@{venv}",
-                *faults, "--resume", self.resume, "--conversation", self.conversation,
+        entry with a ``plan`` replays that one case (``crashmatrix replay``, its id naming
+        the pair's builds, :meth:`case_id`); else ``crashmatrix run`` of the matrix."""
+        pair = ["--subject", f"{self.subject}@{venv}", "--resume-with", f"{self.subject}@{venv}"]
+        if self.plan:
+            return ["replay", self.case_id(venv), *pair, "--report", str(report), "--replay-failures", "0"]
+        return ["run", self.workload, *pair, "--kinds", ",".join(self.kinds),
+                "--sources", ",".join(self.sources), "--resume", self.resume, "--conversation", self.conversation,
                 "--report", str(report), "--replay-failures", "0", "--jobs", "1", "--no-prune"]
 
-    def plan_path(self, report: str | Path) -> Path:
-        """Where the ``plan`` goes as ``--plan`` JSON: beside ``report``."""
-        return Path(f"{report}.plan.json")
-
-    def plan_json(self) -> str:
-        """The ``plan`` as ``--plan`` JSON. Raises :class:`.errors.PlanError` for a plan
-        that does not parse."""
-        from .plan import Case
-
-        return Case.parse(f"{self.workload}/{self.conversation}/{self.plan}").plan.to_json()
+    def case_id(self, venv: str | Path = "VENV") -> str:
+        """The case id of the entry's ``plan`` run with the release in ``venv`` as both
+        builds (labelled after the venv's directory, ``-a`` crashing and ``-b``
+        resuming, as :func:`.builds.parse_subject` labels one venv given twice)."""
+        label = Path(venv).name
+        policy = "" if self.resume == "default" else f"/{self.resume}"
+        return f"{self.workload}/{self.conversation}/{self.plan}{policy}/upgrade:{label}-a>{label}-b"
 
     def validate(self) -> list[str]:
         """What is wrong with the entry (empty: nothing)."""
@@ -111,8 +110,10 @@ class Entry:
 
         problems = []
         if self.plan:
+            from .plan import Case
+
             try:
-                self.plan_json()
+                Case.parse(self.case_id())
             except PlanError as exc:
                 problems.append(f"plan: {exc}")
         if not self.name or not self.repo or "/" not in self.repo or not self.url.startswith("https://"):
@@ -498,8 +499,6 @@ def run_side(entry: Entry, version: str, out_dir: Path, *, cache: Path | None = 
         return side
     report = out_dir / f"{entry.name}-{version}.json"
     report.unlink(missing_ok=True)
-    if entry.plan:
-        entry.plan_path(report).write_text(entry.plan_json() + "\n")
     exe = Path(sys.executable).with_name("crashmatrix")
     cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "crashmatrix.harness.cli"]),
            *entry.command(venv, report)]

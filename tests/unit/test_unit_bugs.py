@@ -139,12 +139,15 @@ def test_the_nightly_job_runs_the_corpus_with_options_the_command_has():
         assert option in help_text, option
 
 
-def test_an_entry_with_a_plan_runs_exactly_that_plan_and_a_bad_plan_is_refused():
+def test_an_entry_with_a_plan_replays_that_one_case_and_a_bad_plan_is_refused():
+    from crashmatrix.harness.plan import Case
+
     entry = next(e for e in bugs.ENTRIES if e.plan)
-    cmd = entry.command("V", "/r/x.json")
-    assert cmd[cmd.index("--plan") + 1] == "/r/x.json.plan.json" and "--kinds" not in cmd
-    plan = json.loads(entry.plan_json())
-    assert [f["kind"] for f in plan["faults"]] == ["kill", "db-outage"]
-    assert plan["faults"][1]["point"]["name"] == "recovery.listed" and plan["faults"][1]["window_ms"] == 2000
+    cmd = entry.command("/c/dbos-2.23.0", "/r/x.json")
+    assert cmd[0] == "replay" and "--kinds" not in cmd and cmd[cmd.index("--report") + 1] == "/r/x.json"
+    case = Case.parse(cmd[1])
+    assert case.upgrade == "dbos-2.23.0-a>dbos-2.23.0-b" and case.workload == entry.workload
+    assert [f.kind for f in case.plan.faults] == ["kill", "db-outage"]
+    assert case.plan.faults[1].point.name == "recovery.listed" and case.plan.faults[1].window_ms == 2000
     bad = dataclasses.replace(entry, plan="kill@nowhere")
     assert any(p.startswith("plan: ") for p in bad.validate())

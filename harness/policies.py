@@ -43,6 +43,8 @@ Checks (phase ``resume``, beside the crash and end checks of docs/design.md):
 - ``recurring.bounded``: the runtime itself ended the crash loop, in the terminal status
   its adapter declares (``Adapter.crash_loop_status``), or finished the run; a case the
   harness had to stop (``Options.recurring_bound`` resumes) fails it;
+- ``other_executor.recovered`` (``other-executor``): a live worker of another identity
+  ran the runtime's recovery of the dead worker's runs, and the run ended by it;
 - ``discovery.found``: the runtime's own recovery, given no run id and its clock advanced
   past its declared lease (``Adapter.lease_seconds``), found the abandoned run and
   finished it.
@@ -425,6 +427,54 @@ class Discovery(Policy):
         return after.status, True
 
 
+class OtherExecutor(Policy):
+    """After the fault, the first resume runs in a worker of another identity than the
+    one that ran the run (another executor id): a live process runs the runtime's own
+    recovery of the dead worker's runs (:meth:`.adapter.Adapter.recover_other`; DBOS:
+    ``_recover_pending_workflows([dead executor id])``, what its admin server's recovery
+    endpoint runs when a control plane sees an executor gone), then waits for the run.
+    ``other_executor.recovered``: the run ended in a terminal status by that recovery (a
+    run nothing durable was left of, never acknowledged, is its caller's to send again:
+    valid, resumed as usual). Then by id as usual. Not applicable where the adapter does
+    not declare ``recovers_other_executor``."""
+
+    name = "other-executor"
+
+    def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
+        if not getattr(adapter, "recovers_other_executor", False):
+            return (f"other-executor needs a runtime whose live process recovers another executor's runs: "
+                    f"{_name(adapter)} does not declare recovers_other_executor (Adapter.recover_other)")
+        return None
+
+    async def resume(self, ex: Explorer, cx: CaseRun) -> tuple[str, bool]:
+        if cx.kind_state.get("other-done"):
+            return await ex._plain_resume(cx)
+        cx.kind_state["other-done"] = True
+        before = await cx.observe()
+        if before.status == "absent":
+            cx.result.verdicts.append(_verdict("other_executor.recovered", True, "nothing durable to recover (no run "
+                                               "stored): its caller sends it again"))
+            return await ex._plain_resume(cx)
+        job, log = ex._job("recover-other", cx.case.conversation, cx.run_id, FaultPlan(), cx.workdir,
+                           input_given=hands_input(ex.adapter, cx.case.resume, cx.resumes, cx.acknowledged))
+        exit_ = await ex.pool.run(job, log, timeout=ex.options.worker_timeout)
+        report = WorkerReport.from_file(job.result_path)
+        cx.result.workers.append({"role": "recover-other", **exit_.to_dict()})
+        cx.acknowledged = cx.acknowledged or report.accepted
+        await ex.quiesce(job.worker_id, live=exit_.live)
+        after = await cx.observe()
+        how = (report.end.error or report.end.status) if report.end is not None else exit_.describe()
+        ok = after.status in ex.terminal_statuses()
+        cx.result.verdicts.append(_verdict("other_executor.recovered", ok, (
+            f"another executor's recovery took the run over ({before.status}) and it ended {after.status}" if ok else
+            f"another executor's recovery left the run {after.status!r} (it was {before.status!r}; the "
+            f"recovering worker said {how})")))
+        if report.end is not None:
+            cx.result.resume_trace = report.end.trace
+            cx.result.reached |= labels_of(report.end.trace)
+        return after.status, True
+
+
 class WarmWorker(Policy):
     """After the fault, the first resume runs in a long-lived worker of its own that has
     just run other runs of the workload, each from its input to its end: the workload's
@@ -609,7 +659,7 @@ FORKS_ONLY = ("every job forks a worker of its own here (the adapter does not de
 applicable to a case."""
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, InputOnce, Redelivery, Concurrent, Recurring, Discovery,
-                                                         WarmWorker, SameWorker)}
+                                                         WarmWorker, SameWorker, OtherExecutor)}
 """Policy classes by name (:data:`.plan.RESUME_POLICIES`)."""
 
 

@@ -51,8 +51,10 @@ from .plan import Fault, FaultPlan
 class Job:
     """One worker's job; crosses the process boundary as JSON.
 
-    ``role``: ``"start"`` (create and run), ``"resume"`` or ``"recover"`` (no run id:
-    the runtime's own recovery, :meth:`.adapter.Adapter.recover`), or one of
+    ``role``: ``"start"`` (create and run), ``"resume"``, ``"recover"`` (no run id:
+    the runtime's own recovery, :meth:`.adapter.Adapter.recover`), ``"recover-other"``
+    (a worker of another identity recovers the dead one's runs,
+    :meth:`.adapter.Adapter.recover_other`), or one of
     :data:`.builds.SERVICE_ROLES` (an adapter call of the controller's, made in a worker
     of a build); ``plan``: faults to arm (empty for the golden run and fault-free
     resumes); ``result_path``: the JSON-lines report; ``record_io``: measure the worker's
@@ -399,7 +401,8 @@ def _run_reporting(job: Job, runner: asyncio.Runner | None, fd: int) -> int:
         does (``interrupted``); any other cancellation goes on."""
         recorder.task = asyncio.current_task()
         try:
-            run = {"start": adapter.start, "resume": adapter.resume, "recover": adapter.recover}[job.role]
+            run = {"start": adapter.start, "resume": adapter.resume, "recover": adapter.recover,
+                   "recover-other": adapter.recover_other}[job.role]
             return await run(ctx)
         except asyncio.CancelledError:
             assert recorder.scope is not None and recorder.task is not None

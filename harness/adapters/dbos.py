@@ -186,6 +186,12 @@ async def _riding_outage(call: Any) -> Any:
         await asyncio.sleep(OUTAGE_RETRY_SECONDS)
 
 
+OTHER_EXECUTOR_SUFFIX = "-other"
+"""Appended to the run's executor id for the executor that recovers it (``recover_other``)."""
+RECOVER_OTHER_WAIT_SECONDS = 30.0
+"""How long the recovering executor waits for the run it took over to end (within the
+worker's deadline): a run its recovery stranded is reported as it stands."""
+
 _POINT_LOCK = threading.Lock()
 
 RECOVERY_LISTED = "recovery.listed"
@@ -341,6 +347,9 @@ class DBOSAdapter(Adapter):
     #: DBOS's recovery sweep has read the executor's pending workflows and acts on none
     #: yet (:data:`RECOVERY_LISTED`)
     recovery_point = (RECOVERY_LISTED, RECOVERY_TASK)
+    #: a live DBOS process recovers another executor's pending workflows
+    #: (``_recover_pending_workflows``): :meth:`recover_other`
+    recovers_other_executor = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -421,7 +430,8 @@ class DBOSAdapter(Adapter):
 
         return step
 
-    def _launch(self, ctx: RunContext) -> None:
+    def _launch(self, ctx: RunContext, executor: str | None = None) -> None:
+        """Launch DBOS in this worker as the run's executor (``executor``: as another)."""
         from dbos import DBOS
         from dbos._debug_trigger import DebugAction, DebugTriggers
 
@@ -433,7 +443,10 @@ class DBOSAdapter(Adapter):
         DebugTriggers.set_debug_trigger(
             DebugTriggers.DEBUG_TRIGGER_STEP_COMMIT, DebugAction(callback=lambda: point(LOG_APPEND_AFTER)))
         _mark_recovery_listed()
-        DBOS(config=self.config(ctx.env, ctx.run_id, ctx.worker_id))  # type: ignore[arg-type]
+        config = self.config(ctx.env, ctx.run_id, ctx.worker_id)
+        if executor is not None:
+            config["executor_id"] = executor
+        DBOS(config=config)  # type: ignore[arg-type]
         _fast_internal_queue()
         DBOS.launch()
 
@@ -506,6 +519,35 @@ class DBOSAdapter(Adapter):
                     break
                 await asyncio.sleep(POLL_SECONDS)
             return f"recovered by executor {executor_id(ctx.scope)}; still pending: {', '.join(pending) or 'none'}"
+        finally:
+            with anyio.CancelScope(shield=True):
+                await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
+
+    async def recover_other(self, ctx: RunContext) -> str:
+        """Recovery by another executor (resume policy ``other-executor``): launch as
+        executor ``<the run's executor id>`` + :data:`OTHER_EXECUTOR_SUFFIX` (the same
+        application version: DBOS recovers a workflow only in a process of its version),
+        run ``DBOS._recover_pending_workflows([the run's executor id])`` (what DBOS's admin
+        server runs for ``POST /dbos-workflow-recovery``, which a control plane calls when
+        an executor is gone), and wait up to :data:`RECOVER_OTHER_WAIT_SECONDS` for the
+        run to end; its status (``absent`` when no workflow row exists)."""
+        from dbos import DBOS
+
+        dead = executor_id(self._scope(ctx.env, ctx.run_id))
+        await asyncio.to_thread(self._launch, ctx, dead + OTHER_EXECUTOR_SUFFIX)
+        try:
+            await _riding_outage(lambda: self._queue(ctx.workload))  # a queued run is handed back to its queue
+            await asyncio.to_thread(DBOS._recover_pending_workflows, [dead])
+            found = await _riding_outage(lambda: DBOS.get_workflow_status_async(ctx.run_id))
+            if found is None:
+                return "absent"
+            with _POINT_LOCK:
+                ctx.accepted()  # the system database holds the workflow and its input
+            handle = await _riding_outage(lambda: DBOS.retrieve_workflow_async(ctx.run_id))
+            with anyio.move_on_after(RECOVER_OTHER_WAIT_SECONDS):
+                await self._until_ended(handle)
+            final = await handle.get_status()
+            return STATUS_MAP.get(final.status, final.status.lower())
         finally:
             with anyio.CancelScope(shield=True):
                 await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)

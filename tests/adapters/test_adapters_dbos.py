@@ -354,3 +354,31 @@ def test_the_build_version_is_the_same_before_and_after_dbos_is_made(tmp_path: P
     ''')
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.split() == ["True", "12"], out.stdout + out.stderr[-2000:]
+
+
+def test_another_executor_recovers_the_dead_one_s_runs_and_recoverers_meet_inside_the_sweep(matrix_cases: Any) -> None:
+    """``--resume other-executor``: a live DBOS process with another executor id runs
+    ``_recover_pending_workflows([the dead executor])`` and the run ends there, direct or
+    queued. ``--resume concurrent``: both recoverers passed the recovery point (DBOS's
+    pending list read) and met there before either acted on it."""
+    s = matrix_cases(SUBJECT, f"{WL}:QUEUED_KEYED", ["kill@step.after[model-1]#1/other-executor",
+                                                     "kill@step.after[model-1]#1/concurrent"])
+    other, concurrent = s.cases
+    assert other.result.outcome == "pass", other.why()
+    assert [w["role"] for w in other.result.workers] == ["start", "recover-other"]
+    assert {v.check: v.valid for v in other.result.verdicts}["other_executor.recovered"] is True
+    met = [w.get("met_at") for w in concurrent.result.workers if w["role"] == "resume"]
+    assert met == ["recovery.listed[recovery]"] * 2, concurrent.result.workers
+    assert concurrent.result.outcome == "pass", concurrent.why()
+
+
+def test_a_db_outage_at_the_recovery_point_is_ridden_out(matrix_cases: Any) -> None:
+    """A db-outage placed at the recovery point of the resuming worker (PostgreSQL):
+    the outage begins between DBOS's pending list and the re-enqueue; this release
+    retries both, the adapter's own reads ride the outage, and the run ends as the
+    golden run."""
+    s = matrix_cases(f"{DB}:DBOSPostgresAdapter", f"{WL}:QUEUED_KEYED",
+                     ["kill@step.after[model-1]#1+db-outage(1500ms)@recovery.listed[recovery]#1"])
+    [case] = s.cases
+    assert case.result.outcome == "pass", case.why()
+    assert "healed" in case.result.workers[1].get("outage", ""), case.result.workers

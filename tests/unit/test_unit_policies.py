@@ -246,3 +246,16 @@ def test_a_point_gate_holds_each_party_at_its_point_until_all_are_there(tmp_path
     job = Job("resume", "s", "w", "c", "r", "cmw-4", Environment("dsn", {}, "dir"), FaultPlan(), "x",
               start_gate=str(gate), gate_parties=2, gate_at=at)
     assert Job.from_dict(job.to_dict()) == job
+
+
+def test_other_executor_is_not_applicable_without_the_declaration() -> None:
+    from crashmatrix.harness.explorer import Options
+
+    policy = policy_of(Resume("other-executor"))
+    from types import SimpleNamespace
+
+    assert Adapter.recovers_other_executor is False
+    why = policy.not_applicable(SimpleNamespace(name="no-other"), Options())  # type: ignore[arg-type]
+    assert why is not None and "recovers_other_executor" in why and "no-other" in why
+    declared = SimpleNamespace(name="other", recovers_other_executor=True)
+    assert policy.not_applicable(declared, Options()) is None  # type: ignore[arg-type]

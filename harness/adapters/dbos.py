@@ -553,7 +553,7 @@ class DBOSAdapter(Adapter):
                 await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
 
     async def _run(self, ctx: RunContext, role: str) -> str:
-        from dbos import DBOS, SetWorkflowID
+        from dbos import DBOS, SetWorkflowID, SetWorkflowTimeout
 
         # launch in a thread: it runs migrations and starts DBOS's threads (blocking)
         await asyncio.to_thread(self._launch, ctx)
@@ -568,7 +568,9 @@ class DBOSAdapter(Adapter):
                 # start, or resume of a run killed before its workflow row committed; a
                 # workload with a ``queue`` enqueues it there (a worker of this version
                 # dequeues it: this one, or the next after a crash)
-                with SetWorkflowID(ctx.run_id):
+                timeout = getattr(workload, "workflow_timeout_s", None)  # a workload's deadline for its workflow
+                deadline = SetWorkflowTimeout(timeout) if timeout is not None else contextlib.nullcontext()
+                with SetWorkflowID(ctx.run_id), deadline:
                     if queue is not None:
                         handle = await queue.enqueue_async(workload.workflow, *workload.workflow_args(ctx.conversation))
                     else:
@@ -708,6 +710,11 @@ class DBOSAdapter(Adapter):
                     return Observation(run_id, "absent", log=[], state=None, state_error="no workflow row")
                 wf = rows[0]
                 steps = client.list_workflow_steps(run_id)
+                # child workflows the run started (DBOS ids them <parent id>-<the start's
+                # function id>): their steps are the run's too
+                children = {str(c.workflow_id).rsplit("-", 1)[-1]: client.list_workflow_steps(c.workflow_id)
+                            for c in client.list_workflows(parent_workflow_id=run_id, load_input=False,
+                                                           load_output=False)}
             finally:
                 if owned:
                     client.destroy()
@@ -715,10 +722,17 @@ class DBOSAdapter(Adapter):
             # seq is the step's position: DBOS's function ids are its own numbering, and a
             # workflow recovered inside ``recv`` may leave one unused (a kill at
             # human.wait: ids 1-5, then 7); the node id keeps DBOS's id
-            log = [LogEntry(i, f"{self.step_kind(workload, s['function_name'])}-{s['function_id']}", (),
+            # (a child's steps follow its start, their node ids ``<kind>-<start id>.<step id>``,
+            # the logical task its steps ran under)
+            ordered: list[tuple[str, dict[str, Any]]] = []
+            for s in sorted(steps, key=lambda s: s["function_id"]):
+                ordered.append((str(s["function_id"]), s))
+                ordered += [(f"{s['function_id']}.{c['function_id']}", c) for c in
+                            sorted(children.get(str(s["function_id"]), ()), key=lambda c: c["function_id"])]
+            log = [LogEntry(i, f"{self.step_kind(workload, s['function_name'])}-{fid}", (),
                             self.step_kind(workload, s["function_name"]), 0,
                             None if s.get("error") is None else f"step raised {s['error']!r}")
-                   for i, s in enumerate(sorted(steps, key=lambda s: s["function_id"]), 1)]
+                   for i, (fid, s) in enumerate(ordered, 1)]
             args = tuple((wf.input or {}).get("args") or ())
             run_input = args[1] if len(args) > 1 and isinstance(args[1], dict) else {}
             messages = workload.transcript(run_input, [dict(s) for s in steps])

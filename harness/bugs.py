@@ -154,7 +154,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("dbos-742", "a second recoverer with a stale pending list runs a queued workflow another recoverer "
           "already handed back to its queue", DBOS, "issue 742", f"https://github.com/{DBOS}/issues/742",
           f"https://github.com/{DBOS}/pull/744", "dbos", "2.25.0", "2.26.0", D_SUBJECT, D_QUEUED,
-          ("kill",), resume="concurrent", symptom=D_SYMPTOM),
+          ("kill",), resume="concurrent", symptom=D_SYMPTOM, expect="found"),
     Entry("dbos-786", "recovery is not idempotent: two processes recovering one workflow both run its remaining "
           "steps (fixed by routing recovery through queues, conditioned on the workflow still naming a dead "
           "executor)", DBOS, "PR 786", f"https://github.com/{DBOS}/pull/786", f"https://github.com/{DBOS}/pull/786",
@@ -180,7 +180,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("dbos-716", "a PostgreSQL restart during recover_pending_workflows strands the dead executor's "
           "workflows in PENDING forever", DBOS, "issue 716", f"https://github.com/{DBOS}/issues/716",
           f"https://github.com/{DBOS}/pull/717", "dbos", "2.23.0", "2.24.0", D_PG_SUBJECT, D_QUEUED,
-          ("kill", "db-outage"), symptom=("worker.stuck", "run.", "resume."),
+          ("kill", "db-outage"), symptom=("worker.stuck", "run.", "resume."), expect="found",
           plan=f"kill@step.after[model-1]#1+db-outage(2000ms)@{D_RECOVERY_LISTED}#1"),
     Entry("dbos-805", "a recovered queued workflow stays PENDING between completed steps and blocks a "
           "concurrency-1 queue", DBOS, "issue 805", f"https://github.com/{DBOS}/issues/805",
@@ -192,29 +192,38 @@ ENTRIES: tuple[Entry, ...] = (
           "workflow that the new executor's launch recovery just re-enqueued, stranding it PENDING", DBOS,
           "issue 804", f"https://github.com/{DBOS}/issues/804", f"https://github.com/{DBOS}/issues/804", "dbos",
           "2.30.0", "",
-          needs="a resume policy that launches the recovering worker while the SIGTERMed one still drains (the "
-          "overlap of a rolling restart: term and the resume are sequential today), a workload with a forked "
-          "workflow asleep in DBOS.sleep, and a fixing release (the closing change is not in the repository "
-          "snapshot read)"),
+          needs="a fixing release (the closing change is not in the repository snapshot read); a resume policy "
+          "that launches the recovering worker while the SIGTERMed one still drains (term and the resume are "
+          "sequential), and an adapter that drains on SIGTERM (the DBOS adapter installs no SIGTERM handler: a "
+          "term fault kills its worker at once, term.drained fails on every release, measured on 2.25.0 with "
+          "dbos_checkout:CHILD_KEYED); and a workload with a forked workflow asleep in DBOS.sleep"),
     Entry("dbos-732", "an asyncio cancel of a workflow while it launches a child clears the workflow context: the "
           "child is launched with a blank workflow id", DBOS, "PR 732", f"https://github.com/{DBOS}/pull/732",
           f"https://github.com/{DBOS}/pull/732", "dbos", "2.25.0", "2.26.0",
-          needs="a workload that starts a child workflow (the DBOS checkout workload has none), cancelled at "
-          "the child's launch"),
+          needs="a shutdown that ends the workflow while its parent is inside start_workflow_async (the fix reads "
+          "the child's id before the to_thread dispatch, against a concurrent end_workflow on shutdown): the "
+          "child-workflow workload exists (dbos_checkout:CHILD_KEYED), but a cancel fault cancels the adapter's "
+          "wait, not the workflow task (DBOS shields it), and the adapter installs no SIGTERM handler, so no "
+          "fault shuts DBOS down inside that dispatch (measured on 2.25.0: cancel@log.append.after[model-1] "
+          "passes, term there fails term.drained as on every release)"),
     Entry("dbos-740", "a database error retried inside a workflow operation increments its function id again "
           "(get_result, child workflow start) or consumes a second message (recv): the recorded steps no longer "
           "line up with the code on recovery", DBOS, "PR 740", f"https://github.com/{DBOS}/pull/740",
           f"https://github.com/{DBOS}/pull/740", "dbos", "2.25.0", "2.26.0",
-          needs="a workload whose workflow awaits a child workflow's result or starts a child (the DBOS "
-          "workloads have none), and for recv a database fault that loses a commit's acknowledgement (the "
-          "transaction committed, the client sees the connection fail): db-outage and db-restart cut the link "
-          "at a crash point, between operations, never inside one commit"),
+          needs="a database fault that fails one operation of the parent and not the one before it: with the "
+          "child-workflow workload (dbos_checkout:CHILD_KEYED) on PostgreSQL, a db-outage at "
+          "log.append.after[child_tool-2.1] or step.after[model-1] passes on 2.25.0 (the child's own outcome "
+          "write waits the outage out first, so the parent's record_get_result, the retry that counts its "
+          "function id again, runs against a healed database); a fault that loses a commit's acknowledgement "
+          "(committed, the client sees the connection fail) or an outage that begins inside one operation "
+          "would reach it; db-outage and db-restart cut the link at a crash point, between operations"),
     Entry("dbos-722", "DBOS.destroy deadlocks when called from the loop DBOS adopted while a workflow timeout "
           "task is pending on it: a worker that shuts down never exits", DBOS, "PR 722",
           f"https://github.com/{DBOS}/pull/722", f"https://github.com/{DBOS}/pull/722", "dbos", "2.24.0", "2.25.0",
-          needs="a workload that starts its workflow under a timeout (SetWorkflowTimeout) and an adapter that "
-          "launches and destroys DBOS on the event loop's own thread (the DBOS adapter launches and destroys it "
-          "in a worker thread, asyncio.to_thread, so destroy never waits on its own loop)"),
+          needs="an adapter that launches and destroys DBOS on the event loop's own thread (the DBOS adapter "
+          "launches and destroys it in a worker thread, asyncio.to_thread, so destroy never waits on its own "
+          "loop), and a shutdown while the workflow still runs; the workload that starts its workflow under a "
+          "timeout exists (dbos_checkout:TIMED_KEYED, SetWorkflowTimeout)"),
     Entry("pydantic-ai-6640", "ModelRetry raised by a tool through a DBOS step with retries allowed re-runs the "
           "side-effecting tool call up to max_attempts", "pydantic/pydantic-ai", "PR 6640",
           "https://github.com/pydantic/pydantic-ai/pull/6640", "https://github.com/pydantic/pydantic-ai/pull/6640",

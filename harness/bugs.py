@@ -220,10 +220,8 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("dbos-722", "DBOS.destroy deadlocks when called from the loop DBOS adopted while a workflow timeout "
           "task is pending on it: a worker that shuts down never exits", DBOS, "PR 722",
           f"https://github.com/{DBOS}/pull/722", f"https://github.com/{DBOS}/pull/722", "dbos", "2.24.0", "2.25.0",
-          needs="an adapter that launches and destroys DBOS on the event loop's own thread (the DBOS adapter "
-          "launches and destroys it in a worker thread, asyncio.to_thread, so destroy never waits on its own "
-          "loop), and a shutdown while the workflow still runs; the workload that starts its workflow under a "
-          "timeout exists (dbos_checkout:TIMED_KEYED, SetWorkflowTimeout)"),
+          f"{AD}.dbos:DBOSSqliteLoopAdapter", f"{RW}.dbos_checkout:TIMED_KEYED", ("kill",),
+          symptom=("run.ends", "worker.stuck", "resume.runs")),
     Entry("pydantic-ai-6640", "ModelRetry raised by a tool through a DBOS step with retries allowed re-runs the "
           "side-effecting tool call up to max_attempts", "pydantic/pydantic-ai", "PR 6640",
           "https://github.com/pydantic/pydantic-ai/pull/6640", "https://github.com/pydantic/pydantic-ai/pull/6640",
@@ -365,7 +363,9 @@ def load(path: Path) -> list[Result]:
 
 
 def read_report(path: Path) -> dict[str, Any]:
-    """The figures of one ``crashmatrix run`` JSON report: ``cases``, ``failed``,
+    """The figures of one ``crashmatrix run`` JSON report (its cases and its golden
+    runs' results, ``golden_results``: a golden run that fails is a failing case):
+    ``cases``, ``failed``,
     ``harness_errors``, ``not_run``, ``checks`` (failing check name -> cases), ``first`` (the first
     failing case's replay command), ``first_line`` (its case id and checks) and
     ``first_error`` (the first harness error's message and case id, one line). Raises
@@ -375,7 +375,8 @@ def read_report(path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"cases": 0, "failed": 0, "harness_errors": 0, "not_run": 0, "checks": {}, "first": "",
                            "first_line": "", "first_error": ""}
     for rep in reports:
-        for c in rep.get("cases", []):
+        # a golden run that fails (the release breaks with no fault) counts as a failing case
+        for c in [*rep.get("cases", []), *rep.get("golden_results", [])]:
             out["cases"] += 1
             if c.get("outcome") == "harness-error":
                 out["harness_errors"] += 1

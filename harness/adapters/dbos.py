@@ -351,6 +351,11 @@ class DBOSAdapter(Adapter):
     #: (``_recover_pending_workflows``): :meth:`recover_other`
     recovers_other_executor = True
 
+    #: launch and destroy DBOS on the event loop's own thread, as an application does
+    #: from async code (a web framework's lifespan): DBOS adopts the running loop as its
+    #: main loop; False: in a worker thread (``asyncio.to_thread``)
+    launch_on_loop = False
+
     def __init__(self) -> None:
         super().__init__()
         self._client: Any = None
@@ -430,6 +435,24 @@ class DBOSAdapter(Adapter):
 
         return step
 
+    async def _launching(self, ctx: RunContext, executor: str | None = None) -> None:
+        """:meth:`_launch` in a worker thread (it runs migrations and starts DBOS's
+        threads, blocking), or with :attr:`launch_on_loop` on the event loop's own thread,
+        where DBOS adopts the loop as its main loop."""
+        if self.launch_on_loop:
+            self._launch(ctx, executor)
+        else:
+            await asyncio.to_thread(self._launch, ctx, executor)
+
+    async def _destroying(self) -> None:
+        """``DBOS.destroy`` (no wait for workflows) where :meth:`_launching` launched it."""
+        from dbos import DBOS
+
+        if self.launch_on_loop:
+            DBOS.destroy(workflow_completion_timeout_sec=0)
+        else:
+            await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
+
     def _launch(self, ctx: RunContext, executor: str | None = None) -> None:
         """Launch DBOS in this worker as the run's executor (``executor``: as another)."""
         from dbos import DBOS
@@ -506,7 +529,7 @@ class DBOSAdapter(Adapter):
             raise RecoveryByIdOnly("DBOS recovers by executor id: this worker was given none")
         from dbos import DBOS
 
-        await asyncio.to_thread(self._launch, ctx)
+        await self._launching(ctx)
         try:
             await _riding_outage(lambda: self._queue(ctx.workload))  # a queued run is recovered onto its queue
             pending: list[str] = []
@@ -521,7 +544,7 @@ class DBOSAdapter(Adapter):
             return f"recovered by executor {executor_id(ctx.scope)}; still pending: {', '.join(pending) or 'none'}"
         finally:
             with anyio.CancelScope(shield=True):
-                await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
+                await self._destroying()
 
     async def recover_other(self, ctx: RunContext) -> str:
         """Recovery by another executor (resume policy ``other-executor``): launch as
@@ -534,7 +557,7 @@ class DBOSAdapter(Adapter):
         from dbos import DBOS
 
         dead = executor_id(self._scope(ctx.env, ctx.run_id))
-        await asyncio.to_thread(self._launch, ctx, dead + OTHER_EXECUTOR_SUFFIX)
+        await self._launching(ctx, dead + OTHER_EXECUTOR_SUFFIX)
         try:
             await _riding_outage(lambda: self._queue(ctx.workload))  # a queued run is handed back to its queue
             await asyncio.to_thread(DBOS._recover_pending_workflows, [dead])
@@ -550,13 +573,13 @@ class DBOSAdapter(Adapter):
             return STATUS_MAP.get(final.status, final.status.lower())
         finally:
             with anyio.CancelScope(shield=True):
-                await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
+                await self._destroying()
 
     async def _run(self, ctx: RunContext, role: str) -> str:
         from dbos import DBOS, SetWorkflowID, SetWorkflowTimeout
 
         # launch in a thread: it runs migrations and starts DBOS's threads (blocking)
-        await asyncio.to_thread(self._launch, ctx)
+        await self._launching(ctx)
         try:
             workload = ctx.workload
             queue = await _riding_outage(lambda: self._queue(workload))  # served from here on: a recovered queued run is dequeued
@@ -612,7 +635,7 @@ class DBOSAdapter(Adapter):
         finally:
             # shielded: a cancelled worker still shuts DBOS down (pools, threads)
             with anyio.CancelScope(shield=True):
-                await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
+                await self._destroying()
 
     @staticmethod
     async def _operate(run_id: str, script: Any) -> None:
@@ -757,8 +780,17 @@ class DBOSPostgresAdapter(DBOSAdapter):
     backend = "postgres"
 
 
-VARIANTS: dict[str, type[DBOSAdapter]] = {c.name: c for c in (DBOSSqliteAdapter, DBOSPostgresAdapter)}
+class DBOSSqliteLoopAdapter(DBOSSqliteAdapter):
+    """DBOS on SQLite, launched and destroyed on the worker's event loop thread (an
+    application that calls ``DBOS.launch()`` and ``DBOS.destroy()`` from async code)."""
+
+    name = "dbos-sqlite-loop"
+    launch_on_loop = True
+
+
+VARIANTS: dict[str, type[DBOSAdapter]] = {c.name: c for c in (DBOSSqliteAdapter, DBOSPostgresAdapter,
+                                                               DBOSSqliteLoopAdapter)}
 """Registry name -> adapter class (proposed entries for ``harness/registry.py``)."""
 
-__all__ = ["DBOSAdapter", "DBOSSqliteAdapter", "DBOSPostgresAdapter", "VARIANTS", "APP_VERSION", "application_version",
+__all__ = ["DBOSAdapter", "DBOSSqliteAdapter", "DBOSPostgresAdapter", "DBOSSqliteLoopAdapter", "VARIANTS", "APP_VERSION", "application_version",
            "executor_id", "point"]

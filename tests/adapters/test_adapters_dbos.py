@@ -382,3 +382,17 @@ def test_a_db_outage_at_the_recovery_point_is_ridden_out(matrix_cases: Any) -> N
     [case] = s.cases
     assert case.result.outcome == "pass", case.why()
     assert "healed" in case.result.workers[1].get("outage", ""), case.result.workers
+
+
+def test_dbos_launched_on_the_loop_runs_a_workflow_under_a_timeout_and_children(matrix_cases: Any) -> None:
+    """``DBOSSqliteLoopAdapter`` launches and destroys DBOS on the worker's event loop
+    (DBOS adopts it): the timed checkout (``SetWorkflowTimeout``) and the checkout with
+    child workflows both survive a kill and end as their golden runs."""
+    timed = matrix_cases(f"{DB}:DBOSSqliteLoopAdapter", f"{WL}:TIMED_KEYED", ["kill@step.after[tool-2]#1"])
+    children = matrix_cases(SUBJECT, f"{WL}:CHILD_KEYED", ["kill@tool.request.after[child_tool-2.1]#1",
+                                                           "kill@step.before[model-4]#1"])
+    for case in [*timed.cases, *children.cases]:
+        assert case.result.outcome == "pass", case.why()
+        assert case.evidence.observation.status == "completed"
+    nodes = [e.node_id for e in children.cases[1].evidence.observation.log]
+    assert nodes[:4] == ["model-1", "crashmatrix_tool_child-2", "child_tool-2.1", "DBOS.getResult-3"], nodes

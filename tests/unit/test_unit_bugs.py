@@ -88,6 +88,12 @@ def test_read_report_counts_failing_checks(tmp_path):
     assert got["checks"] == {"effects.applied_once": 1}
     assert got["first"] == "crashmatrix replay a"
     assert got["first_error"] == "resume_cancelled failed: final (case c)"
+    # a golden run that fails (the release breaks with no fault) is a failing case
+    report["golden_results"] = [{"id": "w/conv1/golden", "outcome": "fail", "replay": "crashmatrix replay g",
+                                 "verdicts": [{"check": "run.ends", "verdict": "invalid"}]}]
+    path.write_text(json.dumps(report))
+    got = bugs.read_report(path)
+    assert got["cases"] == 4 and got["failed"] == 2 and got["checks"] == {"effects.applied_once": 1, "run.ends": 1}
 
 
 def test_report_marks_a_regression_and_tabulates_every_entry(tmp_path):

@@ -221,7 +221,7 @@ ENTRIES: tuple[Entry, ...] = (
           "task is pending on it: a worker that shuts down never exits", DBOS, "PR 722",
           f"https://github.com/{DBOS}/pull/722", f"https://github.com/{DBOS}/pull/722", "dbos", "2.24.0", "2.25.0",
           f"{AD}.dbos:DBOSSqliteLoopAdapter", f"{RW}.dbos_checkout:TIMED_KEYED", ("kill",),
-          symptom=("run.ends", "worker.stuck", "resume.runs")),
+          symptom=("run.ends", "worker.stuck", "resume.runs"), expect="found"),
     Entry("pydantic-ai-6640", "ModelRetry raised by a tool through a DBOS step with retries allowed re-runs the "
           "side-effecting tool call up to max_attempts", "pydantic/pydantic-ai", "PR 6640",
           "https://github.com/pydantic/pydantic-ai/pull/6640", "https://github.com/pydantic/pydantic-ai/pull/6640",

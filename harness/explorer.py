@@ -49,7 +49,7 @@ import asyncpg
 
 from . import coverage, faults, invariants, oracle, policies, registry
 from .adapter import Environment, Observation
-from .errors import CrashmatrixError, GoldenRunRefused, HarnessError
+from .errors import CaseNotApplicable, CrashmatrixError, GoldenRunRefused, HarnessError
 from .faults import CaseSetting, Drains, ObservesBefore, SessionResource, Stops
 from .golden import GoldenRun, determinism_gate, golden_failure, provider_failure, trace_divergence
 from .history import End, Trace, WorkerReport, labels_of
@@ -575,6 +575,8 @@ class Explorer:
         directory = self.workdir / run_id
         try:
             await self._run_case(case, golden, run_id, result, directory)
+        except CaseNotApplicable as exc:
+            result.outcome, result.error = coverage.NOT_APPLICABLE, f"not applicable: {exc}"
         except HarnessError as exc:
             result.outcome, result.error = "harness-error", str(exc)
         except Exception as exc:

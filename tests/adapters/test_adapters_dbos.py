@@ -396,3 +396,14 @@ def test_dbos_launched_on_the_loop_runs_a_workflow_under_a_timeout_and_children(
         assert case.evidence.observation.status == "completed"
     nodes = [e.node_id for e in children.cases[1].evidence.observation.log]
     assert nodes[:4] == ["model-1", "crashmatrix_tool_child-2", "child_tool-2.1", "DBOS.getResult-3"], nodes
+
+
+def test_a_cancel_the_stopped_worker_s_sqlite_lock_blocks_is_not_applicable(matrix_cases: Any) -> None:
+    """cancel-api stopped inside the write of a step's output (the await point DBOS's
+    ``Pending._wrap`` passes there): the worker holds SQLite's one lock, so neither the
+    status read nor the cancel can go through; the case is not applicable, saying so,
+    and nothing is left stopped."""
+    s = matrix_cases(SUBJECT, f"{WL}:KEYED", ["cancel-api@dbos._outcome:Pending._wrap@4[tool-8]#1"], await_points=True)
+    [case] = s.cases
+    assert case.result.outcome == "not-applicable", (case.result.outcome, case.result.error)
+    assert "one write lock" in (case.result.error or ""), case.result.error

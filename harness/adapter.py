@@ -265,6 +265,17 @@ class Adapter(ABC):
     #: ends at its crash state, the run cancelled, judged by the cancel's own checks, and
     #: :meth:`Adapter.resume_cancelled` need not be implemented
     cancel_is_final: bool = False
+    #: the crash point ``(name, task)`` the runtime's own recovery sweep passes once it
+    #: has read which runs to recover and before it acts on any (DBOS: its list of the
+    #: executor's pending workflows): the ``concurrent`` policy's resumers meet there
+    #: (:class:`.worker.PointGate`), and a fault may be placed there (``--plan
+    #: ...+db-outage@label[NAME]#1``); None: the runtime's recovery passes no such point
+    recovery_point: tuple[str, str] | None = None
+    #: one process of the runtime recovers the runs another left, by the other's
+    #: identity (DBOS: ``_recover_pending_workflows([dead executor id])``, what its admin
+    #: server's recovery endpoint runs): :meth:`recover_other`, resume policy
+    #: ``other-executor``; False: that policy is not applicable
+    recovers_other_executor: bool = False
 
     #: the workload's persons in the loop this adapter hands a waiting run to and goes on:
     #: ``"operator"`` (the workload's coroutine on the reference runtime's store,
@@ -312,6 +323,16 @@ class Adapter(ABC):
         (e.g. ``"recovered 1"``). The harness then reads the case's run. Default: raise
         :class:`RecoveryByIdOnly` (the runtime resumes a run only when given its id)."""
         raise RecoveryByIdOnly(f"{self.name or type(self).__name__} recovers a run by id only (Adapter.recover)")
+
+    async def recover_other(self, ctx: RunContext) -> str:
+        """In a worker of another identity than the one(s) that ran ``ctx.run_id`` (resume
+        policy ``other-executor``, where the adapter declares ``recovers_other_executor``):
+        run the runtime's recovery of the dead worker's runs from this live process, as an
+        operator or a control plane does when an executor is gone, and wait (bounded) for
+        run ``ctx.run_id`` to end; return its status. Default: raise
+        :class:`RecoveryByIdOnly`."""
+        raise RecoveryByIdOnly(f"{self.name or type(self).__name__} declares no recovery of another executor's runs "
+                               "(Adapter.recover_other)")
 
     async def between_crash_and_resume(self, env: Environment, run_id: str) -> None:
         """In the controller, each time run ``run_id`` waits for a resume: after a

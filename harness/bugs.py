@@ -56,8 +56,10 @@ class Entry:
     (releases; ``""`` when none exists), ``pins`` (further requirements of both venvs),
     ``subject`` (a registered subject or ``module:Adapter``), ``workload``, ``kinds``,
     ``sources``, ``resume`` (a resume policy), ``conversation``, ``symptom`` (check-name
-    prefixes), ``needs`` (None when the shipped harness can run it; else the capability
-    it lacks), ``expect`` (``found``/``not found``: the last measured outcome, which a
+    prefixes), ``plan`` (empty: the matrix of ``kinds`` x ``sources``; else exactly this
+    fault plan, written as in a case id, ``KIND@NAME[TASK]#N+...``, replayed as one case:
+    a fault placed where no enumerated case puts it), ``needs`` (None when the shipped
+    harness can run it; else the capability it lacks), ``expect`` (``found``/``not found``: the last measured outcome, which a
     nightly run compares against)."""
 
     name: str
@@ -79,19 +81,41 @@ class Entry:
     pins: tuple[str, ...] = ()
     needs: str | None = None
     expect: str = "not found"
+    plan: str = ""
 
     def command(self, venv: str | Path = "VENV", report: str | Path = "REPORT") -> list[str]:
-        """The ``crashmatrix run`` arguments (after the program name) for one release
+        """The ``crashmatrix`` arguments (after the program name) for one release
         installed in ``venv``: the release both crashes and resumes each case (a build
-        pair of one venv, :mod:`.builds`: how a subject runs from a venv of its own)."""
-        return ["run", self.workload, "--subject", f"{self.subject}@{venv}", "--resume-with", f"{self.subject}@{venv}",
-                "--kinds", ",".join(self.kinds),
+        pair of one venv, :mod:`.builds`: how a subject runs from a venv of its own). An
+        entry with a ``plan`` replays that one case (``crashmatrix replay``, its id naming
+        the pair's builds, :meth:`case_id`); else ``crashmatrix run`` of the matrix."""
+        pair = ["--subject", f"{self.subject}@{venv}", "--resume-with", f"{self.subject}@{venv}"]
+        if self.plan:
+            return ["replay", self.case_id(venv), *pair, "--report", str(report), "--replay-failures", "0"]
+        return ["run", self.workload, *pair, "--kinds", ",".join(self.kinds),
                 "--sources", ",".join(self.sources), "--resume", self.resume, "--conversation", self.conversation,
                 "--report", str(report), "--replay-failures", "0", "--jobs", "1", "--no-prune"]
 
+    def case_id(self, venv: str | Path = "VENV") -> str:
+        """The case id of the entry's ``plan`` run with the release in ``venv`` as both
+        builds (labelled after the venv's directory, ``-a`` crashing and ``-b``
+        resuming, as :func:`.builds.parse_subject` labels one venv given twice)."""
+        label = Path(venv).name
+        policy = "" if self.resume == "default" else f"/{self.resume}"
+        return f"{self.workload}/{self.conversation}/{self.plan}{policy}/upgrade:{label}-a>{label}-b"
+
     def validate(self) -> list[str]:
         """What is wrong with the entry (empty: nothing)."""
+        from .errors import PlanError
+
         problems = []
+        if self.plan:
+            from .plan import Case
+
+            try:
+                Case.parse(self.case_id())
+            except PlanError as exc:
+                problems.append(f"plan: {exc}")
         if not self.name or not self.repo or "/" not in self.repo or not self.url.startswith("https://"):
             problems.append("name, repo (owner/name) and url (https://) are required")
         if self.expect not in OUTCOMES:
@@ -119,12 +143,18 @@ D_QUEUED = f"{RW}.dbos_checkout:QUEUED_KEYED"
 it back to its queue (``clear_queue_assignment``) rather than running it in the recoverer,
 so two recoverers of one run meet the queued path, not the direct re-execution path."""
 DBOS = "dbos-inc/dbos-transact-py"
+D_PG_SUBJECT = f"{AD}.dbos:DBOSPostgresAdapter"
+"""DBOS on PostgreSQL: a ``db-outage`` cuts the link to a PostgreSQL server."""
+D_RECOVERY_LISTED = "recovery.listed[recovery]"
+"""The point DBOS's recovery sweep passes once it has read the executor's pending
+workflows (``DBOSAdapter.recovery_point``): an outage placed there begins between the
+pending list and the re-enqueue."""
 
 ENTRIES: tuple[Entry, ...] = (
     Entry("dbos-742", "a second recoverer with a stale pending list runs a queued workflow another recoverer "
           "already handed back to its queue", DBOS, "issue 742", f"https://github.com/{DBOS}/issues/742",
           f"https://github.com/{DBOS}/pull/744", "dbos", "2.25.0", "2.26.0", D_SUBJECT, D_QUEUED,
-          ("kill",), resume="concurrent", symptom=D_SYMPTOM),
+          ("kill",), resume="concurrent", symptom=D_SYMPTOM, expect="found"),
     Entry("dbos-786", "recovery is not idempotent: two processes recovering one workflow both run its remaining "
           "steps (fixed by routing recovery through queues, conditioned on the workflow still naming a dead "
           "executor)", DBOS, "PR 786", f"https://github.com/{DBOS}/pull/786", f"https://github.com/{DBOS}/pull/786",
@@ -149,17 +179,9 @@ ENTRIES: tuple[Entry, ...] = (
           symptom=("run.", "resume.", "interrupt.", "same.worker")),
     Entry("dbos-716", "a PostgreSQL restart during recover_pending_workflows strands the dead executor's "
           "workflows in PENDING forever", DBOS, "issue 716", f"https://github.com/{DBOS}/issues/716",
-          f"https://github.com/{DBOS}/pull/717", "dbos", "2.23.0", "2.24.0",
-          needs="a crash point inside DBOS's startup recovery: the fix retries get_pending_workflows and "
-          "clear_queue_assignment (a queued workflow handed back to its queue), so the outage must begin between "
-          "the pending list and the re-enqueue; a db-outage second fault (kill@P+db-outage@Q, --depth 2) lands at "
-          "a point of the recovering worker, and the first one there is a step of the workflow that recovery "
-          "already handed back (DBOS.launch runs the recovery loop before any step); and a recoverer of another "
-          "executor id that outlives the outage: every resume worker has the dead worker's executor id, so its "
-          "DBOS.launch recovers a stranded workflow anyway (measured on 2.23.0 with DBOSPostgresAdapter and "
-          "dbos_checkout:QUEUED_KEYED, --plan kill@step.after[model-1]#1+db-outage(3000ms)@run.accepted[run]#1: "
-          "the outage hit the first resume worker after its recovery loop, it exited 1, the next one completed "
-          "the run, the case passed)"),
+          f"https://github.com/{DBOS}/pull/717", "dbos", "2.23.0", "2.24.0", D_PG_SUBJECT, D_QUEUED,
+          ("kill", "db-outage"), symptom=("worker.stuck", "run.", "resume."), expect="found",
+          plan=f"kill@step.after[model-1]#1+db-outage(2000ms)@{D_RECOVERY_LISTED}#1"),
     Entry("dbos-805", "a recovered queued workflow stays PENDING between completed steps and blocks a "
           "concurrency-1 queue", DBOS, "issue 805", f"https://github.com/{DBOS}/issues/805",
           f"https://github.com/{DBOS}/issues/805", "dbos", "2.26.0", "",
@@ -170,29 +192,36 @@ ENTRIES: tuple[Entry, ...] = (
           "workflow that the new executor's launch recovery just re-enqueued, stranding it PENDING", DBOS,
           "issue 804", f"https://github.com/{DBOS}/issues/804", f"https://github.com/{DBOS}/issues/804", "dbos",
           "2.30.0", "",
-          needs="a resume policy that launches the recovering worker while the SIGTERMed one still drains (the "
-          "overlap of a rolling restart: term and the resume are sequential today), a workload with a forked "
-          "workflow asleep in DBOS.sleep, and a fixing release (the closing change is not in the repository "
-          "snapshot read)"),
+          needs="a fixing release (the closing change is not in the repository snapshot read); a resume policy "
+          "that launches the recovering worker while the SIGTERMed one still drains (term and the resume are "
+          "sequential), and an adapter that drains on SIGTERM (the DBOS adapter installs no SIGTERM handler: a "
+          "term fault kills its worker at once, term.drained fails on every release, measured on 2.25.0 with "
+          "dbos_checkout:CHILD_KEYED); and a workload with a forked workflow asleep in DBOS.sleep"),
     Entry("dbos-732", "an asyncio cancel of a workflow while it launches a child clears the workflow context: the "
           "child is launched with a blank workflow id", DBOS, "PR 732", f"https://github.com/{DBOS}/pull/732",
           f"https://github.com/{DBOS}/pull/732", "dbos", "2.25.0", "2.26.0",
-          needs="a workload that starts a child workflow (the DBOS checkout workload has none), cancelled at "
-          "the child's launch"),
+          needs="a shutdown that ends the workflow while its parent is inside start_workflow_async (the fix reads "
+          "the child's id before the to_thread dispatch, against a concurrent end_workflow on shutdown): the "
+          "child-workflow workload exists (dbos_checkout:CHILD_KEYED), but a cancel fault cancels the adapter's "
+          "wait, not the workflow task (DBOS shields it), and the adapter installs no SIGTERM handler, so no "
+          "fault shuts DBOS down inside that dispatch (measured on 2.25.0: cancel@log.append.after[model-1] "
+          "passes, term there fails term.drained as on every release)"),
     Entry("dbos-740", "a database error retried inside a workflow operation increments its function id again "
           "(get_result, child workflow start) or consumes a second message (recv): the recorded steps no longer "
           "line up with the code on recovery", DBOS, "PR 740", f"https://github.com/{DBOS}/pull/740",
           f"https://github.com/{DBOS}/pull/740", "dbos", "2.25.0", "2.26.0",
-          needs="a workload whose workflow awaits a child workflow's result or starts a child (the DBOS "
-          "workloads have none), and for recv a database fault that loses a commit's acknowledgement (the "
-          "transaction committed, the client sees the connection fail): db-outage and db-restart cut the link "
-          "at a crash point, between operations, never inside one commit"),
+          needs="a database fault that fails one operation of the parent and not the one before it: with the "
+          "child-workflow workload (dbos_checkout:CHILD_KEYED) on PostgreSQL, a db-outage at "
+          "log.append.after[child_tool-2.1] or step.after[model-1] passes on 2.25.0 (the child's own outcome "
+          "write waits the outage out first, so the parent's record_get_result, the retry that counts its "
+          "function id again, runs against a healed database); a fault that loses a commit's acknowledgement "
+          "(committed, the client sees the connection fail) or an outage that begins inside one operation "
+          "would reach it; db-outage and db-restart cut the link at a crash point, between operations"),
     Entry("dbos-722", "DBOS.destroy deadlocks when called from the loop DBOS adopted while a workflow timeout "
           "task is pending on it: a worker that shuts down never exits", DBOS, "PR 722",
           f"https://github.com/{DBOS}/pull/722", f"https://github.com/{DBOS}/pull/722", "dbos", "2.24.0", "2.25.0",
-          needs="a workload that starts its workflow under a timeout (SetWorkflowTimeout) and an adapter that "
-          "launches and destroys DBOS on the event loop's own thread (the DBOS adapter launches and destroys it "
-          "in a worker thread, asyncio.to_thread, so destroy never waits on its own loop)"),
+          f"{AD}.dbos:DBOSSqliteLoopAdapter", f"{RW}.dbos_checkout:TIMED_KEYED", ("kill",),
+          symptom=("run.ends", "worker.stuck", "resume.runs"), expect="found"),
     Entry("pydantic-ai-6640", "ModelRetry raised by a tool through a DBOS step with retries allowed re-runs the "
           "side-effecting tool call up to max_attempts", "pydantic/pydantic-ai", "PR 6640",
           "https://github.com/pydantic/pydantic-ai/pull/6640", "https://github.com/pydantic/pydantic-ai/pull/6640",
@@ -343,7 +372,9 @@ def load(path: Path) -> list[Result]:
 
 
 def read_report(path: Path) -> dict[str, Any]:
-    """The figures of one ``crashmatrix run`` JSON report: ``cases``, ``failed``,
+    """The figures of one ``crashmatrix run`` JSON report (its cases and its golden
+    runs' results, ``golden_results``: a golden run that fails is a failing case):
+    ``cases``, ``failed``,
     ``harness_errors``, ``not_run``, ``checks`` (failing check name -> cases), ``first`` (the first
     failing case's replay command), ``first_line`` (its case id and checks) and
     ``first_error`` (the first harness error's message and case id, one line). Raises
@@ -353,7 +384,8 @@ def read_report(path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"cases": 0, "failed": 0, "harness_errors": 0, "not_run": 0, "checks": {}, "first": "",
                            "first_line": "", "first_error": ""}
     for rep in reports:
-        for c in rep.get("cases", []):
+        # a golden run that fails (the release breaks with no fault) counts as a failing case
+        for c in [*rep.get("cases", []), *rep.get("golden_results", [])]:
             out["cases"] += 1
             if c.get("outcome") == "harness-error":
                 out["harness_errors"] += 1
@@ -554,7 +586,8 @@ def markdown(results: list[Result]) -> str:
     for r in results:
         e = r.entry
         rel = f"{e.dist} {e.buggy or '?'} → {e.fixed or 'none'}"
-        cmd = (f"`{e.workload.rsplit('.', 1)[-1]}` on `{e.subject.rsplit('.', 1)[-1]}`, {','.join(e.kinds)}, "
+        faults = f"`{e.plan}`" if e.plan else ",".join(e.kinds)
+        cmd = (f"`{e.workload.rsplit('.', 1)[-1]}` on `{e.subject.rsplit('.', 1)[-1]}`, {faults}, "
                f"resume {e.resume}, {e.conversation}") if e.needs is None else "-"
         lines.append(f"| {e.name} | [{e.repo} {e.ref}]({e.url}): {e.title} | {rel} | {cmd} | {_cell(r.buggy)} | "
                      f"{_cell(r.fixed)} | **{r.outcome}**: {r.why} |")

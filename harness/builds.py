@@ -72,7 +72,8 @@ UPGRADE_PREFIX = "upgrade:"
 SERVICE_ROLES = ("observe", "prepare", "between", "describe", "cancel_run", "resume_cancelled")
 """Job roles that call the adapter's controller-side methods in a worker of a build."""
 DECLARATIONS = ("expects_redelivery", "crash_loop_status", "lease_seconds", "takes_over_live_owner",
-                "long_lived_workers", "answers_operator", "subject_packages", "recovery_branches", "cancel_is_final")
+                "long_lived_workers", "answers_operator", "subject_packages", "recovery_branches", "cancel_is_final",
+                "recovery_point", "recovers_other_executor")
 """The adapter's declarations a ``describe`` service job reports besides its name, cancel
 API, ``cannot_migrate_statuses`` and ``identifier_fields`` (what the controller reads of an
 adapter it does not import: :class:`EnvAdapter`)."""
@@ -321,6 +322,17 @@ class BuildAdapter(Adapter):
             out += [f for f in self.upgrade.declared.get(build.label, {}).get("identifier_fields", ()) if f not in out]
         return tuple(out)
 
+    @property
+    def recovery_point(self) -> tuple[str, str] | None:  # type: ignore[override]
+        """The resuming build's (B's) ``recovery_point``: its workers run the recovery."""
+        said = self.upgrade.declared.get(self.upgrade.resume.label, {}).get("recovery_point")
+        return (str(said[0]), str(said[1])) if said else None
+
+    @property
+    def recovers_other_executor(self) -> bool:  # type: ignore[override]
+        """The resuming build's (B's) declaration: its workers run the recovery."""
+        return bool(self.upgrade.declared.get(self.upgrade.resume.label, {}).get("recovers_other_executor"))
+
     async def call(self, build: Build, role: str, env: Environment, run_id: str = "-") -> Any:
         """Run adapter method ``role`` (:data:`SERVICE_ROLES`) in a worker of ``build``;
         its result as JSON data. Raises :class:`HarnessError` with the worker's error."""
@@ -562,6 +574,8 @@ class EnvAdapter(BuildAdapter):
     answers_operator = _declared("answers_operator")
     subject_packages = _declared("subject_packages")
     recovery_branches = _declared("recovery_branches")
+    recovery_point = _declared("recovery_point")
+    recovers_other_executor = _declared("recovers_other_executor")
 
     async def describe(self) -> None:
         self.upgrade.declared[self.own_build.label] = await self.call(self.own_build, "describe", _NO_ENV)

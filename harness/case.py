@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import faults, invariants, oracle, policies
 from .adapter import Observation
-from .errors import HarnessError
+from .checks import Check
+from .errors import CaseNotApplicable, HarnessError
 from .faults import CaseSetting, Drains, FaultKind, ObservesBefore, Stops
 from .golden import golden_failure, trace_divergence
 from .history import Trace, WorkerReport, labels_of
@@ -59,6 +60,17 @@ from .worker import Job
 if TYPE_CHECKING:
     from .explorer import Explorer, Options
     from .golden import GoldenRun
+
+
+# the case flow's own checks (docs/checks.md)
+RUN_ENDS = Check("run.ends", "resumability", "stuck run", "end",
+                 "the run reached a terminal status within the resumes allowed")
+RESUME_RUNS = Check("resume.runs", "resumability", "resume crashed", "end",
+                    "every resume worker ended by itself, with a status, without raising")
+WORKER_STUCK = Check("worker.stuck", "resumability", "worker hung after its fault", "crash",
+                     "after its fault the worker passed a crash point or exited within the bound")
+WORKER_WARM_PATH = Check("worker.warm_path", "resumability", "state one run left in the process", "crash",
+                         "a run started in a long-lived worker that ran others behaves as in a fresh one")
 
 
 class CaseHook(Protocol):
@@ -222,6 +234,10 @@ async def run_case(explorer: Explorer, case: Case, golden: GoldenRun, hook: Case
     try:
         directory.mkdir(parents=True, exist_ok=True)
         await CaseRun(explorer, case, golden, run_id, result, directory, hook).run()
+    except CaseNotApplicable as exc:  # what the case needed of the runtime turned out missing while it ran
+        from .coverage import NOT_APPLICABLE
+
+        result.outcome, result.error = NOT_APPLICABLE, f"not applicable: {exc}"
     except HarnessError as exc:
         result.outcome, result.error = "harness-error", str(exc)
     except Exception as exc:

@@ -17,8 +17,7 @@ can import it.
 
 A check whose name holds ``<kind>`` declares a family (``provider.<kind>.ledger_equal``:
 one check per provider kind). The case flow's own checks (a run that does not end, a
-resume that raised, a concurrent round, a resume policy's) are declared at the end of
-this module.
+resume that raised) are declared in :mod:`.case`, a resume policy's in :mod:`.policies`.
 """
 
 from __future__ import annotations
@@ -198,33 +197,3 @@ def compose(runs: Iterable[tuple[Check, Callable[[], Verdict]]]) -> list[Verdict
     """Each ``(check, fn)``'s verdict, in order: ``fn()``, or an unknown verdict of the
     check naming what it raised (:meth:`Check.run`)."""
     return [check.run(fn) for check, fn in runs]
-
-
-# -- the case flow's own checks (explorer, policies) ---------------------------------
-
-RUN_ENDS = Check("run.ends", "resumability", "stuck run", "end",
-                 "the run reached a terminal status within the resumes allowed")
-RESUME_RUNS = Check("resume.runs", "resumability", "resume crashed", "end",
-                    "every resume worker ended by itself, with a status, without raising")
-WORKER_STUCK = Check("worker.stuck", "resumability", "worker hung after its fault", "crash",
-                     "after its fault the worker passed a crash point or exited within the bound")
-WORKER_WARM_PATH = Check("worker.warm_path", "resumability", "state one run left in the process", "crash",
-                         "a run started in a long-lived worker that ran others behaves as in a fresh one")
-CONCURRENT_ONE_STATUS = Check("concurrent.one_terminal_status", "fencing", "two owners disagree", "resume",
-                              "concurrent resumers agree on one terminal status")
-CONCURRENT_LOSER_FENCED = Check("concurrent.loser_fenced", "fencing", "two owners ran steps", "resume",
-                                "at most one concurrent resumer ran steps and was not refused")
-CONCURRENT_LOG_INTACT = Check("concurrent.log_intact", "checkpoint validity", "interleaved writes", "resume",
-                              "the log after a concurrent round is a clean prefix")
-CONCURRENT_EFFECTS_ONCE = Check("concurrent.effects_once", "effect exactly-once", "duplicated effect", "resume",
-                                "no provider row beyond the golden run's after a concurrent round")
-RECURRING_EFFECTS_ONCE = Check("recurring.effects_once", "effect exactly-once", "duplicated effect", "resume",
-                               "no provider row beyond the golden run's under a fault in every worker")
-RECURRING_BOUNDED = Check("recurring.bounded", "resumability", "crash loop", "resume",
-                          "a fault in every worker ends in the runtime's crash-loop status, or the run finishes")
-DISCOVERY_FOUND = Check("discovery.found", "resumability", "abandoned run never recovered", "resume",
-                        "the runtime's own recovery, given no run id, found the run and ended it")
-WARM_WORKER = Check("warm.worker", "resumability", "state one run left in the process", "resume",
-                    "the first resume ran in a long-lived worker that had just run other conversations")
-SAME_WORKER = Check("same.worker", "resumability", "a run resumed from what the process kept of it", "resume",
-                    "the first resume ran in the very process the fault struck")

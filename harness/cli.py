@@ -424,6 +424,9 @@ def replay(
             first = "fail" if r.outcome == "flaky" else r.outcome
             console.print(f"  {outcomes_line([first, *(x.outcome for x in r.replays)])}", markup=False, soft_wrap=True)
         for w in r.workers:
+            if "seconds" not in w:  # the case ended while this worker ran: no exit recorded
+                console.print(f"  worker {w['role']}: ended with the case", markup=False, soft_wrap=True)
+                continue
             how = f"signal {w['signal']}" if w["signal"] is not None else f"exit {w['returncode']}"
             console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else "")
                           + (f"; toxic removed {w['healed']}" if w.get("healed") else "")

@@ -37,6 +37,13 @@ class HarnessError(CrashmatrixError):
     fault. Reported separately from oracle failures (exit code 3, not 1)."""
 
 
+class CaseNotApplicable(HarnessError):
+    """A case whose fault cannot take effect on this subject, found once it runs (a
+    runtime's cancel that cannot commit while the stopped worker holds its store's one
+    write lock): the case is ``not-applicable`` with the message, never a failure nor a
+    harness error."""
+
+
 class NondeterministicWorkload(CrashmatrixError):
     """The two golden runs of a conversation differ in something the oracle compares,
     once their identifiers are renamed (docs/design.md, "Determinism"): the workload (or

@@ -370,15 +370,19 @@ class Explorer:
     async def _golden_once(self, conversation: str) -> tuple[str, End, float, str | None]:
         """One golden worker, measuring its I/O at every point (``Job.record_io``): its
         run id, ``end`` report (trace and marks), seconds, and why the run did not
-        complete (None: it completed). A subject that returned another status or raised
-        did not complete: its own failure, reported as the golden run's ``run.ends``.
-        Raises :class:`HarnessError` when the worker left no end report (it vanished)."""
+        complete (None: it completed). A subject that returned another status, raised or
+        never returned (its worker killed at the deadline, ``timed-out``) did not
+        complete: its own failure, reported as the golden run's ``run.ends``. Raises
+        :class:`HarnessError` when the worker left no end report otherwise (it vanished)."""
         t0 = time.monotonic()
         run_id = f"cm-run-{uuid.uuid4().hex[:16]}"
         job, log = self.job("start", conversation, run_id, FaultPlan(), self.workdir)
         job = dataclasses.replace(job, record_io=True)
         exit_, report = await self.run_worker(job, log)
         end = report.end
+        if end is None and exit_.timed_out:  # the subject never returned: its own failure, as a hang in production
+            return run_id, End("timed-out", report.trace()), time.monotonic() - t0, (
+                f"it did not return within the worker deadline ({exit_.describe()})")
         if end is None:
             last = tail(read_log(log), 12)
             raise HarnessError(

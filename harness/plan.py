@@ -386,7 +386,7 @@ class FaultPlan:
 
 
 RESUME_POLICIES = ("default", "concurrent", "recurring", "discovery", "input-once", "redelivery", "warm-worker",
-                   "same-worker")
+                   "same-worker", "other-executor")
 """Resume policies (:mod:`.policies`): ``default`` is the subject's (by id, one resumer
 at a time, input as the adapter declares)."""
 MAX_CONCURRENT = 16

@@ -14,7 +14,9 @@ run --resume``), and the case runner (:meth:`.case.CaseRun.drive`) asks it:
 - how a fault-free resume runs (:meth:`Policy.resume`: one worker by id, the case's
   own :meth:`.case.CaseRun.resume`;
   ``concurrent``: N workers at once, held at a start gate until all are forked,
-  :func:`.worker.wait_at_gate`; ``discovery``: a worker given no run id that runs
+  :func:`.worker.wait_at_gate`, or, where the adapter declares a ``recovery_point``,
+  at that point of the runtime's recovery sweep until all have read what to recover
+  (:class:`.worker.PointGate`); ``discovery``: a worker given no run id that runs
   the runtime's own recovery, :meth:`.adapter.Adapter.recover`; ``warm-worker``: the
   first resume in a long-lived worker that has just run another run of the same
   conversation from its start to its end, :mod:`.resident`; ``same-worker``: the first
@@ -43,6 +45,8 @@ Checks (phase ``resume``, beside the crash and end checks of docs/design.md):
 - ``recurring.bounded``: the runtime itself ended the crash loop, in the terminal status
   its adapter declares (``Adapter.crash_loop_status``), or finished the run; a case the
   harness had to stop (``Options.recurring_bound`` resumes) fails it;
+- ``other_executor.recovered`` (``other-executor``): a live worker of another identity
+  ran the runtime's recovery of the dead worker's runs, and the run ended by it;
 - ``discovery.found``: the runtime's own recovery, given no run id and its clock advanced
   past its declared lease (``Adapter.lease_seconds``), found the abandoned run and
   finished it.
@@ -71,6 +75,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -78,6 +83,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import human, oracle
 from .adapter import FENCED, Adapter
+from .checks import Check
 from .history import Trace, WorkerReport, labels_of
 from .plan import Fault, Resume
 
@@ -90,6 +96,29 @@ if TYPE_CHECKING:
 CLOCK_MARGIN_S = 1.0
 """Seconds added to the runtime's declared lease when the harness advances a recovering
 worker's clock (``discovery``)."""
+
+
+# the resume policies' own checks (docs/checks.md)
+CONCURRENT_ONE_STATUS = Check("concurrent.one_terminal_status", "fencing", "two owners disagree", "resume",
+                              "concurrent resumers agree on one terminal status")
+CONCURRENT_LOSER_FENCED = Check("concurrent.loser_fenced", "fencing", "two owners ran steps", "resume",
+                                "at most one concurrent resumer ran steps and was not refused")
+CONCURRENT_LOG_INTACT = Check("concurrent.log_intact", "checkpoint validity", "interleaved writes", "resume",
+                              "the log after a concurrent round is a clean prefix")
+CONCURRENT_EFFECTS_ONCE = Check("concurrent.effects_once", "effect exactly-once", "duplicated effect", "resume",
+                                "no provider row beyond the golden run's after a concurrent round")
+RECURRING_EFFECTS_ONCE = Check("recurring.effects_once", "effect exactly-once", "duplicated effect", "resume",
+                               "no provider row beyond the golden run's under a fault in every worker")
+RECURRING_BOUNDED = Check("recurring.bounded", "resumability", "crash loop", "resume",
+                          "a fault in every worker ends in the runtime's crash-loop status, or the run finishes")
+DISCOVERY_FOUND = Check("discovery.found", "resumability", "abandoned run never recovered", "resume",
+                        "the runtime's own recovery, given no run id, found the run and ended it")
+WARM_WORKER = Check("warm.worker", "resumability", "state one run left in the process", "resume",
+                    "the first resume ran in a long-lived worker that had just run other conversations")
+SAME_WORKER = Check("same.worker", "resumability", "a run resumed from what the process kept of it", "resume",
+                    "the first resume ran in the very process the fault struck")
+OTHER_EXECUTOR_RECOVERED = Check("other_executor.recovered", "resumability", "abandoned run never recovered", "resume",
+                                   "another executor's recovery of the dead worker's runs ended the run")
 
 
 def _verdict(check: str, valid: bool | None, details: str) -> oracle.Verdict:
@@ -232,16 +261,22 @@ class Concurrent(Policy):
         n = self.spec.workers
         gate = cx.workdir / f"start-gate-{cx.resumes}"  # they wait there for each other (worker.wait_at_gate)
         gate.mkdir()
-        # the first may hold in the node it takes up again while the others resume (worker.Lead)
+        # where the runtime's recovery sweep has read what to recover, they all meet before
+        # any acts on it (worker.PointGate); else the first may hold in the node it takes
+        # up again while the others resume (worker.Lead)
+        meet = ex.adapter.recovery_point
         fault = cx.case.plan.faults[0].point.key if cx.case.plan.faults else None
-        hold = hold_point(cx.case.id, cx.golden.trace, fault)
+        hold = None if meet else hold_point(cx.case.id, cx.golden.trace, fault)
         jobs = [cx.job("resume", start_gate=str(gate), gate_parties=n, hold_at=hold, lead=i == 0) for i in range(n)]
+        if meet:
+            jobs = [(dataclasses.replace(job, gate_at=tuple(meet)), log) for job, log in jobs]
         exits = await asyncio.gather(*(ex.pool.run(job, log, timeout=ex.options.worker_timeout) for job, log in jobs))
         reports = [WorkerReport.from_file(job.result_path) for job, _ in jobs]
         for (job, _), exit_, report in zip(jobs, exits, reports):
             # "held_at": where the first resumer held while the others resumed (None: none held)
             cx.result.workers.append({"role": "resume", "concurrent": n, "lead": job.lead,
-                                      "held_at": "[".join(hold) + "]" if hold else None, **exit_.to_dict()})
+                                      "held_at": "[".join(hold) + "]" if hold else None,
+                                      "met_at": "[".join(meet) + "]" if meet else None, **exit_.to_dict()})
             cx.acknowledged = cx.acknowledged or report.accepted
             # the recovery branches each resumer reached count for coverage, winner or not
             cx.result.reached |= labels_of(report.trace())
@@ -414,6 +449,54 @@ class Discovery(Policy):
                                                f"{after.status!r} ({clock}; it said {how})"))
         if report.end is not None:
             cx.result.resume_trace = report.end.trace
+        return after.status, True
+
+
+class OtherExecutor(Policy):
+    """After the fault, the first resume runs in a worker of another identity than the
+    one that ran the run (another executor id): a live process runs the runtime's own
+    recovery of the dead worker's runs (:meth:`.adapter.Adapter.recover_other`; DBOS:
+    ``_recover_pending_workflows([dead executor id])``, what its admin server's recovery
+    endpoint runs when a control plane sees an executor gone), then waits for the run.
+    ``other_executor.recovered``: the run ended in a terminal status by that recovery (a
+    run nothing durable was left of, never acknowledged, is its caller's to send again:
+    valid, resumed as usual). Then by id as usual. Not applicable where the adapter does
+    not declare ``recovers_other_executor``."""
+
+    name = "other-executor"
+
+    def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
+        if not getattr(adapter, "recovers_other_executor", False):
+            return (f"other-executor needs a runtime whose live process recovers another executor's runs: "
+                    f"{_name(adapter)} does not declare recovers_other_executor (Adapter.recover_other)")
+        return None
+
+    async def resume(self, cx: CaseRun) -> tuple[str, bool] | None:
+        ex = cx.explorer
+        if cx.kind_state.get("other-done"):
+            return None
+        cx.kind_state["other-done"] = True
+        before = await cx.observe()
+        if before.status == "absent":
+            cx.result.verdicts.append(_verdict("other_executor.recovered", True, "nothing durable to recover (no run "
+                                               "stored): its caller sends it again"))
+            return None
+        job, log = cx.job("recover-other")
+        exit_ = await ex.pool.run(job, log, timeout=ex.options.worker_timeout)
+        report = WorkerReport.from_file(job.result_path)
+        cx.result.workers.append({"role": "recover-other", **exit_.to_dict()})
+        cx.acknowledged = cx.acknowledged or report.accepted
+        await ex.quiesce(job.worker_id, live=exit_.live)
+        after = await cx.observe()
+        how = (report.end.error or report.end.status) if report.end is not None else exit_.describe()
+        ok = after.status in ex.terminal_statuses()
+        cx.result.verdicts.append(_verdict("other_executor.recovered", ok, (
+            f"another executor's recovery took the run over ({before.status}) and it ended {after.status}" if ok else
+            f"another executor's recovery left the run {after.status!r} (it was {before.status!r}; the "
+            f"recovering worker said {how})")))
+        if report.end is not None:
+            cx.result.resume_trace = report.end.trace
+            cx.result.reached |= labels_of(report.end.trace)
         return after.status, True
 
 
@@ -603,7 +686,7 @@ FORKS_ONLY = ("every job forks a worker of its own here (the adapter does not de
 applicable to a case."""
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, InputOnce, Redelivery, Concurrent, Recurring, Discovery,
-                                                         WarmWorker, SameWorker)}
+                                                         WarmWorker, SameWorker, OtherExecutor)}
 """Policy classes by name (:data:`.plan.RESUME_POLICIES`)."""
 
 

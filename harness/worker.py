@@ -50,8 +50,10 @@ from .plan import Fault, FaultPlan
 class Job:
     """One worker's job; crosses the process boundary as JSON.
 
-    ``role``: ``"start"`` (create and run), ``"resume"`` or ``"recover"`` (no run id:
-    the runtime's own recovery, :meth:`.adapter.Adapter.recover`), or one of
+    ``role``: ``"start"`` (create and run), ``"resume"``, ``"recover"`` (no run id:
+    the runtime's own recovery, :meth:`.adapter.Adapter.recover`), ``"recover-other"``
+    (a worker of another identity recovers the dead one's runs,
+    :meth:`.adapter.Adapter.recover_other`), or one of
     :data:`.builds.SERVICE_ROLES` (an adapter call of the controller's, made in a worker
     of a build); ``plan``: faults to arm (empty for the golden run and fault-free
     resumes); ``result_path``: the JSON-lines report; ``record_io``: measure the worker's
@@ -64,7 +66,12 @@ class Job:
     together; empty: no gate); ``hold_at``: with a start gate, the others wait on past
     it until the *lead* (the worker with ``lead``) has reached this crash point
     (``[name, task]``, its first occurrence) or ended, and the lead holds there until
-    they ended (:class:`Lead`; empty: all start together).
+    they ended (:class:`Lead`; empty: all start together); ``gate_at``: with a start
+    gate, the worker waits at it not before the subject runs but at this crash point
+    (``[name, task]``, its first occurrence: a point inside the runtime's own recovery
+    sweep, :attr:`.adapter.Adapter.recovery_point`), so every party is past the same
+    step of its recovery before any goes on; a worker that ends without reaching it
+    counts as arrived (:class:`PointGate`).
     """
 
     role: str
@@ -86,6 +93,7 @@ class Job:
     gate_parties: int = 0
     hold_at: tuple[str, str] | None = None
     lead: bool = False
+    gate_at: tuple[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,7 +103,7 @@ class Job:
             "await_points": self.await_points, "record_io": self.record_io, "input_given": self.input_given,
             "scope": self.scope, "clock_offset_s": self.clock_offset_s, "build": self.build,
             "start_gate": self.start_gate, "gate_parties": self.gate_parties, "hold_at": list(self.hold_at) if self.hold_at else None,
-            "lead": self.lead,
+            "lead": self.lead, "gate_at": list(self.gate_at) if self.gate_at else None,
         }
 
     @classmethod
@@ -106,7 +114,7 @@ class Job:
             bool(d.get("await_points", False)), bool(d.get("record_io", False)), bool(d.get("input_given", True)),
             d.get("scope"), float(d.get("clock_offset_s", 0.0)), str(d.get("build", "")),
             str(d.get("start_gate", "")), int(d.get("gate_parties", 0)), tuple(d["hold_at"]) if d.get("hold_at") else None,  # type: ignore[arg-type]
-            bool(d.get("lead", False)),
+            bool(d.get("lead", False)), tuple(d["gate_at"]) if d.get("gate_at") else None,  # type: ignore[arg-type]
         )
 
 
@@ -150,6 +158,8 @@ class Recorder:
         self.edge_cancelled = False
         #: the lead of a staggered round says how far it got (``Job.lead``, :class:`Lead`)
         self.lead: Lead | None = None
+        #: a round whose parties meet at a crash point (``Job.gate_at``, :class:`PointGate`)
+        self.gate: PointGate | None = None
         #: a fault fired: every later point is reported (``passed``), the worker's
         #: progress, by which the controller tells a stuck worker (:class:`.history.Silence`)
         self.progress = False
@@ -177,6 +187,8 @@ class Recorder:
                 self.lasting.heal(self.emit, entry)
             if self.lead is not None:
                 self.lead.reached(name, task)
+            if self.gate is not None:
+                self.gate.reached(name, task)
             if not (self.pending and self.pending[0].point.key == (name, task, n)):
                 return
             fault = self.pending.pop(0)
@@ -243,6 +255,30 @@ def wait_at_gate(gate: str, parties: int, worker_id: str, *, limit_s: float = GA
             return False
         time.sleep(GATE_POLL_S)
     return True
+
+
+class PointGate:
+    """A round whose parties meet at a crash point (``Job.gate_at``): at its first
+    passage of ``at`` (``(name, task)``) a worker marks its arrival in the gate directory
+    and waits there (:func:`wait_at_gate`, bounded by :data:`GATE_LIMIT_S`) until every
+    party has arrived; a worker that ends first marks its arrival then (:meth:`ended`),
+    so nobody waits for it. Two recoverers held there have both read what they are to
+    recover before either acts on it: the interleaving a recovery race needs, every time."""
+
+    def __init__(self, gate: str, at: tuple[str, str], parties: int, worker_id: str) -> None:
+        self.gate, self.at, self.parties, self.worker_id = gate, tuple(at), parties, worker_id
+        self.passed = False
+
+    def reached(self, name: str, task: str) -> None:
+        if self.passed or (name, task) != self.at:
+            return
+        self.passed = True
+        wait_at_gate(self.gate, self.parties, self.worker_id)
+
+    def ended(self) -> None:
+        if not self.passed:
+            self.passed = True
+            _touch(os.path.join(self.gate, self.worker_id))
 
 
 #: the longest the lead of a staggered round stays at its mark for the others to end
@@ -364,7 +400,8 @@ def _run_reporting(job: Job, runner: asyncio.Runner | None, fd: int) -> int:
         does (``interrupted``); any other cancellation goes on."""
         recorder.task = asyncio.current_task()
         try:
-            run = {"start": adapter.start, "resume": adapter.resume, "recover": adapter.recover}[job.role]
+            run = {"start": adapter.start, "resume": adapter.resume, "recover": adapter.recover,
+                   "recover-other": adapter.recover_other}[job.role]
             return await run(ctx)
         except asyncio.CancelledError:
             assert recorder.scope is not None and recorder.task is not None
@@ -398,7 +435,9 @@ def _run_reporting(job: Job, runner: asyncio.Runner | None, fd: int) -> int:
             status = result[0] if result else status
         return status
 
-    if job.start_gate:
+    if job.start_gate and job.gate_at:
+        recorder.gate = PointGate(job.start_gate, job.gate_at, job.gate_parties, job.worker_id)
+    elif job.start_gate:
         wait_at_gate(job.start_gate, job.gate_parties, job.worker_id)
         if job.hold_at:
             if job.lead:
@@ -415,6 +454,8 @@ def _run_reporting(job: Job, runner: asyncio.Runner | None, fd: int) -> int:
         recorder.emit(End("error", recorder.trace, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=20)))
         return 1
     finally:
+        if recorder.gate is not None:
+            recorder.gate.ended()
         if recorder.lead is not None:
             recorder.lead.ended()
         elif job.hold_at and job.start_gate:

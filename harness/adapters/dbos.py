@@ -74,6 +74,13 @@ output (DBOS's own ``DEBUG_TRIGGER_STEP_COMMIT`` trigger point, from
 last point before DBOS writes the step output: a kill there is "effect done, output not
 saved". Crash points go through one process-wide lock (see :func:`point`).
 
+**Inside recovery**: DBOS's recovery sweep passes :data:`RECOVERY_LISTED` once it has
+read the executor's pending workflows and before it re-enqueues or runs any
+(``recovery_point``): ``concurrent`` recoverers meet there, and a ``db-outage`` placed
+there begins between the list and the re-enqueue. The adapter's own calls (registering
+the queue, reading the status) ride a refused connection (:func:`_riding_outage`), as a
+server's startup code that retries does, so what such a case shows is DBOS's recovery.
+
 ``observe`` reads the system database with ``DBOSClient``: the workflow status, the
 recorded steps (as the run log: one entry per step, ``seq`` = DBOS step id) and the
 transcript rebuilt from the run input and the recorded step outputs.
@@ -91,7 +98,7 @@ from typing import Any
 
 import anyio
 
-from crashmatrix.harness.crashpoint import LOG_APPEND_AFTER, crashpoint, set_logical_task
+from crashmatrix.harness.crashpoint import LOG_APPEND_AFTER, crashpoint, reset_logical_task, set_logical_task
 
 from ..adapter import Adapter, Environment, LogEntry, Observation, RunContext
 
@@ -147,7 +154,85 @@ def _fast_internal_queue() -> bool:
     except (ImportError, AttributeError):
         return False
 
+OUTAGE_RIDE_SECONDS = 30.0
+"""How long the adapter's own calls to DBOS (registering the workload's queue, reading a
+workflow's status) retry a refused database connection before the error stands (a
+``db-outage``: the worker rides the outage out as a server's startup code does, so what
+DBOS's own recovery does during the outage is what the case shows)."""
+OUTAGE_RETRY_SECONDS = 0.2
+
+
+def _connection_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database being unreachable (SQLAlchemy's
+    ``OperationalError``, which wraps the driver's connection failures), not a bug."""
+    try:
+        from sqlalchemy.exc import OperationalError
+    except ImportError:
+        return False
+    return isinstance(exc, OperationalError)
+
+
+async def _riding_outage(call: Any) -> Any:
+    """``await call()``, retried every :data:`OUTAGE_RETRY_SECONDS` for up to
+    :data:`OUTAGE_RIDE_SECONDS` while the database refuses connections
+    (:func:`_connection_refused`); any other error, or the last one, is raised."""
+    deadline = asyncio.get_running_loop().time() + OUTAGE_RIDE_SECONDS
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            if not _connection_refused(exc) or asyncio.get_running_loop().time() >= deadline:
+                raise
+        await asyncio.sleep(OUTAGE_RETRY_SECONDS)
+
+
+OTHER_EXECUTOR_SUFFIX = "-other"
+"""Appended to the run's executor id for the executor that recovers it (``recover_other``)."""
+RECOVER_OTHER_WAIT_SECONDS = 30.0
+"""How long the recovering executor waits for the run it took over to end (within the
+worker's deadline): a run its recovery stranded is reported as it stands."""
+
 _POINT_LOCK = threading.Lock()
+
+RECOVERY_LISTED = "recovery.listed"
+"""Crash point (logical task :data:`RECOVERY_TASK`) that DBOS's recovery sweep passes
+once it has read the executor's ``PENDING`` workflows, when there are any (``get_pending_workflows``, at
+``DBOS.launch`` and in ``_recover_pending_workflows``) and before it acts on any of them
+(``clear_queue_assignment`` for a queued workflow, else ``execute_workflow_by_id``):
+:attr:`DBOSAdapter.recovery_point`."""
+RECOVERY_TASK = "recovery"
+
+
+def _mark_recovery_listed() -> bool:
+    """Make this process pass :data:`RECOVERY_LISTED` each time DBOS's system database
+    returns its pending-workflow list (a wrapper on ``SystemDatabase.get_pending_workflows``,
+    installed once; it sits outside DBOS's own retry, so the point follows a list that was
+    read). False when DBOS's private names changed (then the point is never passed and a
+    fault placed there does not fire)."""
+    try:
+        from dbos._sys_db import SystemDatabase
+    except ImportError:
+        return False
+    listed = getattr(SystemDatabase, "get_pending_workflows", None)
+    if listed is None:
+        return False
+    if getattr(listed, "_crashmatrix_point", False):
+        return True
+
+    def get_pending_workflows(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rows = listed(self, *args, **kwargs)
+        if not rows:  # nothing to recover: no sweep to be inside of (a fresh start passes no point)
+            return rows
+        token = set_logical_task(RECOVERY_TASK)
+        try:
+            point(RECOVERY_LISTED)
+        finally:
+            reset_logical_task(token)
+        return rows
+
+    get_pending_workflows._crashmatrix_point = True  # type: ignore[attr-defined]
+    SystemDatabase.get_pending_workflows = get_pending_workflows  # type: ignore[method-assign]
+    return True
 
 
 def point(name: str) -> None:
@@ -264,6 +349,17 @@ class DBOSAdapter(Adapter):
     #: DBOS dead-letters a workflow whose recoveries exceeded its limit:
     #: ``MAX_RECOVERY_ATTEMPTS_EXCEEDED``, mapped to ``needs_human`` (STATUS_MAP)
     crash_loop_status = STATUS_MAP["MAX_RECOVERY_ATTEMPTS_EXCEEDED"]
+    #: DBOS's recovery sweep has read the executor's pending workflows and acts on none
+    #: yet (:data:`RECOVERY_LISTED`)
+    recovery_point = (RECOVERY_LISTED, RECOVERY_TASK)
+    #: a live DBOS process recovers another executor's pending workflows
+    #: (``_recover_pending_workflows``): :meth:`recover_other`
+    recovers_other_executor = True
+
+    #: launch and destroy DBOS on the event loop's own thread, as an application does
+    #: from async code (a web framework's lifespan): DBOS adopts the running loop as its
+    #: main loop; False: in a worker thread (``asyncio.to_thread``)
+    launch_on_loop = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -316,8 +412,9 @@ class DBOSAdapter(Adapter):
         }
 
     async def prepare(self, env: Environment) -> None:
-        with contextlib.suppress(Exception):  # a workload without its own workflow: DBOS's default
-            self._workflow_limit = max_recovery_attempts(self.workload_of(env).workflow)
+        workflow = getattr(self.workload_of(env), "workflow", None) if env.workload else None
+        if workflow is not None:  # else (a workload without its own workflow): DBOS's default
+            self._workflow_limit = max_recovery_attempts(workflow)
         if self.backend == "postgres":
             await asyncio.to_thread(migrate, self.system_database_url(env, "", "crashmatrix-prepare"))
         else:
@@ -344,7 +441,26 @@ class DBOSAdapter(Adapter):
 
         return step
 
-    def _launch(self, ctx: RunContext) -> None:
+    async def _launching(self, ctx: RunContext, executor: str | None = None) -> None:
+        """:meth:`_launch` in a worker thread (it runs migrations and starts DBOS's
+        threads, blocking), or with :attr:`launch_on_loop` on the event loop's own thread,
+        where DBOS adopts the loop as its main loop."""
+        if self.launch_on_loop:
+            self._launch(ctx, executor)
+        else:
+            await asyncio.to_thread(self._launch, ctx, executor)
+
+    async def _destroying(self) -> None:
+        """``DBOS.destroy`` (no wait for workflows) where :meth:`_launching` launched it."""
+        from dbos import DBOS
+
+        if self.launch_on_loop:
+            DBOS.destroy(workflow_completion_timeout_sec=0)
+        else:
+            await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
+
+    def _launch(self, ctx: RunContext, executor: str | None = None) -> None:
+        """Launch DBOS in this worker as the run's executor (``executor``: as another)."""
         from dbos import DBOS
         from dbos._debug_trigger import DebugAction, DebugTriggers
 
@@ -355,7 +471,11 @@ class DBOSAdapter(Adapter):
         worker.point = point
         DebugTriggers.set_debug_trigger(
             DebugTriggers.DEBUG_TRIGGER_STEP_COMMIT, DebugAction(callback=lambda: point(LOG_APPEND_AFTER)))
-        DBOS(config=self.config(ctx.env, ctx.run_id, ctx.worker_id))  # type: ignore[arg-type]
+        _mark_recovery_listed()
+        config = self.config(ctx.env, ctx.run_id, ctx.worker_id)
+        if executor is not None:
+            config["executor_id"] = executor
+        DBOS(config=config)  # type: ignore[arg-type]
         _fast_internal_queue()
         DBOS.launch()
 
@@ -415,9 +535,9 @@ class DBOSAdapter(Adapter):
             raise RecoveryByIdOnly("DBOS recovers by executor id: this worker was given none")
         from dbos import DBOS
 
-        await asyncio.to_thread(self._launch, ctx)
+        await self._launching(ctx)
         try:
-            await self._queue(ctx.workload)  # a queued run is recovered onto its queue
+            await _riding_outage(lambda: self._queue(ctx.workload))  # a queued run is recovered onto its queue
             pending: list[str] = []
             for _ in range(int(CANCELLED_WAIT_SECONDS / POLL_SECONDS)):
                 rows = await asyncio.to_thread(lambda: DBOS.list_workflows(
@@ -430,25 +550,56 @@ class DBOSAdapter(Adapter):
             return f"recovered by executor {executor_id(ctx.scope)}; still pending: {', '.join(pending) or 'none'}"
         finally:
             with anyio.CancelScope(shield=True):
-                await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
+                await self._destroying()
+
+    async def recover_other(self, ctx: RunContext) -> str:
+        """Recovery by another executor (resume policy ``other-executor``): launch as
+        executor ``<the run's executor id>`` + :data:`OTHER_EXECUTOR_SUFFIX` (the same
+        application version: DBOS recovers a workflow only in a process of its version),
+        run ``DBOS._recover_pending_workflows([the run's executor id])`` (what DBOS's admin
+        server runs for ``POST /dbos-workflow-recovery``, which a control plane calls when
+        an executor is gone), and wait up to :data:`RECOVER_OTHER_WAIT_SECONDS` for the
+        run to end; its status (``absent`` when no workflow row exists)."""
+        from dbos import DBOS
+
+        dead = executor_id(self._scope(ctx.env, ctx.run_id))
+        await self._launching(ctx, dead + OTHER_EXECUTOR_SUFFIX)
+        try:
+            await _riding_outage(lambda: self._queue(ctx.workload))  # a queued run is handed back to its queue
+            await asyncio.to_thread(DBOS._recover_pending_workflows, [dead])
+            found = await _riding_outage(lambda: DBOS.get_workflow_status_async(ctx.run_id))
+            if found is None:
+                return "absent"
+            with _POINT_LOCK:
+                ctx.accepted()  # the system database holds the workflow and its input
+            handle = await _riding_outage(lambda: DBOS.retrieve_workflow_async(ctx.run_id))
+            with anyio.move_on_after(RECOVER_OTHER_WAIT_SECONDS):
+                await self._until_ended(handle)
+            final = await handle.get_status()
+            return STATUS_MAP.get(final.status, final.status.lower())
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._destroying()
 
     async def _run(self, ctx: RunContext, role: str) -> str:
-        from dbos import DBOS, SetWorkflowID
+        from dbos import DBOS, SetWorkflowID, SetWorkflowTimeout
 
         # launch in a thread: it runs migrations and starts DBOS's threads (blocking)
-        await asyncio.to_thread(self._launch, ctx)
+        await self._launching(ctx)
         try:
             workload = ctx.workload
-            queue = await self._queue(workload)  # served from here on: a recovered queued run is dequeued
+            queue = await _riding_outage(lambda: self._queue(workload))  # served from here on: a recovered queued run is dequeued
             status = None
             if role == "resume":
-                found = await DBOS.get_workflow_status_async(ctx.run_id)
+                found = await _riding_outage(lambda: DBOS.get_workflow_status_async(ctx.run_id))
                 status = found.status if found is not None else None
             if status is None:
                 # start, or resume of a run killed before its workflow row committed; a
                 # workload with a ``queue`` enqueues it there (a worker of this version
                 # dequeues it: this one, or the next after a crash)
-                with SetWorkflowID(ctx.run_id):
+                timeout = getattr(workload, "workflow_timeout_s", None)  # a workload's deadline for its workflow
+                deadline = SetWorkflowTimeout(timeout) if timeout is not None else contextlib.nullcontext()
+                with SetWorkflowID(ctx.run_id), deadline:
                     if queue is not None:
                         handle = await queue.enqueue_async(workload.workflow, *workload.workflow_args(ctx.conversation))
                     else:
@@ -466,7 +617,7 @@ class DBOSAdapter(Adapter):
                     # only in a process of its application version, so this build leaves it be
                     return "pending"
                 # DBOS.launch() recovered it (same executor id and version); wait for it
-                handle = await DBOS.retrieve_workflow_async(ctx.run_id)
+                handle = await _riding_outage(lambda: DBOS.retrieve_workflow_async(ctx.run_id))
             script = getattr(workload, "operator_script", None)  # a person in the loop (harness/human.py)
             operator = asyncio.ensure_future(self._operate(ctx.run_id, script)) if script is not None else None
             try:
@@ -490,7 +641,7 @@ class DBOSAdapter(Adapter):
         finally:
             # shielded: a cancelled worker still shuts DBOS down (pools, threads)
             with anyio.CancelScope(shield=True):
-                await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
+                await self._destroying()
 
     @staticmethod
     async def _operate(run_id: str, script: Any) -> None:
@@ -620,6 +771,11 @@ class DBOSAdapter(Adapter):
                     return Observation(run_id, "absent", log=[], state=None, state_error="no workflow row")
                 wf = rows[0]
                 steps = client.list_workflow_steps(run_id)
+                # child workflows the run started (DBOS ids them <parent id>-<the start's
+                # function id>): their steps are the run's too
+                children = {str(c.workflow_id).rsplit("-", 1)[-1]: client.list_workflow_steps(c.workflow_id)
+                            for c in client.list_workflows(parent_workflow_id=run_id, load_input=False,
+                                                           load_output=False)}
             finally:
                 if owned:
                     client.destroy()
@@ -627,10 +783,17 @@ class DBOSAdapter(Adapter):
             # seq is the step's position: DBOS's function ids are its own numbering, and a
             # workflow recovered inside ``recv`` may leave one unused (a kill at
             # human.wait: ids 1-5, then 7); the node id keeps DBOS's id
-            log = [LogEntry(i, f"{self.step_kind(workload, s['function_name'])}-{s['function_id']}", (),
+            # (a child's steps follow its start, their node ids ``<kind>-<start id>.<step id>``,
+            # the logical task its steps ran under)
+            ordered: list[tuple[str, dict[str, Any]]] = []
+            for s in sorted(steps, key=lambda s: s["function_id"]):
+                ordered.append((str(s["function_id"]), s))
+                ordered += [(f"{s['function_id']}.{c['function_id']}", c) for c in
+                            sorted(children.get(str(s["function_id"]), ()), key=lambda c: c["function_id"])]
+            log = [LogEntry(i, f"{self.step_kind(workload, s['function_name'])}-{fid}", (),
                             self.step_kind(workload, s["function_name"]), 0,
                             None if s.get("error") is None else f"step raised {s['error']!r}")
-                   for i, s in enumerate(sorted(steps, key=lambda s: s["function_id"]), 1)]
+                   for i, (fid, s) in enumerate(ordered, 1)]
             args = tuple((wf.input or {}).get("args") or ())
             run_input = args[1] if len(args) > 1 and isinstance(args[1], dict) else {}
             messages = workload.transcript(run_input, [dict(s) for s in steps])
@@ -655,8 +818,17 @@ class DBOSPostgresAdapter(DBOSAdapter):
     backend = "postgres"
 
 
-VARIANTS: dict[str, type[DBOSAdapter]] = {c.name: c for c in (DBOSSqliteAdapter, DBOSPostgresAdapter)}
+class DBOSSqliteLoopAdapter(DBOSSqliteAdapter):
+    """DBOS on SQLite, launched and destroyed on the worker's event loop thread (an
+    application that calls ``DBOS.launch()`` and ``DBOS.destroy()`` from async code)."""
+
+    name = "dbos-sqlite-loop"
+    launch_on_loop = True
+
+
+VARIANTS: dict[str, type[DBOSAdapter]] = {c.name: c for c in (DBOSSqliteAdapter, DBOSPostgresAdapter,
+                                                               DBOSSqliteLoopAdapter)}
 """Registry name -> adapter class (proposed entries for ``harness/registry.py``)."""
 
-__all__ = ["DBOSAdapter", "DBOSSqliteAdapter", "DBOSPostgresAdapter", "VARIANTS", "APP_VERSION", "application_version",
+__all__ = ["DBOSAdapter", "DBOSSqliteAdapter", "DBOSPostgresAdapter", "DBOSSqliteLoopAdapter", "VARIANTS", "APP_VERSION", "application_version",
            "executor_id", "point"]

@@ -23,8 +23,9 @@ invariants that hold of any run (no effect applied twice, a clean log) instead o
 comparison with the golden run, which a cancelled run is not meant to match
 (:func:`ended_final`).
 A cancel that does not return within :data:`CANCEL_WAIT_S` while the worker is stopped
-most likely waits for what the stopped worker holds (with SQLite, the write lock): the
-case is a harness error saying so, never a hang.
+waits for what the stopped worker holds (with SQLite, the one write lock): the case is
+``not-applicable`` saying so (:class:`.errors.CaseNotApplicable`), never a hang nor a
+harness error.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ import asyncio
 import signal
 from typing import TYPE_CHECKING
 
-from ..errors import HarnessError
 from ..checks import Check
-from ..oracle import Verdict
+from ..errors import CaseNotApplicable, HarnessError
+from ..oracle import Verdict, run_check
 from ._base import FaultKind, Stops, register, signal_self
 from ._cancelled import STEP_RECORDED, check_step_recorded
 
@@ -87,13 +88,15 @@ class CancelApi(Stops, FaultKind):
             raise HarnessError(f"cancel-api: {ex.subject} declares no cancel API of its runtime "
                                f"(Adapter.cancel_run and resume_cancelled: docs/adapters.md)")
         bound = min(CANCEL_WAIT_S, ex.options.worker_timeout)
-        before = (await cx.observe()).status
-        try:
+        try:  # the run's status read first, then the cancel: either may wait on the stopped worker
+            before = (await asyncio.wait_for(cx.observe(), bound)).status
             await asyncio.wait_for(ex.adapter.cancel_run(ex.case_env, cx.run_id), bound)
         except asyncio.TimeoutError:
-            raise HarnessError(f"cancel-api: {ex.subject}'s cancel did not return within {bound:g} s while the worker "
-                               "was stopped at the point: it most likely waits for something the stopped worker "
-                               "holds (with SQLite, the database's write lock), so the fault cannot take effect here") from None
+            raise CaseNotApplicable(
+                f"cancel-api: {ex.subject}'s store did not answer the cancel within {bound:g} s while the worker was "
+                "stopped at the point: it waits for something the stopped worker holds (with SQLite, the database's "
+                "one write lock: no other process reads or commits until that worker goes on), so the fault cannot "
+                "take effect here") from None
         # the runtime's API accepted the cancel of a run in this status (cancel.honoured)
         w.entry["cancel_acknowledged"] = before
 

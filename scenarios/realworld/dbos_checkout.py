@@ -63,8 +63,11 @@ class WorkerState:
 WORKER = WorkerState()
 
 
-def _clients(session: aiohttp.ClientSession, conversation: str, script: str | None = None) -> Clients:
-    clients = Clients(session, WORKER.urls, WORKER.worker_id, conversation, str(DBOS.workflow_id))
+def _clients(session: aiohttp.ClientSession, conversation: str, script: str | None = None,
+             run_id: str | None = None) -> Clients:
+    """The providers' clients, filing requests under ``run_id`` (default: this workflow's
+    id; a child workflow files them under its parent's, the run's)."""
+    clients = Clients(session, WORKER.urls, WORKER.worker_id, conversation, run_id or str(DBOS.workflow_id))
     clients.script = script or clients.script
     return clients
 
@@ -99,18 +102,19 @@ async def model_step(conversation: str, messages: list[dict[str, Any]]) -> dict[
 
 
 async def run_tool(kind: str, flavour: str, conversation: str, call: dict[str, Any], script: str | None = None,
-                   step_id: object = None) -> dict[str, Any]:
+                   step_id: object = None, run_id: str | None = None) -> dict[str, Any]:
     """The body of a tool step named ``kind``; returns the tool message. Inside a DBOS
     step (``step_id`` None) its logical task is ``<kind>-<DBOS step id>`` and the keyed
     flavour's key ``sha256(workflow id:step id)``; outside one (workflow code, which DBOS
     does not record) the caller names it: ``<kind>-<step_id>``, and the keyed key is
     ``sha256(workflow id:call id)`` (the call id is in the model step's recorded output,
-    so it is the same on a replay). ``call`` without an ``id`` gets the step's."""
+    so it is the same on a replay). ``call`` without an ``id`` gets the step's. ``run_id``:
+    the run the providers file the request under (default: this workflow)."""
     with _step(kind, step_id) as node_id:
         key = effect_key(flavour, DBOS.workflow_id, DBOS.step_id if step_id is None else call["id"])
         async with aiohttp.ClientSession() as session:
             WORKER.point(TOOL_REQUEST_BEFORE)
-            message = await _clients(session, conversation, script).tool({"id": node_id, **call}, key, node_id)
+            message = await _clients(session, conversation, script, run_id).tool({"id": node_id, **call}, key, node_id)
             WORKER.point(TOOL_REQUEST_AFTER)
     return message
 
@@ -140,6 +144,50 @@ async def checkout(flavour: str, run_input: dict[str, Any]) -> dict[str, Any]:
     raise RuntimeError(f"checkout did not end within {MAX_TURNS} model turns")
 
 
+CHILD_WORKFLOW_NAME = "crashmatrix_checkout_parent"
+TOOL_WORKFLOW_NAME = "crashmatrix_tool_child"
+CHILD_TOOL_STEP = "child_tool"
+GET_RESULT = "DBOS.getResult"
+"""The name DBOS records a parent's wait for a child's result under (its output is the
+child's result)."""
+
+
+@DBOS.step(name=CHILD_TOOL_STEP)
+async def child_tool_step(flavour: str, conversation: str, call: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """A tool call in a child workflow, filed under the run (the parent's id); its
+    logical task ``child_tool-<start id>.<step id>`` (the child's id ends with the
+    function id of its start in the parent), the node id the adapter's log gives it."""
+    start = str(DBOS.workflow_id).rsplit("-", 1)[-1]
+    return await run_tool(CHILD_TOOL_STEP, flavour, conversation, call, step_id=f"{start}.{DBOS.step_id}",
+                          run_id=run_id)
+
+
+@DBOS.workflow(name=TOOL_WORKFLOW_NAME, max_recovery_attempts=MAX_RECOVERY_ATTEMPTS)
+async def tool_workflow(flavour: str, conversation: str, call: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """One tool call as a child workflow of its own (one step), for run ``run_id``."""
+    return await child_tool_step(flavour, conversation, call, run_id)
+
+
+@DBOS.workflow(name=CHILD_WORKFLOW_NAME, max_recovery_attempts=MAX_RECOVERY_ATTEMPTS)
+async def checkout_with_children(flavour: str, run_input: dict[str, Any]) -> dict[str, Any]:
+    """:func:`checkout` whose tool calls each run as a child workflow the parent starts
+    (``DBOS.start_workflow_async``: DBOS records the child's start as a step of the parent
+    and gives the child an id derived from the parent's) and awaits
+    (``handle.get_result()``: recorded as :data:`GET_RESULT`, the child's output)."""
+    conversation = run_input["conversation"]
+    messages = list(run_input["messages"])
+    for _ in range(MAX_TURNS):
+        message = await model_step(conversation, messages)
+        messages.append(message)
+        calls = message.get("tool_calls") or []
+        if not calls:
+            return {"answer": message["content"]}
+        for call in calls:
+            child = await DBOS.start_workflow_async(tool_workflow, flavour, conversation, call, DBOS.workflow_id)
+            messages.append(await child.get_result())
+    raise RuntimeError(f"checkout did not end within {MAX_TURNS} model turns")
+
+
 MODEL_STEP = "model"
 """The name DBOS records a model turn under (this module's ``model`` step)."""
 
@@ -158,7 +206,7 @@ def transcript(run_input_: dict[str, Any], steps: list[dict[str, Any]], model_st
             out = as_message(out)
         elif name == "DBOS.recv" and isinstance(out, dict) and "interrupt" in out:
             out = {"role": "human", **out}  # a person's answer (dbos_human.py)
-        elif name not in ("tool", "approval_model", "approval_tool"):
+        elif name not in ("tool", "approval_model", "approval_tool", GET_RESULT):
             continue
         if isinstance(out, dict):
             messages.append(out)
@@ -213,7 +261,33 @@ class DBOSQueuedCheckout(DBOSCheckout):
     queue_name = QUEUE_NAME
 
 
+class DBOSChildCheckout(DBOSCheckout):
+    """The checkout whose tool calls run as child workflows the parent starts and awaits
+    (:func:`checkout_with_children`): how a DBOS application fans work out to workflows
+    of their own. The parent's recorded steps are its model turns, each child's start
+    and each :data:`GET_RESULT` (the tool message)."""
+
+    prefix = "dbos-checkout-children"
+
+    @staticmethod
+    def registered_workflow() -> Any:
+        return checkout_with_children
+
+
+class DBOSTimedCheckout(DBOSCheckout):
+    """The checkout started under a workflow timeout (``SetWorkflowTimeout``, the
+    adapter's start reads :attr:`workflow_timeout_s`): DBOS keeps a deadline for the
+    workflow and a timer task in the process that runs it, as an application with a
+    request deadline does. Far longer than a run: a run that ends never meets it."""
+
+    prefix = "dbos-checkout-timed"
+    #: seconds of the workflow's timeout (``SetWorkflowTimeout``)
+    workflow_timeout_s = 600.0
+
+
 NAIVE = DBOSCheckout("naive")
 KEYED = DBOSCheckout("keyed")
 QUEUED_NAIVE = DBOSQueuedCheckout("naive")
 QUEUED_KEYED = DBOSQueuedCheckout("keyed")
+CHILD_KEYED = DBOSChildCheckout("keyed")
+TIMED_KEYED = DBOSTimedCheckout("keyed")

@@ -354,3 +354,56 @@ def test_the_build_version_is_the_same_before_and_after_dbos_is_made(tmp_path: P
     ''')
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.split() == ["True", "12"], out.stdout + out.stderr[-2000:]
+
+
+def test_another_executor_recovers_the_dead_one_s_runs_and_recoverers_meet_inside_the_sweep(matrix_cases: Any) -> None:
+    """``--resume other-executor``: a live DBOS process with another executor id runs
+    ``_recover_pending_workflows([the dead executor])`` and the run ends there, direct or
+    queued. ``--resume concurrent``: both recoverers passed the recovery point (DBOS's
+    pending list read) and met there before either acted on it."""
+    s = matrix_cases(SUBJECT, f"{WL}:QUEUED_KEYED", ["kill@step.after[model-1]#1/other-executor",
+                                                     "kill@step.after[model-1]#1/concurrent"])
+    other, concurrent = s.cases
+    assert other.result.outcome == "pass", other.why()
+    assert [w["role"] for w in other.result.workers] == ["start", "recover-other"]
+    assert {v.check: v.valid for v in other.result.verdicts}["other_executor.recovered"] is True
+    met = [w.get("met_at") for w in concurrent.result.workers if w["role"] == "resume"]
+    assert met == ["recovery.listed[recovery]"] * 2, concurrent.result.workers
+    assert concurrent.result.outcome == "pass", concurrent.why()
+
+
+def test_a_db_outage_at_the_recovery_point_is_ridden_out(matrix_cases: Any) -> None:
+    """A db-outage placed at the recovery point of the resuming worker (PostgreSQL):
+    the outage begins between DBOS's pending list and the re-enqueue; this release
+    retries both, the adapter's own reads ride the outage, and the run ends as the
+    golden run."""
+    s = matrix_cases(f"{DB}:DBOSPostgresAdapter", f"{WL}:QUEUED_KEYED",
+                     ["kill@step.after[model-1]#1+db-outage(1500ms)@recovery.listed[recovery]#1"])
+    [case] = s.cases
+    assert case.result.outcome == "pass", case.why()
+    assert "healed" in case.result.workers[1].get("outage", ""), case.result.workers
+
+
+def test_dbos_launched_on_the_loop_runs_a_workflow_under_a_timeout_and_children(matrix_cases: Any) -> None:
+    """``DBOSSqliteLoopAdapter`` launches and destroys DBOS on the worker's event loop
+    (DBOS adopts it): the timed checkout (``SetWorkflowTimeout``) and the checkout with
+    child workflows both survive a kill and end as their golden runs."""
+    timed = matrix_cases(f"{DB}:DBOSSqliteLoopAdapter", f"{WL}:TIMED_KEYED", ["kill@step.after[tool-2]#1"])
+    children = matrix_cases(SUBJECT, f"{WL}:CHILD_KEYED", ["kill@tool.request.after[child_tool-2.1]#1",
+                                                           "kill@step.before[model-4]#1"])
+    for case in [*timed.cases, *children.cases]:
+        assert case.result.outcome == "pass", case.why()
+        assert case.evidence.observation.status == "completed"
+    nodes = [e.node_id for e in children.cases[1].evidence.observation.log]
+    assert nodes[:4] == ["model-1", "crashmatrix_tool_child-2", "child_tool-2.1", "DBOS.getResult-3"], nodes
+
+
+def test_a_cancel_the_stopped_worker_s_sqlite_lock_blocks_is_not_applicable(matrix_cases: Any) -> None:
+    """cancel-api stopped inside the write of a step's output (the await point DBOS's
+    ``Pending._wrap`` passes there): the worker holds SQLite's one lock, so neither the
+    status read nor the cancel can go through; the case is not applicable, saying so,
+    and nothing is left stopped."""
+    s = matrix_cases(SUBJECT, f"{WL}:KEYED", ["cancel-api@dbos._outcome:Pending._wrap@4[tool-8]#1"], await_points=True)
+    [case] = s.cases
+    assert case.result.outcome == "not-applicable", (case.result.outcome, case.result.error)
+    assert "one write lock" in (case.result.error or ""), case.result.error

@@ -112,3 +112,20 @@ def test_a_runtime_that_never_takes_a_run_from_a_live_owner_declares_it_and_paus
                                         replay_failures=0))
     failed = {v.check for r in undeclared.results for v in r.failed}
     assert "pause.zombie_fenced" in failed and "resume.runs" in failed, failed
+
+
+def test_a_golden_run_whose_worker_never_returns_is_the_subject_s_run_ends() -> None:
+    """conv2's worker completes the run and never returns: killed at the worker deadline,
+    its golden run fails ``run.ends`` (the subject's hang, not a harness error); conv1 is
+    judged."""
+    from crashmatrix.harness.explorer import Options
+
+    report = asyncio.run(run_matrix("checkout", "teamruntimes.stuck:HangsOnConv2Adapter",
+                                    cases=[Case.parse("checkout/conv2/golden"), Case.parse("checkout/conv1/golden")],
+                                    options=Options(worker_timeout=6.0)))
+    by_id = {g.case.id: g for g in report.golden_results}
+    assert by_id["checkout/conv1/golden"].outcome == "pass"
+    broken = by_id["checkout/conv2/golden"]
+    assert broken.outcome == "fail" and [v.check for v in broken.failed] == ["run.ends"]
+    assert "did not return within the worker deadline" in broken.failed[0].details, broken.failed[0].details
+    assert report.exit_code == 1

@@ -88,6 +88,12 @@ def test_read_report_counts_failing_checks(tmp_path):
     assert got["checks"] == {"effects.applied_once": 1}
     assert got["first"] == "crashmatrix replay a"
     assert got["first_error"] == "resume_cancelled failed: final (case c)"
+    # a golden run that fails (the release breaks with no fault) is a failing case
+    report["golden_results"] = [{"id": "w/conv1/golden", "outcome": "fail", "replay": "crashmatrix replay g",
+                                 "verdicts": [{"check": "run.ends", "verdict": "invalid"}]}]
+    path.write_text(json.dumps(report))
+    got = bugs.read_report(path)
+    assert got["cases"] == 4 and got["failed"] == 2 and got["checks"] == {"effects.applied_once": 1, "run.ends": 1}
 
 
 def test_report_marks_a_regression_and_tabulates_every_entry(tmp_path):
@@ -137,3 +143,17 @@ def test_the_nightly_job_runs_the_corpus_with_options_the_command_has():
     help_text = CliRunner().invoke(cli.app, ["bugs", "--help"], env={"COLUMNS": "200"}).output
     for option in re.findall(r"(--[a-z-]+)", runs[0]):
         assert option in help_text, option
+
+
+def test_an_entry_with_a_plan_replays_that_one_case_and_a_bad_plan_is_refused():
+    from crashmatrix.harness.plan import Case
+
+    entry = next(e for e in bugs.ENTRIES if e.plan)
+    cmd = entry.command("/c/dbos-2.23.0", "/r/x.json")
+    assert cmd[0] == "replay" and "--kinds" not in cmd and cmd[cmd.index("--report") + 1] == "/r/x.json"
+    case = Case.parse(cmd[1])
+    assert case.upgrade == "dbos-2.23.0-a>dbos-2.23.0-b" and case.workload == entry.workload
+    assert [f.kind for f in case.plan.faults] == ["kill", "db-outage"]
+    assert case.plan.faults[1].point.name == "recovery.listed" and case.plan.faults[1].window_ms == 2000
+    bad = dataclasses.replace(entry, plan="kill@nowhere")
+    assert any(p.startswith("plan: ") for p in bad.validate())

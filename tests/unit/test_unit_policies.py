@@ -206,3 +206,56 @@ def test_the_hold_point_is_one_of_the_points_after_the_fault_chosen_by_the_case_
     assert hold_point(case, trace, fault) == hold_point(case, trace, fault)  # a replay holds at the same place
     assert hold_point(case, trace, ("nowhere", "t", 1)) is None  # a point the golden run did not pass
     assert hold_point(case, trace[:2], fault) is None  # nothing after the fault's point
+
+
+def test_a_point_gate_holds_each_party_at_its_point_until_all_are_there(tmp_path) -> None:
+    """worker.PointGate: a party waits at its first passage of the point (not before, not
+    at a second passage) until every party has passed it or ended; Job.gate_at round-trips."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from crashmatrix.harness.adapter import Environment
+    from crashmatrix.harness.plan import FaultPlan
+    from crashmatrix.harness.worker import Job, PointGate
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    at = ("recovery.listed", "recovery")
+    left: dict[str, float] = {}
+
+    def party(worker_id: str, delay: float) -> None:
+        g = PointGate(str(gate), at, 2, worker_id)
+        g.reached("step.before", "model-1")  # another point: no wait
+        time.sleep(delay)
+        g.reached(*at)
+        left[worker_id] = time.monotonic()
+        g.reached(*at)  # a second passage: no wait
+        g.ended()
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(party, ("cmw-1", "cmw-2"), (0.0, 0.3)))
+    assert min(left.values()) - t0 >= 0.3  # the first waited at the point for the second
+    # a party that ends without reaching the point releases the one waiting there
+    early = tmp_path / "early"
+    early.mkdir()
+    PointGate(str(early), at, 2, "cmw-3").ended()
+    t1 = time.monotonic()
+    PointGate(str(early), at, 2, "cmw-4").reached(*at)
+    assert time.monotonic() - t1 < 1.0
+    job = Job("resume", "s", "w", "c", "r", "cmw-4", Environment("dsn", {}, "dir"), FaultPlan(), "x",
+              start_gate=str(gate), gate_parties=2, gate_at=at)
+    assert Job.from_dict(job.to_dict()) == job
+
+
+def test_other_executor_is_not_applicable_without_the_declaration() -> None:
+    from crashmatrix.harness.explorer import Options
+
+    policy = policy_of(Resume("other-executor"))
+    from types import SimpleNamespace
+
+    assert Adapter.recovers_other_executor is False
+    why = policy.not_applicable(SimpleNamespace(name="no-other"), Options())  # type: ignore[arg-type]
+    assert why is not None and "recovers_other_executor" in why and "no-other" in why
+    declared = SimpleNamespace(name="other", recovers_other_executor=True)
+    assert policy.not_applicable(declared, Options()) is None  # type: ignore[arg-type]

@@ -4,6 +4,8 @@ own failure, reported as such (``run.ends``, exit 1), never a harness error."""
 
 from __future__ import annotations
 
+import asyncio
+
 from crashmatrix.harness.adapter import RunContext
 
 from .keys import KeyAdapter
@@ -28,4 +30,18 @@ class NoOperatorAdapter(KeyAdapter):
     answers_operator = ()
 
     async def hand_off(self, runtime, db, ctx, resources, status):  # type: ignore[no-untyped-def]
+        return status
+
+
+class HangsOnConv2Adapter(KeyAdapter):
+    """A runtime whose worker never returns from conv2's run (a shutdown that waits on
+    itself): the run completes, then the call blocks. Its golden run is the subject's
+    failure too (``run.ends``: it did not return within the worker deadline)."""
+
+    name = "team-hangs-conv2"
+
+    async def start(self, ctx: RunContext) -> str:
+        status = await super().start(ctx)
+        if ctx.conversation == "conv2":
+            await asyncio.Event().wait()  # never set
         return status

@@ -221,11 +221,28 @@ class IdentifierModel:
         constant there), with the place it was first found at (walk order)."""
         out: dict[str, Place] = {}
         holds = self.identifier_places()
-        for place, value in walk_places(doc):
+        constants = self.constants
+
+        def leaf(value: Any, place: Place) -> None:
             if holds(place) and is_atom(value):
                 ident = _ident(value)
-                if ident not in out and ident not in self.constants.get(place, ()):
+                if ident not in out and ident not in constants.get(place, ()):
                     out[ident] = place
+
+        def visit(value: Any, place: Place) -> None:  # walk_places's order, without its generators
+            if isinstance(value, dict):
+                key_place = place + ("<key>",)
+                for k, v in value.items():
+                    leaf(k, key_place)
+                    visit(v, place + (_component(k),))
+            elif isinstance(value, list | tuple):
+                item_place = place + ("*",)
+                for v in value:
+                    visit(v, item_place)
+            else:
+                leaf(value, place)
+
+        visit(doc, ())
         return out
 
 
@@ -511,11 +528,33 @@ class Renamer:
         """``value`` (found at ``path`` of the document) with every identifier renamed."""
         return self._rename(value, place_of(path))
 
+    def _rename_str(self, value: str, place: Place) -> str:
+        """:meth:`rename_value` of a ``str`` leaf (the common one), the same result with
+        fewer steps: a string shorter than :data:`MIN_EMBEDDED_LEN` holds no identifier
+        inside it, so the embedded pattern is not run over it."""
+        if value in self.idents and is_atom(value) and (len(value) >= MIN_EMBEDDED_LEN or self._holds(place)):
+            if value not in self.model.constants.get(place, ()):
+                return self.label(value)
+        if self._embedded is not None and len(value) >= MIN_EMBEDDED_LEN:
+            return self._embedded.sub(self._label_match, value)
+        return value
+
+    def _label_match(self, m: re.Match[str]) -> str:
+        return self.label(m.group(0))
+
     def _rename(self, value: Any, place: Place) -> Any:
+        if type(value) is str:
+            return self._rename_str(value, place)
         if isinstance(value, dict):
             key_place = place + ("<key>",)
-            return {self.rename_value(k, key_place) if isinstance(k, str) else k: self._rename(v, place + (_component(k),))
-                    for k, v in value.items()}
+            out = {}
+            for k, v in value.items():  # the key first: it may take a label before its value's identifiers
+                if type(k) is str:
+                    out[self._rename_str(k, key_place)] = self._rename(v, place + (k,))
+                else:
+                    key = self.rename_value(k, key_place) if isinstance(k, str) else k
+                    out[key] = self._rename(v, place + (_component(k),))
+            return out
         if isinstance(value, list | tuple):
             item_place = place + ("*",)
             return [self._rename(v, item_place) for v in value]

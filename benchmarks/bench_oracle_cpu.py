@@ -2,9 +2,10 @@
 
     python benchmarks/bench_oracle_cpu.py record FILE [--conversations conv1]
                                                       [--kinds kill,term,cancel] [--jobs 4]
+                                                      [--subject reference]
     python benchmarks/bench_oracle_cpu.py replay FILE [--rounds 5] [--out OUT.json]
 
-``record`` runs one pruned matrix slice of checkout on the reference runtime (as
+``record`` runs one pruned matrix slice of checkout on ``--subject`` (as
 ``bench_case_cpu.py --prune`` does; ``--kinds default``: the default matrix, sampled
 kinds and policies included) and pickles every call the controller made of
 :func:`.oracle.end_checks` (golden and case evidence, allowance, identifier model) and of
@@ -37,7 +38,7 @@ import time
 from typing import Any
 
 
-async def _record(path: str, conversations: list[str], kinds: tuple[str, ...], jobs: int) -> None:
+async def _record(path: str, conversations: list[str], kinds: tuple[str, ...], jobs: int, subject: str) -> None:
     from crashmatrix.harness import oracle, pruning, runner
     from crashmatrix.harness.defaults import default_matrix
     from crashmatrix.harness.enumeration import enumerate_cases
@@ -56,7 +57,7 @@ async def _record(path: str, conversations: list[str], kinds: tuple[str, ...], j
         return state_document(ev, model)
 
     oracle.end_checks, pruning.state_document = recording_end_checks, recording_state_document
-    async with open_session("reference", "checkout", options=Options()) as explorer:
+    async with open_session(subject, "checkout", options=Options()) as explorer:
         goldens = {c: await explorer.golden(c) for c in conversations}
         if kinds == ("default",):  # crashmatrix run's matrix: every-point kinds, then the samples
             cases, _ = default_matrix().cases("checkout", goldens, ("step", "label"))
@@ -118,13 +119,14 @@ def main() -> None:
     rec.add_argument("--conversations", default="conv1")
     rec.add_argument("--kinds", default="kill,term,cancel")
     rec.add_argument("--jobs", type=int, default=4)
+    rec.add_argument("--subject", default="reference")
     rep = sub.add_parser("replay")
     rep.add_argument("file")
     rep.add_argument("--rounds", type=int, default=5)
     rep.add_argument("--out")
     args = ap.parse_args()
     if args.mode == "record":
-        asyncio.run(_record(args.file, args.conversations.split(","), tuple(args.kinds.split(",")), args.jobs))
+        asyncio.run(_record(args.file, args.conversations.split(","), tuple(args.kinds.split(",")), args.jobs, args.subject))
     else:
         _replay(args.file, args.rounds, args.out)
 

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_case_cpu.py [--conversations conv1] [--kinds kill,term,cancel]
                                         [--jobs 4] [--subject reference] [--prune]
+                                        [--kinds default]
                                         [--fsync on|off] [--fresh-workers]
 
 Starts one session (as ``crashmatrix run`` does), runs the golden runs, then the step +
@@ -12,6 +13,10 @@ reaped children), the zygote itself, each provider, PostgreSQL (the postmaster a
 reaped backends), the controller (this process). The sum over kinds is the CPU a case
 costs; on N cores the matrix can run at most ``N * 1000 / sum`` cases per second. Wall
 figures depend on the machine's load (printed); the CPU split does much less.
+
+``--kinds default``: the default matrix of ``crashmatrix run`` (:func:`.defaults.default_matrix`:
+the every-point kinds, then the sampled kinds and resume policies) instead of the named
+kinds at every point.
 
 ``--prune``: the cases run pruned (:mod:`crashmatrix.harness.pruning`: kill cases by
 crash state, shared resumes); the split is then printed per matrix case and per case
@@ -32,6 +37,7 @@ import time
 import psutil
 
 from crashmatrix.harness import pruning, runner
+from crashmatrix.harness.defaults import default_matrix
 from crashmatrix.harness.enumeration import enumerate_cases
 from crashmatrix.harness.explorer import Options
 from crashmatrix.harness.session import open_session
@@ -101,7 +107,11 @@ async def main() -> None:
     options = Options(long_lived=not args.fresh_workers)
     async with open_session(args.subject, "checkout", pg_settings={"fsync": args.fsync}, options=options) as explorer:
         goldens = {c: await explorer.golden(c) for c in convs}
-        cases = enumerate_cases("checkout", goldens, tuple(args.kinds.split(",")), tuple(args.sources.split(",")))
+        sources = tuple(args.sources.split(","))
+        if args.kinds == "default":  # the default matrix: every-point kinds, then the sampled kinds and policies
+            cases, _ = default_matrix().cases("checkout", goldens, sources)
+        else:
+            cases = enumerate_cases("checkout", goldens, tuple(args.kinds.split(",")), sources)
         procs = _processes(str(explorer.workdir.parent))
         db0 = await _db_stats(explorer)
         before = _snapshot(procs)

@@ -221,11 +221,28 @@ class IdentifierModel:
         constant there), with the place it was first found at (walk order)."""
         out: dict[str, Place] = {}
         holds = self.identifier_places()
-        for place, value in walk_places(doc):
+        constants = self.constants
+
+        def leaf(value: Any, place: Place) -> None:
             if holds(place) and is_atom(value):
                 ident = _ident(value)
-                if ident not in out and ident not in self.constants.get(place, ()):
+                if ident not in out and ident not in constants.get(place, ()):
                     out[ident] = place
+
+        def visit(value: Any, place: Place) -> None:  # walk_places's order, without its generators
+            if isinstance(value, dict):
+                key_place = place + ("<key>",)
+                for k, v in value.items():
+                    leaf(k, key_place)
+                    visit(v, place + (_component(k),))
+            elif isinstance(value, list | tuple):
+                item_place = place + ("*",)
+                for v in value:
+                    visit(v, item_place)
+            else:
+                leaf(value, place)
+
+        visit(doc, ())
         return out
 
 
@@ -437,6 +454,51 @@ def _embedded_re(idents: Iterable[str]) -> re.Pattern[str]:
     return re.compile(f"(?<![A-Za-z0-9])(?:{alternatives})(?![A-Za-z0-9])")
 
 
+_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+
+
+class _Embedded:
+    """Replaces the identifiers ``idents`` found inside a string exactly as
+    ``_embedded_re(idents).sub`` does (leftmost first, the longest at one position, not
+    inside a longer alphanumeric run, left to right), without compiling a pattern when
+    they are few: a run's identifiers are new to the matrix, so its pattern was compiled
+    anew for every renamer (about as much CPU as the rest of its renaming). Few: each is
+    looked for with ``str.__contains__``, and the strings holding one are scanned with
+    ``str.find``; more than :attr:`FEW`: the compiled pattern."""
+
+    FEW = 32
+
+    def __init__(self, idents: Iterable[str]) -> None:
+        self.idents = sorted(idents, key=len, reverse=True)
+        self.pattern = _embedded_re(self.idents) if len(self.idents) > self.FEW else None
+
+    def replace(self, text: str, label: Callable[[str], str]) -> str:
+        """``text`` with each identifier in it replaced by ``label(identifier)`` (called in
+        order of appearance)."""
+        if self.pattern is not None:
+            return self.pattern.sub(lambda m: label(m.group(0)), text)
+        hits = [i for i in self.idents if i in text]
+        if not hits:
+            return text
+        out, pos, size = [], 0, len(text)
+        while True:
+            at, found = -1, None
+            for ident in hits:  # longest first: at one position the longest wins
+                n = len(ident)
+                k = text.find(ident, pos)
+                while k >= 0 and ((k > 0 and text[k - 1] in _ALNUM) or (k + n < size and text[k + n] in _ALNUM)):
+                    k = text.find(ident, k + 1)
+                if k >= 0 and (found is None or k < at):
+                    at, found = k, ident
+            if found is None:
+                break
+            out.append(text[pos:at])
+            out.append(label(found))
+            pos = at + len(found)
+        out.append(text[pos:])
+        return "".join(out)
+
+
 def _sort_key(path: Path) -> tuple[Any, ...]:
     return tuple((0, p) if isinstance(p, int) else (1, str(p)) for p in path)
 
@@ -479,7 +541,7 @@ class Renamer:
         self.seen: dict[str, str] = {}
         self.counts: dict[str, int] = {}
         long_ids = [i for i in found if len(i) >= MIN_EMBEDDED_LEN]
-        self._embedded = _embedded_re(long_ids) if long_ids else None
+        self._embedded = _Embedded(long_ids) if long_ids else None
 
     def copy(self) -> Renamer:
         other = object.__new__(Renamer)
@@ -504,18 +566,37 @@ class Renamer:
             if ident not in self.model.constants.get(place, ()):
                 return self.label(ident)
         if isinstance(value, str) and self._embedded is not None:
-            return self._embedded.sub(lambda m: self.label(m.group(0)), value)
+            return self._embedded.replace(value, self.label)
         return value
 
     def __call__(self, value: Any, path: Path = ()) -> Any:
         """``value`` (found at ``path`` of the document) with every identifier renamed."""
         return self._rename(value, place_of(path))
 
+    def _rename_str(self, value: str, place: Place) -> str:
+        """:meth:`rename_value` of a ``str`` leaf (the common one), the same result with
+        fewer steps: a string shorter than :data:`MIN_EMBEDDED_LEN` holds no identifier
+        inside it, so the embedded pattern is not run over it."""
+        if value in self.idents and is_atom(value) and (len(value) >= MIN_EMBEDDED_LEN or self._holds(place)):
+            if value not in self.model.constants.get(place, ()):
+                return self.label(value)
+        if self._embedded is not None and len(value) >= MIN_EMBEDDED_LEN:
+            return self._embedded.replace(value, self.label)
+        return value
+
     def _rename(self, value: Any, place: Place) -> Any:
+        if type(value) is str:
+            return self._rename_str(value, place)
         if isinstance(value, dict):
             key_place = place + ("<key>",)
-            return {self.rename_value(k, key_place) if isinstance(k, str) else k: self._rename(v, place + (_component(k),))
-                    for k, v in value.items()}
+            out = {}
+            for k, v in value.items():  # the key first: it may take a label before its value's identifiers
+                if type(k) is str:
+                    out[self._rename_str(k, key_place)] = self._rename(v, place + (k,))
+                else:
+                    key = self.rename_value(k, key_place) if isinstance(k, str) else k
+                    out[key] = self._rename(v, place + (_component(k),))
+            return out
         if isinstance(value, list | tuple):
             item_place = place + ("*",)
             return [self._rename(v, item_place) for v in value]

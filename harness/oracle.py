@@ -56,7 +56,7 @@ from __future__ import annotations
 import difflib
 import json
 import weakref
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,24 +288,47 @@ def _normalise(ev: Evidence, model: IdentifierModel) -> _Normalised:
                        ev.observation.state_error, renamers)
 
 
-_GOLDEN_DOCS: dict[int, tuple[weakref.ref[Evidence], IdentifierModel, _Normalised]] = {}
+_Cache = OrderedDict[int, tuple["weakref.ref[Evidence]", IdentifierModel, _Normalised]]
+
+_GOLDEN_DOCS: _Cache = OrderedDict()
 """The golden runs' normalised documents, by ``id`` of their evidence (held weakly: a
 finished matrix's goldens are not kept): one golden run is compared with every case of
 its conversation, and normalising it was half the oracle's CPU."""
 _GOLDEN_DOCS_LIMIT = 64
+_CASE_DOCS: _Cache = OrderedDict()
+"""The cases' normalised final documents, the same way: a pruned matrix's cases that
+share a resume (:mod:`.pruning`) share its final evidence object, and each is compared
+with the golden run (about half the default matrix's end checks are of a shared final).
+The least recently used go first; a sharer is judged shortly after its owner."""
+_CASE_DOCS_LIMIT = 256
+
+
+def _normalised(cache: _Cache, limit: int, ev: Evidence, model: IdentifierModel) -> _Normalised:
+    """:func:`_normalise` of ``ev``, made once per evidence object and model (both by
+    identity; the evidence of a run is not changed once observed, and the normalised
+    document is only read) while it stays among the ``limit`` last used in ``cache``."""
+    key = id(ev)
+    hit = cache.get(key)
+    if hit is not None and hit[0]() is ev and hit[1] is model:
+        cache.move_to_end(key)
+        return hit[2]
+    normalised = _normalise(ev, model)
+    cache[key] = (weakref.ref(ev), model, normalised)
+    cache.move_to_end(key)
+    while len(cache) > limit:
+        cache.popitem(last=False)
+    return normalised
 
 
 def _normalised_golden(golden: Evidence, model: IdentifierModel) -> _Normalised:
-    """:func:`_normalise` of a golden run, made once per evidence object and model (both
-    by identity; the evidence of a run is not changed once observed)."""
-    hit = _GOLDEN_DOCS.get(id(golden))
-    if hit is not None and hit[0]() is golden and hit[1] is model:
-        return hit[2]
-    normalised = _normalise(golden, model)
-    if len(_GOLDEN_DOCS) >= _GOLDEN_DOCS_LIMIT:
-        _GOLDEN_DOCS.clear()
-    _GOLDEN_DOCS[id(golden)] = (weakref.ref(golden), model, normalised)
-    return normalised
+    """:func:`_normalise` of a golden run, made once per evidence object and model."""
+    return _normalised(_GOLDEN_DOCS, _GOLDEN_DOCS_LIMIT, golden, model)
+
+
+def _normalised_case(case: Evidence, model: IdentifierModel) -> _Normalised:
+    """:func:`_normalise` of a case's final evidence, made once per evidence object and
+    model (cases sharing a resume share it)."""
+    return _normalised(_CASE_DOCS, _CASE_DOCS_LIMIT, case, model)
 
 
 _IDENTIFYING = ("role", "op", "node", "node_id", "tool", "name", "key", "ref", "status")
@@ -495,7 +518,7 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int],
     :func:`learn_identifiers`; None: only the declared places). ``allowance``: node ->
     model calls that were in flight when a fault landed."""
     model = identifiers or _DECLARED_ONLY
-    g, c = _normalised_golden(golden, model), _normalise(case, model)
+    g, c = _normalised_golden(golden, model), _normalised_case(case, model)
     out: list[Verdict] = []
 
     def status() -> Verdict:

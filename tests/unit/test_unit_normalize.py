@@ -259,3 +259,31 @@ def test_a_random_key_that_starts_like_another_identifiers_prefix_is_labelled_by
     case = normalise(run_doc(lambda: next(keys)), model)
     assert [e["key"] for e in case["effects"]] == ["key-1", "key-2"]
     assert case == normalise(run_doc(KEY_FORMATS["uuid4"]), model)
+
+
+def test_embedded_replacement_without_a_pattern_equals_the_pattern() -> None:
+    """``_Embedded`` (few identifiers: no compiled pattern) replaces what
+    ``_embedded_re(...).sub`` replaces, in the same order: the leftmost first, the longest
+    at one position, never inside a longer alphanumeric run; and so does its pattern path."""
+    import random
+
+    from crashmatrix.harness.normalize import _Embedded, _embedded_re
+
+    idents = ["ch_abc123", "ch_abc1234", "abc123", "msg-00ff11", "msg-00ff11-x", "00ff11-x", "k.key.42"]
+    texts = ["charged ch_abc123 and ch_abc1234.", "xch_abc123 ch_abc123x ch_abc123_", "abc123abc123 abc123",
+             "msg-00ff11-x 00ff11-x msg-00ff11", "(k.key.42),k.key.42k k.key.421", "", "nothing here"]
+    rng = random.Random(7)
+    pieces = idents + [" ", "_", "-", "a", "1", ".", "x"]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(400)]
+    for few in (True, False):
+        embedded = _Embedded(idents)
+        if not few:
+            embedded = _Embedded(idents + [f"filler{i:04d}" for i in range(_Embedded.FEW)])
+            assert embedded.pattern is not None
+        pattern = _embedded_re(embedded.idents)
+        for text in texts:
+            calls_a: list[str] = []
+            calls_b: list[str] = []
+            got = embedded.replace(text, lambda i: calls_a.append(i) or f"<{len(calls_a)}>")
+            want = pattern.sub(lambda m: calls_b.append(m.group(0)) or f"<{len(calls_b)}>", text)
+            assert (got, calls_a) == (want, calls_b), text

@@ -592,3 +592,61 @@ def test_long_rows_that_differ_past_their_first_characters_still_pair() -> None:
     assert lines[0].startswith("~ role assistant: content"), lines[:2]
     # 24 paired (the limit), the 6 rows past it shown as - and + and cut
     assert lines[-1] == "... (12 more changed lines)" and all(line.startswith("~ ") for line in lines[:-1])
+
+
+# -- normalised documents made once per evidence object (golden and case) -------------
+
+
+def _cache_model() -> oracle.IdentifierModel:
+    model, differences = oracle.learn_identifiers(evidence("aa"), evidence("zz"))
+    assert differences == []
+    return model
+
+
+def _counting(monkeypatch) -> list[int]:
+    made: list[int] = []
+    real = oracle._normalise
+
+    def counting(ev, model):
+        made.append(id(ev))
+        return real(ev, model)
+
+    monkeypatch.setattr(oracle, "_normalise", counting)
+    return made
+
+
+def test_a_shared_final_is_normalised_once_and_judged_the_same(monkeypatch) -> None:
+    model, golden, final = _cache_model(), evidence("aa"), evidence("bb")
+    made = _counting(monkeypatch)
+    first = oracle.end_checks(golden, final, {}, model)
+    second = oracle.end_checks(golden, final, {"turn-1": 1}, model)  # a sharer: its own allowance
+    assert made == [id(golden), id(final)]
+    compared = lambda vs: [(v.check, v.valid, v.details) for v in vs if v.check != "model.calls_billed"]  # noqa: E731
+    assert compared(first) == compared(second)
+    assert "in flight at faults 1" in second[-1].details  # the allowance is the sharer's own
+    assert all(v.valid for v in first + second)
+
+
+def test_another_model_or_another_object_is_normalised_again(monkeypatch) -> None:
+    model, golden, final = _cache_model(), evidence("aa"), evidence("bb")
+    made = _counting(monkeypatch)
+    oracle.end_checks(golden, final, {}, model)
+    oracle.end_checks(golden, final, {}, None)  # only the declared places: another model
+    twin = evidence("bb")  # equal content, another object: never taken for the first
+    twin.observation.status = "needs_human"
+    verdicts = {v.check: v for v in oracle.end_checks(golden, twin, {}, model)}
+    assert made.count(id(final)) == 2 and id(twin) in made
+    assert verdicts["run.status"].valid is False
+
+
+def test_the_case_cache_keeps_the_last_used_within_its_limit(monkeypatch) -> None:
+    monkeypatch.setattr(oracle, "_CASE_DOCS_LIMIT", 3)
+    oracle._CASE_DOCS.clear()
+    model, golden = _cache_model(), evidence("aa")
+    finals = [evidence(s) for s in ("bb", "cc", "dd", "ee")]
+    for f in finals:
+        oracle.end_checks(golden, f, {}, model)
+    assert len(oracle._CASE_DOCS) == 3 and id(finals[0]) not in oracle._CASE_DOCS
+    made = _counting(monkeypatch)
+    oracle.end_checks(golden, finals[0], {}, model)
+    assert made == [id(finals[0])]

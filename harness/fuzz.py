@@ -100,6 +100,38 @@ def _points(trace: Sequence[Sequence[Any]], sources: tuple[str, ...]) -> list[Cr
     return list(seen.values())
 
 
+def _checked_kinds(
+    kinds: Sequence[str] | None,
+    min_faults: int,
+    max_faults: int,
+    resume_trace: Callable[[FaultPlan], Sequence[Sequence[Any]] | None] | None,
+    net_toxics: Callable[[CrashPoint], Sequence[NetToxic]] | None,
+) -> tuple[str, ...]:
+    """:func:`fault_plans`' arguments checked: the kinds to draw, simplest first
+    (every kind this build injects when ``kinds`` is None, ``net`` only with
+    ``net_toxics``). Raises :class:`~.errors.InvalidArgument` on a bad fault count,
+    ``max_faults > 1`` without ``resume_trace``, an unknown or undrawable kind, no
+    kind, or ``net`` without ``net_toxics``."""
+    if not isinstance(min_faults, int) or min_faults < 1:
+        raise InvalidArgument(f"min_faults={min_faults!r} must be an integer >= 1")
+    if not isinstance(max_faults, int) or max_faults < min_faults:
+        raise InvalidArgument(f"max_faults={max_faults!r} must be an integer >= min_faults={min_faults}")
+    if max_faults > 1 and resume_trace is None:
+        raise InvalidArgument(f"max_faults={max_faults} needs resume_trace: later faults land in the resume's own trace")
+    if kinds is None:
+        kinds = [k for k in _faults.names() if k != "net" or net_toxics is not None]
+    kinds_t = order_kinds(kinds)
+    unknown = [k for k in kinds_t if k not in _faults.names()]
+    if unknown or not kinds_t:
+        raise InvalidArgument(f"kinds={tuple(kinds or ())!r} must be non-empty, each one of {', '.join(_faults.names())}")
+    if "net" in kinds_t and net_toxics is None:
+        raise InvalidArgument("kinds with 'net' need net_toxics= (the toxics that may land at a point)")
+    undrawable = [k for k in kinds_t if k != "net" and not _faults.kind(k).bare]
+    if undrawable:
+        raise InvalidArgument(f"kinds={kinds_t!r}: {', '.join(undrawable)} need(s) more than a point and cannot be drawn")
+    return kinds_t
+
+
 def fault_plans(
     golden_trace: Sequence[Sequence[Any]],
     *,
@@ -141,23 +173,7 @@ def fault_plans(
     for without ``net_toxics`` or no golden point has a toxic, or the golden trace has
     no point of ``sources``.
     """
-    if not isinstance(min_faults, int) or min_faults < 1:
-        raise InvalidArgument(f"min_faults={min_faults!r} must be an integer >= 1")
-    if not isinstance(max_faults, int) or max_faults < min_faults:
-        raise InvalidArgument(f"max_faults={max_faults!r} must be an integer >= min_faults={min_faults}")
-    if max_faults > 1 and resume_trace is None:
-        raise InvalidArgument(f"max_faults={max_faults} needs resume_trace: later faults land in the resume's own trace")
-    if kinds is None:
-        kinds = [k for k in _faults.names() if k != "net" or net_toxics is not None]
-    kinds_t = order_kinds(kinds)
-    unknown = [k for k in kinds_t if k not in _faults.names()]
-    if unknown or not kinds_t:
-        raise InvalidArgument(f"kinds={tuple(kinds or ())!r} must be non-empty, each one of {', '.join(_faults.names())}")
-    if "net" in kinds_t and net_toxics is None:
-        raise InvalidArgument("kinds with 'net' need net_toxics= (the toxics that may land at a point)")
-    undrawable = [k for k in kinds_t if k != "net" and not _faults.kind(k).bare]
-    if undrawable:
-        raise InvalidArgument(f"kinds={kinds_t!r}: {', '.join(undrawable)} need(s) more than a point and cannot be drawn")
+    kinds_t = _checked_kinds(kinds, min_faults, max_faults, resume_trace, net_toxics)
     sources_t = tuple(sources)
     first_points = _points(golden_trace, sources_t)
     if not first_points:

@@ -50,42 +50,9 @@ def summary_table(report: MatrixReport, narrow: bool = False) -> Table:
     error (yellow); no vertical rules, one space between columns; the total row and the
     legend in its caption. The counts the wide table has in columns of their own are the
     summary's line under it."""
-    cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])  # pass, fail, flaky, herr, total
-    names: list[str] = []
-    nothing: dict[str, int] = {}  # crash point -> cases that tested nothing
-    for r in report.results:
-        fault = r.case.plan.faults[0]
-        name = fault.point.name if len(r.case.plan.faults) == 1 else f"{fault.point.name} (+ a 2nd fault)"
-        if name not in names:
-            names.append(name)
-        cell = cells[(name, fault.kind)]
-        if r.outcome in NON_EVENTS:  # tested nothing: neither passed nor failed, out of the total
-            nothing[name] = nothing.get(name, 0) + 1
-            continue
-        cell[4] += 1
-        if r.outcome in _COLUMN:
-            cell[_COLUMN[r.outcome]] += 1
+    cells, names, nothing = _tally(report)
     flaky_column = any(r.outcome == "flaky" for r in report.results)
-    title = f"{report.workload} on {report.subject}: cases by crash point and fault kind (passed/total)"
-    if not report.complete:
-        title += f"; INCOMPLETE ({report.reason})"
-    if narrow:
-        table = Table(title=escape(title), box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
-                      show_edge=False)
-        table.add_column("crash point", overflow="fold", min_width=12)
-        for kind in report.kinds:
-            table.add_column(SHORT.get(kind, kind), justify="right", overflow="fold")
-    else:
-        table = Table(title=escape(title))
-        table.add_column("crash point", overflow="fold", min_width=22)
-        for kind in report.kinds:
-            table.add_column(kind, justify="right", no_wrap=True)
-        table.add_column("failed", justify="right", no_wrap=True)
-        if flaky_column:
-            table.add_column("flaky", justify="right", no_wrap=True)
-        table.add_column("harness errors", justify="right", no_wrap=True)
-        if nothing:
-            table.add_column("not run / n.a.", justify="right", no_wrap=True)
+    table = _empty_table(report, narrow, flaky_column, bool(nothing))
     totals = [0, 0, 0, 0, 0]
     for name in names:
         row = [escape(name)]
@@ -121,6 +88,56 @@ def summary_table(report: MatrixReport, narrow: bool = False) -> Table:
         return table
     table.add_row("total", *per_kind, str(totals[1]), *([str(totals[2])] if flaky_column else []), str(totals[3]),
                   *([str(sum(nothing.values()))] if nothing else []))
+    return table
+
+
+def _tally(report: MatrixReport) -> tuple[dict[tuple[str, str], list[int]], list[str], dict[str, int]]:
+    """The counts :func:`summary_table` shows: ``(cells, names, nothing)``, ``cells``
+    keyed by ``(crash point row name, fault kind)`` holding ``[passed, failed, flaky,
+    harness errors, total]``, ``names`` the row names in first-seen order, ``nothing``
+    the cases per row name that tested nothing (out of ``total``)."""
+    cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])  # pass, fail, flaky, herr, total
+    names: list[str] = []
+    nothing: dict[str, int] = {}  # crash point -> cases that tested nothing
+    for r in report.results:
+        fault = r.case.plan.faults[0]
+        name = fault.point.name if len(r.case.plan.faults) == 1 else f"{fault.point.name} (+ a 2nd fault)"
+        if name not in names:
+            names.append(name)
+        cell = cells[(name, fault.kind)]
+        if r.outcome in NON_EVENTS:  # tested nothing: neither passed nor failed, out of the total
+            nothing[name] = nothing.get(name, 0) + 1
+            continue
+        cell[4] += 1
+        if r.outcome in _COLUMN:
+            cell[_COLUMN[r.outcome]] += 1
+    return cells, names, nothing
+
+
+def _empty_table(report: MatrixReport, narrow: bool, flaky_column: bool, has_nothing: bool) -> Table:
+    """:func:`summary_table`'s table with its title and columns, no rows yet: the
+    narrow layout (short headers, no count columns) or the wide one, with a flaky
+    column when ``flaky_column`` and a not-run column when ``has_nothing``."""
+    title = f"{report.workload} on {report.subject}: cases by crash point and fault kind (passed/total)"
+    if not report.complete:
+        title += f"; INCOMPLETE ({report.reason})"
+    if narrow:
+        table = Table(title=escape(title), box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
+                      show_edge=False)
+        table.add_column("crash point", overflow="fold", min_width=12)
+        for kind in report.kinds:
+            table.add_column(SHORT.get(kind, kind), justify="right", overflow="fold")
+    else:
+        table = Table(title=escape(title))
+        table.add_column("crash point", overflow="fold", min_width=22)
+        for kind in report.kinds:
+            table.add_column(kind, justify="right", no_wrap=True)
+        table.add_column("failed", justify="right", no_wrap=True)
+        if flaky_column:
+            table.add_column("flaky", justify="right", no_wrap=True)
+        table.add_column("harness errors", justify="right", no_wrap=True)
+        if has_nothing:
+            table.add_column("not run / n.a.", justify="right", no_wrap=True)
     return table
 
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import asyncpg
@@ -31,6 +33,63 @@ from .pool import WorkerPool
 from .services.matrixpg import MATRIX_PG_SETTINGS, MatrixPostgres, Workdir
 
 __all__ = ["MATRIX_PG_SETTINGS", "open_session"]
+
+
+async def _providers(stack: contextlib.AsyncExitStack, watchdog: Any, workdir: Path, wl: Any,
+                     services: dict[str, Any]) -> Any:
+    """Start the workload ``wl``'s providers (its built-in kinds and declared
+    ``services``) under ``workdir/providers``, watched by ``watchdog``, and register
+    their stop on ``stack``; returns the :class:`~.services.providers.launcher.Providers`.
+    Raises :class:`ServiceError` (the first line of the launcher's error) when one
+    does not start."""
+    from .services.providers.launcher import start_providers
+
+    try:
+        providers = await asyncio.to_thread(
+            start_providers, workdir / "providers", kinds=wl.providers, services=services.values(),
+            register_pgid=watchdog.watch_pgid)
+    except RuntimeError as exc:
+        raise ServiceError(str(exc).splitlines()[0]) from None
+    def stop_providers() -> None:
+        providers.close()
+        for pid in providers.pids.values():
+            watchdog.forget_pgid(pid)
+
+    stack.callback(stop_providers)
+    return providers
+
+
+async def _pools(subject: str, workload: str, options: Options | None, preload: tuple[str, ...], upgrade: Any,
+                 own: Any, workdir: Path, watchdog: Any,
+                 enter_pool: Callable[[WorkerPool], Awaitable[WorkerPool]]) -> tuple[Any, Any]:
+    """The worker pools of :func:`open_session`, each entered by ``enter_pool``:
+    ``(pool, adapter)``, one :class:`WorkerPool` (with a residents directory unless
+    ``options`` turn long-lived workers off) and no adapter, or an
+    :class:`~.builds.EnvAdapter` for a subject in its own environment (``own``); for a
+    build pair (``upgrade``), :class:`~.builds.BuildPools` of one pool per build and a
+    :class:`~.builds.BuildAdapter`."""
+    from .builds import BuildAdapter, BuildPools, EnvAdapter, worker_path, zygote_path
+
+    adapter = None
+    if upgrade is None:
+        residents = None
+        if options is None or options.long_lived:
+            residents = workdir / "residents"
+            residents.mkdir()
+        # a subject in its own environment: its interpreter, crashmatrix's packages on its path
+        python, path = (None, ()) if own is None else (own.python, (worker_path(workdir / "subject-path"), *own.path))
+        pool: WorkerPool | BuildPools = await enter_pool(WorkerPool(
+            subject if own is None else own.subject, workload, register_pgid=watchdog.watch_pgid, preload=preload,
+            residents_dir=None if residents is None else str(residents), python=python, pythonpath=path))
+        if own is not None:
+            adapter = EnvAdapter(pool, own, workload, workdir / "builds")
+    else:  # one zygote per build, each from its own interpreter and path
+        pool = BuildPools(upgrade, {b.label: await enter_pool(WorkerPool(
+            b.subject, workload, register_pgid=watchdog.watch_pgid, python=b.python,
+            pythonpath=zygote_path(b, workdir)))
+            for b in (upgrade.crash, upgrade.resume)})
+        adapter = BuildAdapter(pool, workload, workdir / "builds")
+    return pool, adapter
 
 
 @contextlib.asynccontextmanager
@@ -53,10 +112,8 @@ async def open_session(
     own from ``dsn`` and ``pg_settings`` (then both must be None; else
     :class:`~.errors.InvalidArgument`). A build pair's builds are checked by
     :func:`.builds.check_subject`."""
-    from .builds import (BuildAdapter, BuildPools, EnvAdapter, check_subject, own_build, parse_subject, worker_path,
-                         zygote_path)
+    from .builds import check_subject, own_build, parse_subject
     from .services.providers.declared import workload_services
-    from .services.providers.launcher import start_providers
 
     if postgres is not None and (dsn is not None or pg_settings is not None):
         raise InvalidArgument("open_session: give postgres, or dsn and pg_settings, not both")
@@ -75,18 +132,7 @@ async def open_session(
             postgres = MatrixPostgres(home, dsn=dsn, settings=pg_settings)
             stack.callback(postgres.close)
         pg = await asyncio.to_thread(postgres.start)
-        try:
-            providers = await asyncio.to_thread(
-                start_providers, workdir / "providers", kinds=wl.providers, services=services.values(),
-                register_pgid=watchdog.watch_pgid)
-        except RuntimeError as exc:
-            raise ServiceError(str(exc).splitlines()[0]) from None
-        def stop_providers() -> None:
-            providers.close()
-            for pid in providers.pids.values():
-                watchdog.forget_pgid(pid)
-
-        stack.callback(stop_providers)
+        providers = await _providers(stack, watchdog, workdir, wl, services)
         env = Environment(pg.dsn, dict(providers.urls), str(workdir), workload=workload)
 
         async def enter_pool(pool: WorkerPool) -> WorkerPool:
@@ -94,25 +140,7 @@ async def open_session(
             stack.callback(lambda: pool.closed_cleanly and pool.pid is not None and watchdog.forget_pgid(pool.pid))
             return await stack.enter_async_context(pool)
 
-        adapter = None
-        if upgrade is None:
-            residents = None
-            if options is None or options.long_lived:
-                residents = workdir / "residents"
-                residents.mkdir()
-            # a subject in its own environment: its interpreter, crashmatrix's packages on its path
-            python, path = (None, ()) if own is None else (own.python, (worker_path(workdir / "subject-path"), *own.path))
-            pool: WorkerPool | BuildPools = await enter_pool(WorkerPool(
-                subject if own is None else own.subject, workload, register_pgid=watchdog.watch_pgid, preload=preload,
-                residents_dir=None if residents is None else str(residents), python=python, pythonpath=path))
-            if own is not None:
-                adapter = EnvAdapter(pool, own, workload, workdir / "builds")
-        else:  # one zygote per build, each from its own interpreter and path
-            pool = BuildPools(upgrade, {b.label: await enter_pool(WorkerPool(
-                b.subject, workload, register_pgid=watchdog.watch_pgid, python=b.python,
-                pythonpath=zygote_path(b, workdir)))
-                for b in (upgrade.crash, upgrade.resume)})
-            adapter = BuildAdapter(pool, workload, workdir / "builds")
+        pool, adapter = await _pools(subject, workload, options, preload, upgrade, own, workdir, watchdog, enter_pool)
         http = await stack.enter_async_context(aiohttp.ClientSession())
         cases_dir = workdir / "workers"
         cases_dir.mkdir()

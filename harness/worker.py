@@ -34,6 +34,7 @@ import os
 import threading
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -371,6 +372,37 @@ def run_job(job: Job, runner: asyncio.Runner | None = None) -> int:
         os.close(fd)  # a long-lived worker runs more jobs: nothing of this one stays open
 
 
+async def _in_scope(job: Job, recorder: Recorder, adapter: Any, subject: Callable[[], Awaitable[str]]) -> str:
+    """:func:`_run_reporting`'s run of ``subject()`` (the adapter's start, resume or
+    recover) in a cancel scope the recorder holds (a ``cancel`` fault cancels it), and,
+    when the job traces await points, in a task of its own with the await hook of
+    ``adapter``'s subject packages installed; returns the run's status, re-raising the
+    subject's exception."""
+    status = "interrupted"
+    with anyio.CancelScope() as scope:
+        recorder.scope, recorder.loop = scope, asyncio.get_running_loop()
+        if not job.await_points:
+            return await subject()
+        from .awaitpoints import install
+
+        install(recorder.await_hook, tuple(adapter.subject_packages))
+        result: list[str] = []
+        errors: list[Exception] = []
+
+        async def traced() -> None:  # a task of its own, so the factory wraps it
+            try:
+                result.append(await subject())
+            except Exception as exc:  # re-raised below, not as an ExceptionGroup
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(traced)
+        if errors:
+            raise errors[0]
+        status = result[0] if result else status
+    return status
+
+
 def _run_reporting(job: Job, runner: asyncio.Runner | None, fd: int) -> int:
     """:func:`run_job`'s run of the subject, reporting to the descriptor ``fd``."""
     recorder = Recorder(job.plan, fd, job.env, record_io=job.record_io)
@@ -410,31 +442,6 @@ def _run_reporting(job: Job, runner: asyncio.Runner | None, fd: int) -> int:
             recorder.task.uncancel()
             return "interrupted"
 
-    async def main() -> str:
-        status = "interrupted"
-        with anyio.CancelScope() as scope:
-            recorder.scope, recorder.loop = scope, asyncio.get_running_loop()
-            if not job.await_points:
-                return await subject()
-            from .awaitpoints import install
-
-            install(recorder.await_hook, tuple(adapter.subject_packages))
-            result: list[str] = []
-            errors: list[Exception] = []
-
-            async def traced() -> None:  # a task of its own, so the factory wraps it
-                try:
-                    result.append(await subject())
-                except Exception as exc:  # re-raised below, not as an ExceptionGroup
-                    errors.append(exc)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(traced)
-            if errors:
-                raise errors[0]
-            status = result[0] if result else status
-        return status
-
     if job.start_gate and job.gate_at:
         recorder.gate = PointGate(job.start_gate, job.gate_at, job.gate_parties, job.worker_id)
     elif job.start_gate:
@@ -449,7 +456,8 @@ def _run_reporting(job: Job, runner: asyncio.Runner | None, fd: int) -> int:
         # task a production consumer starts per message would: the Runner's own context is
         # shared by every run() call, so a context variable a job set (the subject's logical
         # task, a request id) would reach the next job
-        status = anyio.run(main) if runner is None else runner.run(main(), context=contextvars.copy_context())
+        status = anyio.run(_in_scope, job, recorder, adapter, subject) if runner is None else \
+            runner.run(_in_scope(job, recorder, adapter, subject), context=contextvars.copy_context())
     except BaseException as exc:  # reported, then the exit code says it
         recorder.emit(End("error", recorder.trace, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=20)))
         return 1

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
@@ -230,6 +231,73 @@ def _preload(subject: str, workload: str, more: tuple[str, ...] = ()) -> None:
     _freeze()
 
 
+def _preload_serving(subject: str, workload: str, more: tuple[str, ...], lean: dict[str, Any] | None
+                     ) -> dict[str, Any] | None:
+    """:func:`serve`'s preload, then the heap frozen: the harness's worker side, the
+    workload and the subjects; when one of these starts a thread, re-execute this
+    process lean (``os.execv``, not returning). With ``lean`` (the re-executed
+    process), the harness's worker side and the workload when its import was not the
+    threaded stage. Returns the ready event's ``lean`` note (None when not lean)."""
+    if lean is None:
+        _preload_harness()
+        threads, stage = _preload_subjects((subject, *more), workload)
+        if threads:  # a fresh interpreter, and this time without the subject's import
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.execv(sys.executable, [sys.executable, "-P", "-m", "crashmatrix.harness.zygote", LEAN_FLAG,
+                                      json.dumps({"threads": threads, "stage": stage}), subject, workload, *more])
+        _freeze()
+        return None
+    else:
+        _preload_harness()
+        if not str(lean.get("stage", "")).startswith("workload"):
+            from . import registry
+
+            registry.workload(workload)  # it started no thread: preloaded still
+        global _LEAN
+        _LEAN = True
+        _freeze()
+    return lean
+
+
+def _fork_worker(line: bytes, sel: selectors.BaseSelector, children: dict[int, tuple[int, int]],
+                 send: Callable[[dict[str, Any]], None], me: int) -> None:
+    """One request ``line`` of :func:`serve`: fork a worker for it (the child runs
+    :func:`_child` and never returns here), watch it through a pidfd registered in
+    ``sel`` and ``children`` (pidfd -> (token, pid)) and send its ``started`` event;
+    a bad request is one line on stderr and no fork."""
+    try:
+        request = json.loads(line)
+        token, log_path = request["token"], request["log_path"]
+        _check(request)
+    except (ValueError, KeyError, TypeError) as exc:
+        print(f"zygote: bad request {line[:200]!r}: {exc}", file=sys.stderr)
+        return
+    pid = os.fork()
+    if pid == 0:
+        sel.close()
+        _child(request, log_path, me)
+    pidfd = os.pidfd_open(pid)
+    children[pidfd] = (token, pid)
+    sel.register(pidfd, selectors.EVENT_READ, "child")
+    send({"event": "started", "token": token, "pid": pid})
+
+
+def _reap_worker(pidfd: int, sel: selectors.BaseSelector, children: dict[int, tuple[int, int]],
+                 send: Callable[[dict[str, Any]], None]) -> None:
+    """A worker of :func:`serve` exited (its ``pidfd`` is readable): stop watching it,
+    reap it and send its ``exit`` event (``returncode`` or ``signal``, and ``cpu_ms``,
+    its user + system CPU time in ms)."""
+    token, pid = children.pop(pidfd)
+    sel.unregister(pidfd)
+    os.close(pidfd)
+    _, status, usage = os.wait4(pid, 0)
+    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    cpu_ms = round((usage.ru_utime + usage.ru_stime) * 1000, 2)
+    send({"event": "exit", "token": token, "pid": pid, "returncode": rc, "signal": sig, "cpu_ms": cpu_ms})
+
+
 def serve(subject: str, workload: str, more: tuple[str, ...] = (), *, lean: dict[str, Any] | None = None) -> int:
     """Preload (``more``: further subjects to import), then serve fork requests until
     EOF on stdin.
@@ -242,26 +310,7 @@ def serve(subject: str, workload: str, more: tuple[str, ...] = (), *, lean: dict
     preloaded, the workload and the subjects not (the stages before the threaded one
     are, if they started none), and each worker imports them after its fork (a
     long-lived worker once: :mod:`.resident`). The ready event says so (``lean``)."""
-    if lean is None:
-        _preload_harness()
-        threads, stage = _preload_subjects((subject, *more), workload)
-        if threads:  # a fresh interpreter, and this time without the subject's import
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.execv(sys.executable, [sys.executable, "-P", "-m", "crashmatrix.harness.zygote", LEAN_FLAG,
-                                      json.dumps({"threads": threads, "stage": stage}), subject, workload, *more])
-        _freeze()
-        note = None
-    else:
-        _preload_harness()
-        note = lean
-        if not str(note.get("stage", "")).startswith("workload"):
-            from . import registry
-
-            registry.workload(workload)  # it started no thread: preloaded still
-        global _LEAN
-        _LEAN = True
-        _freeze()
+    note = _preload_serving(subject, workload, more, lean)
     if threading.active_count() != 1:
         print(f"zygote: threads after the harness's own preload: {', '.join(_threads())}; forking needs one",
               file=sys.stderr)
@@ -292,31 +341,9 @@ def serve(subject: str, workload: str, more: tuple[str, ...] = (), *, lean: dict
                     line, buffer = buffer.split(b"\n", 1)
                     if not line.strip():
                         continue
-                    try:
-                        request = json.loads(line)
-                        token, log_path = request["token"], request["log_path"]
-                        _check(request)
-                    except (ValueError, KeyError, TypeError) as exc:
-                        print(f"zygote: bad request {line[:200]!r}: {exc}", file=sys.stderr)
-                        continue
-                    pid = os.fork()
-                    if pid == 0:
-                        sel.close()
-                        _child(request, log_path, me)
-                    pidfd = os.pidfd_open(pid)
-                    children[pidfd] = (token, pid)
-                    sel.register(pidfd, selectors.EVENT_READ, "child")
-                    send({"event": "started", "token": token, "pid": pid})
+                    _fork_worker(line, sel, children, send, me)
             else:
-                pidfd = key.fd
-                token, pid = children.pop(pidfd)
-                sel.unregister(pidfd)
-                os.close(pidfd)
-                _, status, usage = os.wait4(pid, 0)
-                sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-                rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-                cpu_ms = round((usage.ru_utime + usage.ru_stime) * 1000, 2)
-                send({"event": "exit", "token": token, "pid": pid, "returncode": rc, "signal": sig, "cpu_ms": cpu_ms})
+                _reap_worker(key.fd, sel, children, send)
     from .services.process import sigkill_group  # stdlib only, like this module's top
 
     for pidfd, (_, pid) in children.items():

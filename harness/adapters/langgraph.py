@@ -218,14 +218,9 @@ def _path_name(task_path: str) -> str:
     return last.strip("_") or "task"
 
 
-@functools.cache
-def saver_classes() -> tuple[type, type]:
-    """``(CrashpointSaver, AsyncCrashpointSaver)``, made on first use: they subclass
-    LangGraph's ``BaseCheckpointSaver`` (LangGraph checks that a checkpointer is one), so
-    this module imports LangGraph only when a saver is wanted. Also reachable as this
-    module's attributes ``CrashpointSaver`` / ``AsyncCrashpointSaver``."""
-    from langgraph.checkpoint.base import BaseCheckpointSaver
-
+def _sync_saver_class(BaseCheckpointSaver: type) -> type:
+    """The ``CrashpointSaver`` class of :func:`saver_classes`, subclassing LangGraph's
+    ``BaseCheckpointSaver`` (passed in: LangGraph is imported by the caller)."""
     class CrashpointSaver(BaseCheckpointSaver):
         """Wraps a sync checkpointer: crash points before and after its ``put`` and
         ``put_writes`` (module docstring); every other call goes straight through."""
@@ -274,7 +269,12 @@ def saver_classes() -> tuple[type, type]:
             finally:
                 reset_logical_task(token)
 
+    return CrashpointSaver
 
+
+def _async_saver_class(CrashpointSaver: type) -> type:
+    """The ``AsyncCrashpointSaver`` class of :func:`saver_classes`, subclassing its
+    ``CrashpointSaver`` (:func:`_sync_saver_class`)."""
     class AsyncCrashpointSaver(CrashpointSaver):
         """Wraps an async checkpointer (``AsyncSqliteSaver``, ``AsyncPostgresSaver``) for
         ``ainvoke``: the same points as :class:`CrashpointSaver` around ``aput`` and
@@ -331,7 +331,19 @@ def saver_classes() -> tuple[type, type]:
             finally:
                 reset_logical_task(token)
 
-    return CrashpointSaver, AsyncCrashpointSaver
+    return AsyncCrashpointSaver
+
+
+@functools.cache
+def saver_classes() -> tuple[type, type]:
+    """``(CrashpointSaver, AsyncCrashpointSaver)``, made on first use: they subclass
+    LangGraph's ``BaseCheckpointSaver`` (LangGraph checks that a checkpointer is one), so
+    this module imports LangGraph only when a saver is wanted. Also reachable as this
+    module's attributes ``CrashpointSaver`` / ``AsyncCrashpointSaver``."""
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    sync = _sync_saver_class(BaseCheckpointSaver)
+    return sync, _async_saver_class(sync)
 
 
 def __getattr__(name: str) -> Any:

@@ -40,6 +40,14 @@ def _select(windows: Sequence[str] | None) -> list[Any]:
     return [spec for spec in WINDOWS if spec.name in set(windows)]
 
 
+def _check_ms(**values: Any) -> None:
+    """Raise :class:`CertifyError` naming the first of ``values`` (name -> ms) that is not
+    an integer in 50..600000."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 50 <= value <= 600_000:
+            raise CertifyError(f"{name}={value!r} must be an integer number of ms in 50..600000")
+
+
 def _check_sandbox(sandbox: Any) -> Sandbox:
     needed = ("start", "url", "resources", "restart", "set_delay", "inflight", "quiesce", "snapshot", "close")
     missing = [m for m in needed if not hasattr(type(sandbox), m)]
@@ -65,6 +73,45 @@ async def _run_window(bench: Bench, spec: Any) -> WindowResult:
         await window.close()
     window.result.ms = round((time.monotonic() - started) * 1000, 1)
     return window.result
+
+
+async def _run_windows(
+    parts: Any,
+    box: Sandbox,
+    client: Any,
+    specs: Sequence[Any],
+    *,
+    seed: int,
+    deadline_ms: int,
+    bound_ms: int,
+    metrics_url: str | None,
+    proxy_version: Any,
+    provider_version: str | None,
+    on_window: Callable[[WindowResult], None] | None,
+) -> Certificate:
+    """:func:`certify_probe` once its services run: calibrate a :class:`~._bench.Bench`
+    on the started sandbox ``box`` and fault proxy ``client``, then run each window of
+    ``specs`` in order, calling ``on_window`` with each result; returns the certificate
+    (its ``ms`` not set). Raises :class:`CertifyError` when calibration fails (a clean
+    call the truth disagrees with)."""
+    bench = Bench(parts, box, client, seed=seed, deadline_ms=deadline_ms, bound_ms=bound_ms, metrics_url=metrics_url)
+    try:
+        await bench.calibrate()
+    except (ValueError, TruthFailed) as exc:
+        raise CertifyError(f"cannot certify: {exc}") from None
+    cert = Certificate(
+        tool=parts.tool_name, probe=parts.probe_name, truth=parts.truth_name, sandbox=box.name,
+        provider_version=provider_version or getattr(box, "version", None),
+        settings={"seed": seed, "deadline_ms": deadline_ms, "bound_ms": bound_ms,
+                  "fault_proxy": proxy_version, "windows": [s.name for s in specs],
+                  "request_bytes": bench.request_bytes, "response_bytes": bench.response_bytes},
+    )
+    for spec in specs:
+        result = await _run_window(bench, spec)
+        cert.windows.append(result)
+        if on_window is not None:
+            on_window(result)
+    return cert
 
 
 async def certify_probe(
@@ -100,9 +147,7 @@ async def certify_probe(
     """
     parts = load_parts(tool, probe, truth, sandbox)
     specs = _select(windows)
-    for name, value in (("deadline_ms", deadline_ms), ("bound_ms", bound_ms)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 50 <= value <= 600_000:
-            raise CertifyError(f"{name}={value!r} must be an integer number of ms in 50..600000")
+    _check_ms(deadline_ms=deadline_ms, bound_ms=bound_ms)
     box = _check_sandbox(parts.sandbox())
     from ..faultproxy import EmbeddedToxiproxy
     from ..faultproxy.client import ToxiproxyClient
@@ -133,23 +178,9 @@ async def certify_probe(
             raise
         except Exception as exc:
             raise CertifyHarnessError(f"cannot start the certification services: {type(exc).__name__}: {exc}") from exc
-        bench = Bench(parts, box, client, seed=seed, deadline_ms=deadline_ms, bound_ms=bound_ms, metrics_url=metrics)
-        try:
-            await bench.calibrate()
-        except (ValueError, TruthFailed) as exc:
-            raise CertifyError(f"cannot certify: {exc}") from None
-        cert = Certificate(
-            tool=parts.tool_name, probe=parts.probe_name, truth=parts.truth_name, sandbox=box.name,
-            provider_version=provider_version or getattr(box, "version", None),
-            settings={"seed": seed, "deadline_ms": deadline_ms, "bound_ms": bound_ms,
-                      "fault_proxy": proxy_version, "windows": [s.name for s in specs],
-                      "request_bytes": bench.request_bytes, "response_bytes": bench.response_bytes},
-        )
-        for spec in specs:
-            result = await _run_window(bench, spec)
-            cert.windows.append(result)
-            if on_window is not None:
-                on_window(result)
+        cert = await _run_windows(parts, box, client, specs, seed=seed, deadline_ms=deadline_ms, bound_ms=bound_ms,
+                                  metrics_url=metrics, proxy_version=proxy_version,
+                                  provider_version=provider_version, on_window=on_window)
         cert.ms = (time.monotonic() - started) * 1000
         return cert
     finally:

@@ -137,8 +137,48 @@ def _us(values: list[float]) -> tuple[float, float]:
     return statistics.median(values) * 1e6, values[int(len(values) * 0.99) - 1] * 1e6
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the measurements and print them; returns the exit status."""
+def _proxy(url: str, name: str, upstream_port: int) -> int:
+    """Create (replacing any of that name) the proxy ``name`` to ``127.0.0.1:upstream_port``
+    on the Toxiproxy-compatible server at ``url``; returns the port it listens on."""
+    requests.delete(f"{url}/proxies/{name}", timeout=10)
+    r = requests.post(f"{url}/proxies", timeout=10, json={
+        "name": name, "upstream": f"127.0.0.1:{upstream_port}", "listen": "127.0.0.1:0"})
+    r.raise_for_status()
+    return int(r.json()["listen"].rsplit(":", 1)[1])
+
+
+def _measure(url: str, label: str, rounds: int, mb: int, echo_port: int, sink_port: int) -> None:
+    """Through proxies made on the server at ``url`` (described by ``label``), measure
+    ``rounds`` 1-byte round trips to the echo upstream on ``echo_port`` and ``mb`` MB sent
+    to the sink on ``sink_port`` (direct, proxied, proxied with a 100 ms latency toxic)
+    and print the figures; the proxies are deleted afterwards."""
+    p_echo = _proxy(url, "bench_echo", echo_port)
+    p_sink = _proxy(url, "bench_sink", sink_port)
+    nbytes = mb * 1_000_000
+
+    direct = _us(_rtts(echo_port, rounds))
+    proxied = _us(_rtts(p_echo, rounds))
+    tp_direct = _throughput(sink_port, nbytes)
+    tp_proxy = _throughput(p_sink, nbytes)
+    requests.post(f"{url}/proxies/bench_sink/toxics", timeout=10, json={
+        "type": "latency", "stream": "upstream", "attributes": {"latency": 100}}).raise_for_status()
+    tp_latency = _throughput(p_sink, nbytes)
+    for name in ("bench_echo", "bench_sink"):
+        requests.delete(f"{url}/proxies/{name}", timeout=10)
+
+    print(f"fault proxy benchmark: {label}; {rounds} round trips, {mb} MB transfers")
+    print(f"  1-byte round trip, direct        median {direct[0]:8.1f} µs   p99 {direct[1]:8.1f} µs")
+    print(f"  1-byte round trip, via proxy     median {proxied[0]:8.1f} µs   p99 {proxied[1]:8.1f} µs")
+    print(f"  per-hop overhead (median)        {(proxied[0] - direct[0]) / 2:8.1f} µs "
+          f"(Toxiproxy's own test: < 300 µs average)")
+    print(f"  throughput, direct               {tp_direct:8.1f} MB/s")
+    print(f"  throughput, via proxy            {tp_proxy:8.1f} MB/s")
+    print(f"  throughput, via proxy + 100 ms latency toxic  {tp_latency:8.1f} MB/s")
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`: ``--rounds``, ``--mb`` and where the proxy runs
+    (``--inprocess``, ``--url``, or by default a server process of its own)."""
     parser = argparse.ArgumentParser(prog="python -m crashmatrix.harness.faultproxy.bench",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3000, help="round trips per measurement")
@@ -146,7 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--inprocess", action="store_true", help="run the proxy on a thread here")
     where.add_argument("--url", help="use this running Toxiproxy-compatible server")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the measurements and print them; returns the exit status."""
+    args = _parser().parse_args(argv)
 
     echo_sock = socket.create_server(("127.0.0.1", 0))
     sink_sock = socket.create_server(("127.0.0.1", 0))
@@ -178,35 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             url = line.split()[-1]
             label = "embedded server, own process"
 
-        def proxy(name: str, upstream_port: int) -> int:
-            requests.delete(f"{url}/proxies/{name}", timeout=10)
-            r = requests.post(f"{url}/proxies", timeout=10, json={
-                "name": name, "upstream": f"127.0.0.1:{upstream_port}", "listen": "127.0.0.1:0"})
-            r.raise_for_status()
-            return int(r.json()["listen"].rsplit(":", 1)[1])
-
-        p_echo = proxy("bench_echo", echo_port)
-        p_sink = proxy("bench_sink", sink_port)
-        nbytes = args.mb * 1_000_000
-
-        direct = _us(_rtts(echo_port, args.rounds))
-        proxied = _us(_rtts(p_echo, args.rounds))
-        tp_direct = _throughput(sink_port, nbytes)
-        tp_proxy = _throughput(p_sink, nbytes)
-        requests.post(f"{url}/proxies/bench_sink/toxics", timeout=10, json={
-            "type": "latency", "stream": "upstream", "attributes": {"latency": 100}}).raise_for_status()
-        tp_latency = _throughput(p_sink, nbytes)
-        for name in ("bench_echo", "bench_sink"):
-            requests.delete(f"{url}/proxies/{name}", timeout=10)
-
-        print(f"fault proxy benchmark: {label}; {args.rounds} round trips, {args.mb} MB transfers")
-        print(f"  1-byte round trip, direct        median {direct[0]:8.1f} µs   p99 {direct[1]:8.1f} µs")
-        print(f"  1-byte round trip, via proxy     median {proxied[0]:8.1f} µs   p99 {proxied[1]:8.1f} µs")
-        print(f"  per-hop overhead (median)        {(proxied[0] - direct[0]) / 2:8.1f} µs "
-              f"(Toxiproxy's own test: < 300 µs average)")
-        print(f"  throughput, direct               {tp_direct:8.1f} MB/s")
-        print(f"  throughput, via proxy            {tp_proxy:8.1f} MB/s")
-        print(f"  throughput, via proxy + 100 ms latency toxic  {tp_latency:8.1f} MB/s")
+        _measure(url, label, args.rounds, args.mb, echo_port, sink_port)
     finally:
         if embedded is not None:
             embedded.stop()

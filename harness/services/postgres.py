@@ -535,8 +535,79 @@ def _external(dsn: str, source: str) -> PostgresService:
     return PostgresService(dsn=dsn, host=host, port=port, restartable=False)
 
 
+def _make_dirs(service: PostgresService, base: Path, system_user: str | None, utils: Any) -> None:
+    """Create the embedded server's data directory (mode 0700) under ``base`` and, when
+    its path is short enough for a Unix socket, a socket directory; owned by
+    ``system_user`` when the server runs as one (the harness is root)."""
+    service.datadir.mkdir(mode=0o700)
+    sock = base / "sock"
+    if len(os.fsencode(sock / ".s.PGSQL.65535")) <= _SOCKET_PATH_MAX:
+        sock.mkdir(mode=0o700)
+        service.socket_dir = sock
+    if system_user is not None:
+        import pwd
+
+        entry = pwd.getpwnam(system_user)
+        utils.ensure_prefix_permissions(base)
+        for path in (base, service.datadir, service.socket_dir):
+            if path is not None:
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def _initdb(service: PostgresService, base: Path, settings: dict[str, str] | None) -> None:
+    """Run initdb for the embedded server (trust auth, UTF8, C locale, no sync), install
+    the extensions it lacks under ``base/ext`` and append :data:`SERVER_SETTINGS` and
+    ``settings`` to its ``postgresql.conf``; records ``timings["initdb"]`` (s). Raises
+    :class:`ServiceError` when initdb fails."""
+    t = time.perf_counter()
+    result = service._run(
+        "initdb",
+        ["-D", str(service.datadir), "-U", EMBEDDED_ROLE, "--auth=trust",
+         "--encoding=UTF8", "--locale=C", "--no-instructions",
+         # the cluster is thrown away with the directory: no need to fsync initdb's
+         # files; the server itself runs with fsync=on
+         "--no-sync"],
+        timeout=120,
+    )
+    if result.returncode != 0:
+        raise service._fail("initdb failed", result)
+    service.timings["initdb"] = time.perf_counter() - t
+    from .pgext import install as install_extensions
+
+    extension_path = install_extensions(base / "ext")  # uuid-ossp, pgcrypto: services/pgext.py
+    with open(service.datadir / "postgresql.conf", "a") as conf:
+        conf.write("\n# crashmatrix\n")
+        conf.writelines(f"{k} = '{v}'\n" for k, v in {**SERVER_SETTINGS, **(settings or {})}.items())
+        conf.write(f"extension_control_path = '{extension_path}'\n")
+
+
+def _start_on_port(service: PostgresService, port: int) -> None:
+    """Start the embedded server on 127.0.0.1:``port``, or with ``port`` 0 on a free
+    port, trying another when the one picked was taken meanwhile (up to
+    :data:`_PORT_ATTEMPTS`); records ``timings["start"]`` (s). Raises
+    :class:`ServiceError` when it does not start."""
+    t = time.perf_counter()
+    for attempt in range(_PORT_ATTEMPTS if port == 0 else 1):
+        service.port = port or _free_port()
+        result, since = service._pg_ctl_start()
+        if result.returncode == 0:
+            break
+        service._kill()
+        if not (port == 0 and service._port_in_use(since)):
+            raise service._fail(f"failed to start on 127.0.0.1:{service.port}",
+                                result, since)
+    else:
+        raise service._fail(f"found no free port in {_PORT_ATTEMPTS} attempts",
+                            result, since)
+    service.timings["start"] = time.perf_counter() - t
+
+
 def _embedded(workdir: Path | None, watchdog: Watchdog | None, port: int,
               settings: dict[str, str] | None = None) -> PostgresService:
+    """Start an embedded PostgreSQL in a new directory under ``workdir`` (a temporary
+    one when None), watched by ``watchdog``: ``port`` 0 picks a free one, ``settings``
+    are added to :data:`SERVER_SETTINGS`. Raises :class:`ServiceError` (one line) when
+    it cannot start; whatever it started is torn down first."""
     t0 = time.perf_counter()
     bin_dir, utils = _import_embedded()
     try:
@@ -558,55 +629,9 @@ def _embedded(workdir: Path | None, watchdog: Watchdog | None, port: int,
         if watchdog is not None:
             watchdog.watch_path(base)
             watchdog.watch_postgres(service.pg_ctl, service.datadir, system_user)
-        service.datadir.mkdir(mode=0o700)
-        sock = base / "sock"
-        if len(os.fsencode(sock / ".s.PGSQL.65535")) <= _SOCKET_PATH_MAX:
-            sock.mkdir(mode=0o700)
-            service.socket_dir = sock
-        if system_user is not None:
-            import pwd
-
-            entry = pwd.getpwnam(system_user)
-            utils.ensure_prefix_permissions(base)
-            for path in (base, service.datadir, service.socket_dir):
-                if path is not None:
-                    os.chown(path, entry.pw_uid, entry.pw_gid)
-
-        t = time.perf_counter()
-        result = service._run(
-            "initdb",
-            ["-D", str(service.datadir), "-U", EMBEDDED_ROLE, "--auth=trust",
-             "--encoding=UTF8", "--locale=C", "--no-instructions",
-             # the cluster is thrown away with the directory: no need to fsync initdb's
-             # files; the server itself runs with fsync=on
-             "--no-sync"],
-            timeout=120,
-        )
-        if result.returncode != 0:
-            raise service._fail("initdb failed", result)
-        service.timings["initdb"] = time.perf_counter() - t
-        from .pgext import install as install_extensions
-
-        extension_path = install_extensions(base / "ext")  # uuid-ossp, pgcrypto: services/pgext.py
-        with open(service.datadir / "postgresql.conf", "a") as conf:
-            conf.write("\n# crashmatrix\n")
-            conf.writelines(f"{k} = '{v}'\n" for k, v in {**SERVER_SETTINGS, **(settings or {})}.items())
-            conf.write(f"extension_control_path = '{extension_path}'\n")
-
-        t = time.perf_counter()
-        for attempt in range(_PORT_ATTEMPTS if port == 0 else 1):
-            service.port = port or _free_port()
-            result, since = service._pg_ctl_start()
-            if result.returncode == 0:
-                break
-            service._kill()
-            if not (port == 0 and service._port_in_use(since)):
-                raise service._fail(f"failed to start on 127.0.0.1:{service.port}",
-                                    result, since)
-        else:
-            raise service._fail(f"found no free port in {_PORT_ATTEMPTS} attempts",
-                                result, since)
-        service.timings["start"] = time.perf_counter() - t
+        _make_dirs(service, base, system_user, utils)
+        _initdb(service, base, settings)
+        _start_on_port(service, port)
 
         t = time.perf_counter()
         admin = f"postgresql://{EMBEDDED_ROLE}@127.0.0.1:{service.port}/postgres"

@@ -104,6 +104,31 @@ def _wait_ready(
     return ports
 
 
+def _server_command(kind: str, spec: ServiceSpec | None, workdir: Path, ledger: Path, *, python: str | None,
+                    port: int, delay_ms: int, synchronous: str) -> list[str]:
+    """The command line that starts the provider server of ``kind`` (a built-in kind, or
+    the declared service ``spec``, whose JSON it writes to ``workdir/<kind>.service.json``)
+    on ``127.0.0.1:port`` (0: a free one) with its ledger at ``ledger``."""
+    if spec is not None:
+        spec_path = workdir / f"{kind}.service.json"
+        spec_path.write_text(json.dumps(spec.to_json(), indent=1), encoding="utf-8")
+        what = ["--service", str(spec_path)]
+    else:
+        what = ["--kind", kind]
+    return [
+        python or sys.executable,
+        "-P",  # the working directory is not on sys.path: a ./crashmatrix folder there must not shadow the install
+        "-m",
+        _SERVER_MODULE,
+        *what,
+        "--ledger", str(ledger),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--delay-ms", str(delay_ms),
+        "--synchronous", synchronous,
+    ]
+
+
 def start_providers(
     workdir: Path,
     *,
@@ -151,24 +176,8 @@ def start_providers(
     stderrs = {kind: workdir / f"{kind}.stderr.log" for kind in kinds}
     try:
         for kind in kinds:
-            if kind in declared:
-                spec_path = workdir / f"{kind}.service.json"
-                spec_path.write_text(json.dumps(declared[kind].to_json(), indent=1), encoding="utf-8")
-                what = ["--service", str(spec_path)]
-            else:
-                what = ["--kind", kind]
-            cmd = [
-                python or sys.executable,
-                "-P",  # the working directory is not on sys.path: a ./crashmatrix folder there must not shadow the install
-                "-m",
-                _SERVER_MODULE,
-                *what,
-                "--ledger", str(ledgers[kind]),
-                "--host", "127.0.0.1",
-                "--port", str((ports or {}).get(kind, 0)),
-                "--delay-ms", str(delay_ms),
-                "--synchronous", synchronous,
-            ]
+            cmd = _server_command(kind, declared.get(kind), workdir, ledgers[kind], python=python,
+                                  port=(ports or {}).get(kind, 0), delay_ms=delay_ms, synchronous=synchronous)
             procs[kind] = spawn(cmd, stderr_path=stderrs[kind], env=env, cwd=workdir, register_pgid=register_pgid)
         ports = _wait_ready(procs, stderrs, ready_timeout_s)
     except BaseException:

@@ -349,6 +349,124 @@ def _align(a: Any, b: Any, path: Path, unordered: frozenset[Place],
     pairs.append((path, a, b))
 
 
+@dataclass
+class _Aligned:
+    """What :func:`learn` reads off the aligned leaf pairs of two runs: values that
+    differ (``forward``: run A's value -> run B's values at the same places, ``backward``
+    the reverse, ``uses``: how often A's value occurs, ``candidate_places`` where,
+    ``first_path`` its first path), values equal in both (``same``; ``same_at`` with
+    their places; ``constants``: place -> values), and ``texts``: pairs that are not both
+    atoms (free text, mismatched types), compared once the identifiers are known."""
+    forward: dict[str, set[str]] = field(default_factory=dict)
+    backward: dict[str, set[str]] = field(default_factory=dict)
+    same: set[str] = field(default_factory=set)
+    uses: dict[str, int] = field(default_factory=dict)
+    candidate_places: dict[str, set[Place]] = field(default_factory=dict)
+    constants: dict[Place, set[str]] = field(default_factory=dict)
+    first_path: dict[str, Path] = field(default_factory=dict)
+    texts: list[tuple[Path, Any, Any]] = field(default_factory=list)
+    same_at: set[tuple[Place, str]] = field(default_factory=set)
+
+
+def _sort_pairs(pairs: list[tuple[Path, Any, Any]]) -> _Aligned:
+    """Sort the aligned leaf pairs ``(path, a, b)`` into equal values, differing atoms
+    and the rest (:class:`_Aligned`)."""
+    al = _Aligned()
+    for path, a, b in pairs:
+        place = place_of(path)
+        if a == b and type(a) is type(b):
+            if is_atom(a):
+                al.same.add(_ident(a))
+                al.same_at.add((place, _ident(a)))
+                al.constants.setdefault(place, set()).add(_ident(a))
+            continue
+        if is_atom(a) and is_atom(b):
+            ia, ib = _ident(a), _ident(b)
+            al.forward.setdefault(ia, set()).add(ib)
+            al.backward.setdefault(ib, set()).add(ia)
+            al.uses[ia] = al.uses.get(ia, 0) + 1
+            al.candidate_places.setdefault(ia, set()).add(place)
+            al.first_path.setdefault(ia, path)
+        else:
+            al.texts.append((path, a, b))
+    return al
+
+
+def _count_embedded_uses(first: Any, al: _Aligned) -> None:
+    """Add to ``al.uses`` each occurrence of a long differing value of run A inside run
+    A's free text: an identifier used there counts as used twice."""
+    long_ids = [i for i in al.forward if len(i) >= MIN_EMBEDDED_LEN]
+    if long_ids:
+        embedded = _embedded_re(long_ids)
+        for _, value in walk(first):
+            if isinstance(value, str) and not is_atom(value):
+                for m in embedded.finditer(value):
+                    al.uses[m.group(0)] = al.uses.get(m.group(0), 0) + 1
+
+
+def _accept_renamings(al: _Aligned, fields: frozenset[str], diffs: list[Difference]
+                      ) -> tuple[set[Place], dict[str, str]]:
+    """The differing values that are identifiers: returns their places and the renaming
+    (run A's value -> run B's); appends a :class:`Difference` for each that is not (not
+    one-to-one, equal elsewhere in the run, or used once at an undeclared place)."""
+    places: set[Place] = set()
+    accepted: dict[str, str] = {}
+    for ia, targets in al.forward.items():
+        path = al.first_path[ia]
+        ib = next(iter(targets))
+        declared_here = any(declared(p, fields) for p in al.candidate_places[ia])
+        if len(targets) > 1 or len(al.backward[ib]) > 1:
+            diffs.append(Difference(path, ia, " / ".join(sorted(targets)),
+                                    "not a one-to-one renaming: the value is used differently in the two runs"))
+        elif any((p, i) in al.same_at for p in al.candidate_places[ia] for i in (ia, ib)) or (
+                len(ia) >= MIN_EMBEDDED_LEN and (ia in al.same or ib in al.same)):
+            # a long value that changes at one place and not at another is data; a short
+            # one ("1") may equal an unrelated constant elsewhere by chance
+            diffs.append(Difference(path, ia, ib, "the value stays the same elsewhere in the run"))
+        elif al.uses[ia] < 2 and not declared_here:
+            diffs.append(Difference(path, ia, ib))
+        else:
+            places |= al.candidate_places[ia]
+            accepted[ia] = ib
+    return places, accepted
+
+
+def _shared_prefixes(accepted: dict[str, str], al: _Aligned) -> dict[Place, frozenset[str]]:
+    """Place -> the value prefixes (``ch`` of ``ch_3f...``) both runs' identifiers there share."""
+    shared_prefixes: dict[Place, set[str]] = {}
+    for ia, ib in accepted.items():
+        if (pa := _value_prefix(ia)) and pa == _value_prefix(ib):
+            for p in al.candidate_places[ia]:
+                shared_prefixes.setdefault(p, set()).add(pa)
+    return {p: frozenset(v) for p, v in shared_prefixes.items()}
+
+
+def _text_differences(al: _Aligned, accepted: dict[str, str], prefixes: dict[Place, frozenset[str]],
+                      diffs: list[Difference]) -> None:
+    """Append a :class:`Difference` for each of ``al.texts`` that is not equal once run
+    A's identifiers are replaced by run B's (``accepted``); a differing text is shown
+    with both runs' identifiers as one label, so only what differs remains."""
+    # what is left must be equal once run A's identifiers are replaced by run B's: free
+    # text that differs only by identifiers inside it passes, anything else is a
+    # difference of its own
+    long_accepted = [i for i in accepted if len(i) >= MIN_EMBEDDED_LEN]
+    if long_accepted:  # shown with both runs' identifiers as one label: only what differs remains
+        swap, back = _embedded_re(long_accepted), _embedded_re([accepted[i] for i in long_accepted])
+        counts: dict[str, int] = {}
+        labels = {}
+        for ia in long_accepted:
+            prefix = _prefix(ia, min(al.candidate_places[ia]), prefixes)
+            counts[prefix] = counts.get(prefix, 0) + 1
+            labels[ia] = f"<{prefix}-{counts[prefix]}>"
+        labels_b = {accepted[ia]: label for ia, label in labels.items()}
+    for path, a, b in al.texts:
+        if isinstance(a, str) and isinstance(b, str) and long_accepted:
+            if swap.sub(lambda m: accepted[m.group(0)], a) == b:
+                continue
+            a, b = swap.sub(lambda m: labels[m.group(0)], a), back.sub(lambda m: labels_b[m.group(0)], b)
+        diffs.append(Difference(path, a, b))
+
+
 def learn(first: Any, second: Any, *, fields: Iterable[str] = (), unordered: Iterable[Place] = ()
           ) -> tuple[IdentifierModel, list[Difference]]:
     """Learn the identifiers of a workload from two golden runs' documents (module
@@ -359,91 +477,15 @@ def learn(first: Any, second: Any, *, fields: Iterable[str] = (), unordered: Ite
     pairs: list[tuple[Path, Any, Any]] = []
     diffs: list[Difference] = []
     _align(first, second, (), unordered_places, pairs, diffs)
-
-    forward: dict[str, set[str]] = {}
-    backward: dict[str, set[str]] = {}
-    same: set[str] = set()
-    uses: dict[str, int] = {}
-    candidate_places: dict[str, set[Place]] = {}
-    constants: dict[Place, set[str]] = {}
-    first_path: dict[str, Path] = {}
-    texts: list[tuple[Path, Any, Any]] = []
-    same_at: set[tuple[Place, str]] = set()
-    for path, a, b in pairs:
-        place = place_of(path)
-        if a == b and type(a) is type(b):
-            if is_atom(a):
-                same.add(_ident(a))
-                same_at.add((place, _ident(a)))
-                constants.setdefault(place, set()).add(_ident(a))
-            continue
-        if is_atom(a) and is_atom(b):
-            ia, ib = _ident(a), _ident(b)
-            forward.setdefault(ia, set()).add(ib)
-            backward.setdefault(ib, set()).add(ia)
-            uses[ia] = uses.get(ia, 0) + 1
-            candidate_places.setdefault(ia, set()).add(place)
-            first_path.setdefault(ia, path)
-        else:
-            texts.append((path, a, b))
-
+    al = _sort_pairs(pairs)
     # identifiers that also sit inside the other run's free text count as used there
-    long_ids = [i for i in forward if len(i) >= MIN_EMBEDDED_LEN]
-    if long_ids:
-        embedded = _embedded_re(long_ids)
-        for _, value in walk(first):
-            if isinstance(value, str) and not is_atom(value):
-                for m in embedded.finditer(value):
-                    uses[m.group(0)] = uses.get(m.group(0), 0) + 1
-
-    places: set[Place] = set()
-    accepted: dict[str, str] = {}
-    for ia, targets in forward.items():
-        path = first_path[ia]
-        ib = next(iter(targets))
-        declared_here = any(declared(p, fields) for p in candidate_places[ia])
-        if len(targets) > 1 or len(backward[ib]) > 1:
-            diffs.append(Difference(path, ia, " / ".join(sorted(targets)),
-                                    "not a one-to-one renaming: the value is used differently in the two runs"))
-        elif any((p, i) in same_at for p in candidate_places[ia] for i in (ia, ib)) or (
-                len(ia) >= MIN_EMBEDDED_LEN and (ia in same or ib in same)):
-            # a long value that changes at one place and not at another is data; a short
-            # one ("1") may equal an unrelated constant elsewhere by chance
-            diffs.append(Difference(path, ia, ib, "the value stays the same elsewhere in the run"))
-        elif uses[ia] < 2 and not declared_here:
-            diffs.append(Difference(path, ia, ib))
-        else:
-            places |= candidate_places[ia]
-            accepted[ia] = ib
-
-    shared_prefixes: dict[Place, set[str]] = {}
-    for ia, ib in accepted.items():
-        if (pa := _value_prefix(ia)) and pa == _value_prefix(ib):
-            for p in candidate_places[ia]:
-                shared_prefixes.setdefault(p, set()).add(pa)
-    prefixes = {p: frozenset(v) for p, v in shared_prefixes.items()}
+    _count_embedded_uses(first, al)
+    places, accepted = _accept_renamings(al, fields, diffs)
+    prefixes = _shared_prefixes(accepted, al)
     model = IdentifierModel(frozenset(places), fields,
-                            {p: frozenset(v) for p, v in constants.items() if p in places or declared(p, fields)},
+                            {p: frozenset(v) for p, v in al.constants.items() if p in places or declared(p, fields)},
                             prefixes)
-    # what is left must be equal once run A's identifiers are replaced by run B's: free
-    # text that differs only by identifiers inside it passes, anything else is a
-    # difference of its own
-    long_accepted = [i for i in accepted if len(i) >= MIN_EMBEDDED_LEN]
-    if long_accepted:  # shown with both runs' identifiers as one label: only what differs remains
-        swap, back = _embedded_re(long_accepted), _embedded_re([accepted[i] for i in long_accepted])
-        counts: dict[str, int] = {}
-        labels = {}
-        for ia in long_accepted:
-            prefix = _prefix(ia, min(candidate_places[ia]), prefixes)
-            counts[prefix] = counts.get(prefix, 0) + 1
-            labels[ia] = f"<{prefix}-{counts[prefix]}>"
-        labels_b = {accepted[ia]: label for ia, label in labels.items()}
-    for path, a, b in texts:
-        if isinstance(a, str) and isinstance(b, str) and long_accepted:
-            if swap.sub(lambda m: accepted[m.group(0)], a) == b:
-                continue
-            a, b = swap.sub(lambda m: labels[m.group(0)], a), back.sub(lambda m: labels_b[m.group(0)], b)
-        diffs.append(Difference(path, a, b))
+    _text_differences(al, accepted, prefixes, diffs)
     return model, sorted(diffs, key=lambda d: _sort_key(d.path))
 
 

@@ -58,6 +58,7 @@ import json
 import weakref
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from .adapter import Observation
@@ -511,6 +512,92 @@ _DECLARED_ONLY = IdentifierModel()
 """The model of a matrix without a learned one: only the declared places."""
 
 
+def _status_verdict(g: _Normalised, c: _Normalised) -> Verdict:
+    """``run.status``: the case ends in the golden run's terminal status."""
+    if g.status == c.status:
+        return Verdict("run.status", "end", True, f"status {c.status}")
+    return Verdict("run.status", "end", False, f"status {c.status!r}, golden {g.status!r}")
+
+
+def _state_verdict(g: _Normalised, c: _Normalised) -> Verdict:
+    """``state.equal``: the same final answer, budget and frontier (pending nodes);
+    fails when the case's final state cannot be rebuilt."""
+    if c.state_error:
+        return Verdict("state.equal", "end", False, f"the final state cannot be rebuilt: {c.state_error}")
+    gs = {"answer": g.answer, "budget": g.budget, "pending": g.pending}
+    cs = {"answer": c.answer, "budget": c.budget, "pending": c.pending}
+    if gs == cs:
+        return Verdict("state.equal", "end", True, "answer, budget and frontier equal")
+    fields = [k for k in gs if gs[k] != cs[k]]
+    return Verdict("state.equal", "end", False, f"final state differs in {', '.join(fields)}", _diff(gs, cs))
+
+
+def _transcript_verdict(g: _Normalised, c: _Normalised) -> Verdict:
+    """``transcript.exact``: no message duplicated or missing, and the same order."""
+    gc = Counter(json.dumps(m, sort_keys=True) for m in g.transcript)
+    cc = Counter(json.dumps(m, sort_keys=True) for m in c.transcript)
+    dup = cc - gc
+    missing = gc - cc
+    if not dup and not missing and g.transcript == c.transcript:
+        return Verdict("transcript.exact", "end", True, f"{len(c.transcript)} messages")
+    parts = []
+    if dup:
+        parts.append(f"{sum(dup.values())} duplicated/unexpected message(s)")
+    if missing:
+        parts.append(f"{sum(missing.values())} missing message(s)")
+    if not parts:
+        parts.append("messages reordered")
+    return Verdict("transcript.exact", "end", False, ", ".join(parts), _diff(g.transcript, c.transcript))
+
+
+def _effects_verdict(g: _Normalised, c: _Normalised, case: Evidence) -> Verdict:
+    """``effects.ledger_equal``: the subject's effect ledger equal row for row, none
+    left ``started`` or ``unknown`` (valid, not applicable, when ``case`` observed no
+    effects ledger)."""
+    if case.observation.effects is None:
+        return Verdict("effects.ledger_equal", "end", True, "not applicable: the subject has no effects ledger")
+    left = [e for e in c.effects if e["status"] in ("started", "unknown")]
+    if g.effects == c.effects and not left:
+        return Verdict("effects.ledger_equal", "end", True, f"{len(c.effects)} rows equal")
+    details = f"{len(c.effects)} rows, golden {len(g.effects)}"
+    if left:
+        details += f"; left unresolved: {', '.join(e['node'] + ' ' + e['status'] for e in left)}"
+    return Verdict("effects.ledger_equal", "end", False, details, _diff(g.effects, c.effects))
+
+
+def _provider_verdict(kind: str, name: str, g: _Normalised, c: _Normalised, case: Evidence) -> Verdict:
+    """``provider.<kind>.ledger_equal`` (``name``): provider ``kind``'s own ledger equal
+    row for row; a failure names the duplicated keys and their tool calls when it can."""
+    gl, cl = g.ledgers.get(kind, []), c.ledgers.get(kind, [])
+    if gl == cl:
+        return Verdict(name, "end", True, f"{len(cl)} rows equal")
+    extra = len(cl) - len(gl)
+    what = (f"{extra} more row(s) than golden (applied twice?)" if extra > 0
+            else f"{-extra} fewer row(s) than golden (lost?)" if extra < 0 else "rows differ")
+    seen = c.renamers[kind].seen if kind in c.renamers else {}
+    key_nodes = {seen[e.key]: e.node_id for e in case.observation.effects or [] if e.key in seen}
+    why = _explain_duplicates(kind, gl, cl, key_nodes)
+    return Verdict(name, "end", False, why or f"{kind} ledger: {what}", _diff(gl, cl))
+
+
+def _billed_verdict(golden: Evidence, case: Evidence, allowance: dict[str, int]) -> Verdict:
+    """``model.calls_billed``: per node, the case billed at most the golden run's count
+    plus ``allowance`` (node -> calls in flight at a fault)."""
+    over = []
+    for node in sorted(set(golden.model_calls) | set(case.model_calls)):
+        limit = golden.model_calls.get(node, 0) + allowance.get(node, 0)
+        if case.model_calls.get(node, 0) > limit:
+            over.append(f"{node}: billed {case.model_calls[node]}, at most {limit} allowed")
+    if over:
+        # the allowance is one call per model.call.before label a faulted worker left
+        # unanswered: a retry inside one label bills more calls than it counts
+        return Verdict("model.calls_billed", "end", False, "; ".join(over) + (
+            " (a call in flight at a fault is allowed once per model.call.before label: label every billed "
+            "call, since a retry loop inside one label, an HTTP client's or a framework's, bills twice)"))
+    total, gtotal = sum(case.model_calls.values()), sum(golden.model_calls.values())
+    return Verdict("model.calls_billed", "end", True, f"{total} calls billed (golden {gtotal}, in flight at faults {sum(allowance.values())})")
+
+
 def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int],
                identifiers: IdentifierModel | None = None) -> list[Verdict]:
     """Every end check, comparing ``case`` with ``golden`` up to a renaming of the
@@ -520,85 +607,13 @@ def end_checks(golden: Evidence, case: Evidence, allowance: dict[str, int],
     model = identifiers or _DECLARED_ONLY
     g, c = _normalised_golden(golden, model), _normalised_case(case, model)
     out: list[Verdict] = []
-
-    def status() -> Verdict:
-        if g.status == c.status:
-            return Verdict("run.status", "end", True, f"status {c.status}")
-        return Verdict("run.status", "end", False, f"status {c.status!r}, golden {g.status!r}")
-
-    def state() -> Verdict:
-        if c.state_error:
-            return Verdict("state.equal", "end", False, f"the final state cannot be rebuilt: {c.state_error}")
-        gs = {"answer": g.answer, "budget": g.budget, "pending": g.pending}
-        cs = {"answer": c.answer, "budget": c.budget, "pending": c.pending}
-        if gs == cs:
-            return Verdict("state.equal", "end", True, "answer, budget and frontier equal")
-        fields = [k for k in gs if gs[k] != cs[k]]
-        return Verdict("state.equal", "end", False, f"final state differs in {', '.join(fields)}", _diff(gs, cs))
-
-    def transcript() -> Verdict:
-        gc = Counter(json.dumps(m, sort_keys=True) for m in g.transcript)
-        cc = Counter(json.dumps(m, sort_keys=True) for m in c.transcript)
-        dup = cc - gc
-        missing = gc - cc
-        if not dup and not missing and g.transcript == c.transcript:
-            return Verdict("transcript.exact", "end", True, f"{len(c.transcript)} messages")
-        parts = []
-        if dup:
-            parts.append(f"{sum(dup.values())} duplicated/unexpected message(s)")
-        if missing:
-            parts.append(f"{sum(missing.values())} missing message(s)")
-        if not parts:
-            parts.append("messages reordered")
-        return Verdict("transcript.exact", "end", False, ", ".join(parts), _diff(g.transcript, c.transcript))
-
-    def effects() -> Verdict:
-        if case.observation.effects is None:
-            return Verdict("effects.ledger_equal", "end", True, "not applicable: the subject has no effects ledger")
-        left = [e for e in c.effects if e["status"] in ("started", "unknown")]
-        if g.effects == c.effects and not left:
-            return Verdict("effects.ledger_equal", "end", True, f"{len(c.effects)} rows equal")
-        details = f"{len(c.effects)} rows, golden {len(g.effects)}"
-        if left:
-            details += f"; left unresolved: {', '.join(e['node'] + ' ' + e['status'] for e in left)}"
-        return Verdict("effects.ledger_equal", "end", False, details, _diff(g.effects, c.effects))
-
-    out += compose([(RUN_STATUS, status), (STATE_EQUAL, state), (TRANSCRIPT_EXACT, transcript),
-                    (EFFECTS_LEDGER_EQUAL, effects)])
-
+    out += compose([(RUN_STATUS, lambda: _status_verdict(g, c)), (STATE_EQUAL, lambda: _state_verdict(g, c)),
+                    (TRANSCRIPT_EXACT, lambda: _transcript_verdict(g, c)),
+                    (EFFECTS_LEDGER_EQUAL, lambda: _effects_verdict(g, c, case))])
     for kind in sorted(set(g.ledgers) | set(c.ledgers)):
         name = f"provider.{kind}.ledger_equal"
-
-        def provider(kind: str = kind, name: str = name) -> Verdict:
-            gl, cl = g.ledgers.get(kind, []), c.ledgers.get(kind, [])
-            if gl == cl:
-                return Verdict(name, "end", True, f"{len(cl)} rows equal")
-            extra = len(cl) - len(gl)
-            what = (f"{extra} more row(s) than golden (applied twice?)" if extra > 0
-                    else f"{-extra} fewer row(s) than golden (lost?)" if extra < 0 else "rows differ")
-            seen = c.renamers[kind].seen if kind in c.renamers else {}
-            key_nodes = {seen[e.key]: e.node_id for e in case.observation.effects or [] if e.key in seen}
-            why = _explain_duplicates(kind, gl, cl, key_nodes)
-            return Verdict(name, "end", False, why or f"{kind} ledger: {what}", _diff(gl, cl))
-
-        out.append(PROVIDER_LEDGER_EQUAL.run(provider, name))
-
-    def billed() -> Verdict:
-        over = []
-        for node in sorted(set(golden.model_calls) | set(case.model_calls)):
-            limit = golden.model_calls.get(node, 0) + allowance.get(node, 0)
-            if case.model_calls.get(node, 0) > limit:
-                over.append(f"{node}: billed {case.model_calls[node]}, at most {limit} allowed")
-        if over:
-            # the allowance is one call per model.call.before label a faulted worker left
-            # unanswered: a retry inside one label bills more calls than it counts
-            return Verdict("model.calls_billed", "end", False, "; ".join(over) + (
-                " (a call in flight at a fault is allowed once per model.call.before label: label every billed "
-                "call, since a retry loop inside one label, an HTTP client's or a framework's, bills twice)"))
-        total, gtotal = sum(case.model_calls.values()), sum(golden.model_calls.values())
-        return Verdict("model.calls_billed", "end", True, f"{total} calls billed (golden {gtotal}, in flight at faults {sum(allowance.values())})")
-
-    out.append(CALLS_BILLED.run(billed))
+        out.append(PROVIDER_LEDGER_EQUAL.run(partial(_provider_verdict, kind, name, g, c, case), name))
+    out.append(CALLS_BILLED.run(lambda: _billed_verdict(golden, case, allowance)))
     if case.observation.invocations is not None:
         out.append(CONTINUES.run(lambda: check_trace_continues(case.observation)))
     return out

@@ -36,7 +36,8 @@ agent to its end, launching steps after SIGTERM: ``term.drained``);
 :class:`EndpointCancelAdapter` cancels the open requests from the server's handler
 (:func:`cancel_requests`, the stream cut as sse-starlette's default cuts it) and serves
 with ``timeout_graceful_shutdown=0``: the step in flight is cancelled, not recorded, and
-the run left ``interrupted`` (``term.drained``, ``term.in_flight_recorded``).
+the run not left at rest (``running``: uvicorn's shutdown returns without waiting for the
+cancelled request to unwind; ``term.drained``, ``term.in_flight_recorded``).
 """
 
 from __future__ import annotations
@@ -131,7 +132,10 @@ class EndpointAdapter(ReferenceAdapter):
 
             async def events() -> AsyncIterator[bytes]:
                 try:
-                    status = await adapter._run(run_ctx, recover=role == "recover", drain=drain)
+                    # a task of its own, not the generator's frame: the await-point tracer
+                    # walks a task's await chain, which does not enter an async generator;
+                    # a cancel of the request still reaches it (the awaiting task cancels it)
+                    status = await asyncio.create_task(adapter._run(run_ctx, recover=role == "recover", drain=drain))
                 except Exception as exc:  # the client raises it in the worker
                     yield sse("error", {"error": f"{type(exc).__name__}: {exc}"})
                     return

@@ -18,6 +18,7 @@ SUBJECTS: dict[str, str] = {
     "reference": "crashmatrix.harness.adapters.reference:ReferenceAdapter",
     "reference-delta": "crashmatrix.harness.adapters.reference:ReferenceDeltaAdapter",
     "reference-fork": "crashmatrix.harness.adapters.reference:ReferenceForkAdapter",
+    "endpoint": "crashmatrix.harness.adapters.endpoint:EndpointAdapter",
     # runtimes nobody here wrote, each behind its extra (docs/findings.md); loading one
     # without its extra raises RegistryError naming the extra to install
     "pydantic-ai-sqlite": "crashmatrix.harness.adapters.pydantic_ai:PydanticAISqliteAdapter",

@@ -111,6 +111,15 @@ class WorkerDrain:
         if callback in self._subscribers:
             self._subscribers.remove(callback)
 
+    def request(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Request the drain as a SIGTERM would, from a signal handler that is not this
+        drain's (a server's own, e.g. uvicorn's ``Server.handle_exit``, which this drain
+        is then not installed over): the same flag at once, then ``drain.begin`` and the
+        subscribers in ``loop``. Safe to call from a Python-level signal handler."""
+        if self._loop is None:
+            self._loop = loop
+        self._on_signal(signal.SIGTERM, None)
+
     def _on_signal(self, signum: int, frame: Any) -> None:
         """The Python-level handler: a flag and a callback for the loop, nothing else
         (it may run between any two bytecodes of the main thread)."""

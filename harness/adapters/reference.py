@@ -7,6 +7,7 @@ Mutants (``scenarios/defects``) subclass :class:`ReferenceAdapter` and override
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -84,13 +85,15 @@ class ReferenceAdapter(Adapter):
         finally:
             await db.close()
 
-    async def _run(self, ctx: RunContext, recover: bool = False) -> str:
+    async def _run(self, ctx: RunContext, recover: bool = False, drain: WorkerDrain | None = None) -> str:
         """One worker: connect, build the runtime, then (``recover``) the sweep of
         ``ctx.scope``, or submit the run when handed its input (idempotent), say it was
-        accepted, and run it (a resume handed no input reads it from ``cm_runs``)."""
+        accepted, and run it (a resume handed no input reads it from ``cm_runs``).
+        ``drain``: one the caller requests from a SIGTERM handler of its own (a server's);
+        None: the runtime's own handler is installed for the whole call."""
         # first thing, as a worker's main should: a SIGTERM while this worker connects or
         # submits the run drains it too (reference_runtime.drain)
-        with WorkerDrain.installed_here() as drain:
+        with (contextlib.nullcontext(drain) if drain is not None else WorkerDrain.installed_here()) as drain:
             reconnect_ms = ctx.env.options.get("db_reconnect_deadline_ms")  # set by the network section
             db = await connect(ctx.env.dsn, application_name=ctx.worker_id,
                                **({"reconnect_deadline_s": reconnect_ms / 1000} if reconnect_ms else {}))

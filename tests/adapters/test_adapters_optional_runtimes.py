@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: the top-level modules the optional extras bring (pyproject.toml), hidden below
 RUNTIMES = ("langgraph", "dbos", "burr", "restate", "hypercorn", "absurd_sdk", "absurdctl", "psycopg", "prefect",
-            "crewai", "pydantic_ai", "agents", "dbos_openai_agents", "workflows", "llama_index")
+            "crewai", "pydantic_ai", "agents", "dbos_openai_agents", "workflows", "llama_index", "uvicorn",
+            "starlette")
 
 HIDE = """
 import json, sys

@@ -106,3 +106,24 @@ def test_off_the_main_thread_nothing_is_installed() -> None:
     thread.join()
     assert out == [False]
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_drain_requested_from_another_handler_installs_nothing(points: list[tuple[str, str]]) -> None:
+    """``request(loop)``, as a server's own SIGTERM handler calls it: the flag at once,
+    then the subscribers and ``drain.begin`` in the loop; SIGTERM's disposition untouched."""
+    async def scenario() -> None:
+        before = signal.getsignal(signal.SIGTERM)
+        calls: list[str] = []
+        drain = WorkerDrain()
+        drain.subscribe(lambda: calls.append("a"))
+        drain.request(asyncio.get_running_loop())
+        assert drain.requested and not drain.installed and calls == []
+        assert signal.getsignal(signal.SIGTERM) is before
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert calls == ["a"] and points == [("drain.begin", "run")]
+        drain.request(asyncio.get_running_loop())  # again: nothing more
+        await asyncio.sleep(0.01)
+        assert calls == ["a"] and points == [("drain.begin", "run")]
+
+    asyncio.run(scenario())

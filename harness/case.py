@@ -471,7 +471,7 @@ class CaseRun:
         it left in flight; then the kind's ``settle``. Returns the status it gives."""
         ex, exit_, index = self.explorer, w.exit, w.index
         assert exit_ is not None
-        full = w.report.end.trace if w.report.end is not None else at_fault
+        full = w.report.trace()  # a worker that died after its fault: up to it and every point it passed since
         self.result.reached |= labels_of(full[len(at_fault):] if index == 0 else full)
         if index == 0:  # a fault that changed nothing makes the case not-run (:mod:`.coverage`)
             from .coverage import took_effect  # lazily: coverage reads case results

@@ -341,11 +341,14 @@ class WorkerReport:
         return [e.event for e in self.events]
 
     def trace(self) -> Trace:
-        """The worker's whole trace: the ``end``'s, else the trace up to the fault (a
-        killed worker), else empty."""
+        """The worker's whole trace: the ``end``'s; else, for a worker that died after its
+        fault (killed, or dead of a signal after a drain), the trace up to the fault and
+        every point it reported passing after it (:class:`Passed`); else empty."""
         if self.end is not None:
             return self.end.trace
-        return self.fired.trace if self.fired is not None else []
+        if self.fired is None:
+            return []
+        return self.fired.trace + [e.at for e in self.events if isinstance(e, Passed)]
 
 
 def has_fired(path: str) -> bool:

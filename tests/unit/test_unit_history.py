@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crashmatrix.harness.history import (
-    Accepted, End, FaultError, Fired, Healed, HealError, Other, TraceEntry, WorkerReport, as_trace, encode, has_fired,
+    Accepted, End, FaultError, Fired, Healed, HealError, Other, Passed, TraceEntry, WorkerReport, as_trace, encode, has_fired,
 )
 
 TRACE = [TraceEntry("label", "log.append.before", "turn-1", 1), TraceEntry("step", "step.after", "turn-1", 1)]
@@ -92,3 +92,13 @@ def test_has_fired_reads_a_complete_fired_line(tmp_path: Path) -> None:
     assert not has_fired(str(acked))
     _write(acked, line)
     assert has_fired(str(acked))  # the subject acknowledged the run before the fault
+
+
+def test_a_worker_dead_after_its_fault_has_the_points_it_passed_in_its_trace() -> None:
+    fault_point = TraceEntry("label", "model.call.before", "turn-1", 1)
+    drain = TraceEntry("label", "drain.begin", "run", 1)
+    record = TraceEntry("label", "log.append.after", "turn-1", 1)
+    report = WorkerReport([Fired({"kind": "term"}, [fault_point]), Passed(drain), Passed(record)])
+    assert report.end is None
+    assert report.trace() == [fault_point, drain, record]  # not only the trace up to the fault
+    assert WorkerReport([Passed(drain)]).trace() == []  # nothing fired: no trace to speak of

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import re
 import shlex
 import shutil
@@ -165,10 +166,22 @@ def stuck_verdict(fault: Fault, exit_: WorkerExit, options: Options) -> oracle.V
 def replay_command(case: Case, subject: str) -> str:
     """The shell line that re-runs ``case`` on ``subject`` (a build pair's as
     ``--subject A --resume-with B``: :func:`.builds.replay_options`), quoted for POSIX
-    shells."""
+    shells. A workload or subject imported as ``module:NAME`` from outside crashmatrix
+    while ``$PYTHONPATH`` is set gets it in the line, made absolute, so the line runs
+    as pasted from another directory."""
     from .builds import replay_options
 
-    return shlex.join(["crashmatrix", "replay", case.id, *replay_options(subject)])
+    return shlex.join([*_path_prefix(case, subject), "crashmatrix", "replay", case.id, *replay_options(subject)])
+
+
+def _path_prefix(case: Case, subject: str) -> list[str]:
+    """``["PYTHONPATH=..."]`` when :func:`replay_command`'s line needs it, else ``[]``."""
+    path = os.environ.get("PYTHONPATH")
+    names = (case.id.split("/", 1)[0], subject)
+    if not path or not any(re.fullmatch(r"[\w.]+:[\w.]+", n) and not n.startswith(("crashmatrix.", "defect:"))
+                           for n in names):
+        return []
+    return ["PYTHONPATH=" + os.pathsep.join(os.path.abspath(p) for p in path.split(os.pathsep) if p)]
 
 
 def read_log(path: str) -> str:

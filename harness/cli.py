@@ -54,11 +54,15 @@ console = Console()
 PROGRESS_ENV, PROGRESS_LINE_S = "CRASHMATRIX_PROGRESS_S", 30.0
 if not console.is_terminal and "COLUMNS" not in os.environ:
     console.width = 160  # a log file or a CI job: no terminal to fit, keep the tables readable
-if not console.is_terminal and "TERMINAL_WIDTH" not in os.environ:
+if console.width < 100:  # an 80-column terminal, or $COLUMNS: rich's help boxes would cut option names
+    import typer.core
+
+    typer.core.HAS_RICH = False  # click's plain help wraps the descriptions and keeps every name whole
+elif not console.is_terminal and "TERMINAL_WIDTH" not in os.environ:
     import typer.rich_utils
 
-    # --help into a pipe or a file: rich would fit it to 80 columns (or $COLUMNS) and cut
-    # option names (--max-failures-sho…); TERMINAL_WIDTH still sets it
+    # --help into a pipe or a file: rich would fit it to 80 columns and cut option names
+    # (--max-failures-sho…); TERMINAL_WIDTH still sets it
     typer.rich_utils.MAX_WIDTH = 160
 err = Console(stderr=True)
 

@@ -57,6 +57,8 @@ def load(target: str) -> Any:
         raise RegistryError(f"cannot import {target!r}: {exc}{hint}") from None
     except (ImportError, AttributeError) as exc:
         raise RegistryError(f"cannot import {target!r}: {exc}") from None
+    except Exception as exc:  # the module itself raised on import (a SyntaxError names its file and line)
+        raise RegistryError(f"cannot import {target!r}: {type(exc).__name__}: {exc}") from None
 
 
 def _all_subjects() -> dict[str, str]:

@@ -406,9 +406,9 @@ def start_container_postgres(image: str | None = None, *, settings: Mapping[str,
 def _present(image: str) -> None:
     """Check the engine and make ``image`` present (pulled when missing). Raises
     :class:`ServiceError` (one line): no engine, or an image neither present nor pullable."""
+    client = _engine()  # first: says in one line when the extra is not installed
     import docker.errors
 
-    client = _engine()
     try:
         try:
             client.client.images.get(image)

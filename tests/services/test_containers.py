@@ -121,6 +121,34 @@ def test_cli_without_an_engine_exits_2_with_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+_WITHOUT_THE_EXTRA = textwrap.dedent("""
+    import sys
+
+    class Missing:  # as in an environment without crashmatrix[containers]
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("docker", "testcontainers"):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    sys.meta_path.insert(0, Missing())
+    from crashmatrix.harness.cli import main
+
+    sys.argv = ["crashmatrix", "run", "checkout", "--services", "containers", "--conversation", "conv1",
+                "--kinds", "kill"]
+    main()
+""")
+
+
+def test_cli_without_the_containers_extra_says_how_to_get_it(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop(DSN_ENV, None)
+    proc = subprocess.run([sys.executable, "-c", _WITHOUT_THE_EXTRA], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "crashmatrix: error: --services containers needs testcontainers: pip install 'crashmatrix[containers]'")
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--services", "docker"], "--services 'docker': must be one of embedded, containers"),
     (["--pg-image", "postgres:17"], "--pg-image needs --services containers"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from crashmatrix.harness.adapter import Observation
@@ -202,3 +204,15 @@ def test_replay_command() -> None:
     case = case_at("conv1", "node.launch", "turn-1")
     assert replay_command(case, "reference") == "crashmatrix replay 'w/conv1/kill@node.launch[turn-1]#1'"
     assert replay_command(case, "mutant-x").endswith("--subject mutant-x")
+
+
+def test_replay_command_carries_the_path_a_team_module_was_found_on(monkeypatch) -> None:
+    case = Case.parse("crashmatrix_workload:WORKLOAD/conv1/kill@node.launch[turn-1]#1")
+    monkeypatch.setenv("PYTHONPATH", ".")
+    line = replay_command(case, "crashmatrix_adapter:SubjectAdapter")
+    assert line.startswith(f"PYTHONPATH={os.path.abspath('.')} crashmatrix replay "), line
+    monkeypatch.delenv("PYTHONPATH")
+    assert replay_command(case, "crashmatrix_adapter:SubjectAdapter").startswith("crashmatrix replay ")
+    monkeypatch.setenv("PYTHONPATH", ".")
+    assert replay_command(Case.parse("checkout/conv1/kill@node.launch[turn-1]#1"), "reference").startswith(
+        "crashmatrix replay ")  # nothing imported from the path

@@ -31,11 +31,11 @@ class OpenAIAgentsAdapter(DBOSAdapter):
     requires = ("dbos", "dbos._debug_trigger", "agents", "dbos_openai_agents")
     extra = "openai-agents"
 
-    def _launch(self, ctx: RunContext) -> None:
+    def _launch(self, ctx: RunContext, executor: str | None = None) -> None:
         import agents
 
         agents.set_tracing_disabled(True)
-        super()._launch(ctx)
+        super()._launch(ctx, executor)
 
 
 OpenAIAgentsSqliteAdapter = OpenAIAgentsAdapter

@@ -405,5 +405,9 @@ def test_a_cancel_the_stopped_worker_s_sqlite_lock_blocks_is_not_applicable(matr
     and nothing is left stopped."""
     s = matrix_cases(SUBJECT, f"{WL}:KEYED", ["cancel-api@dbos._outcome:Pending._wrap@4[tool-8]#1"], await_points=True)
     [case] = s.cases
-    assert case.result.outcome == "not-applicable", (case.result.outcome, case.result.error)
-    assert "one write lock" in (case.result.error or ""), case.result.error
+    # whether the stopped worker holds the lock at that await point depends on where its
+    # thread is when it stops: held, the case is not applicable, naming the lock; not
+    # held, the cancel lands and the case is judged. Never a harness error, never a hang.
+    assert case.result.outcome in ("not-applicable", "pass"), (case.result.outcome, case.result.error)
+    if case.result.outcome == "not-applicable":
+        assert "one write lock" in (case.result.error or ""), case.result.error

@@ -53,7 +53,9 @@ def test_a_subject_on_protobuf_5_runs_while_the_controller_has_protobuf_6(protob
     # the observation came from a service worker under the subject's interpreter
     observed = report.goldens["three-charges"].evidence.observation.state["protobuf"]
     assert observed.split(".")[0] == "5", observed
-    assert all(r.replay.startswith("crashmatrix replay") and f"@{venv}" in r.replay for r in report.results[:3])
+    # the workload is imported from tests/subjects on $PYTHONPATH: the line carries it
+    assert all(r.replay.startswith("PYTHONPATH=") and " crashmatrix replay " in r.replay and f"@{venv}" in r.replay
+               for r in report.results[:3]), report.results[0].replay
 
 
 @pytest.mark.install

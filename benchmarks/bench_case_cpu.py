@@ -1,6 +1,6 @@
 """Where a case's CPU goes: per-process CPU per case for a matrix slice.
 
-    python benchmarks/bench_case_cpu.py [--conversations conv1] [--kinds kill,term,cancel]
+    python benchmarks/bench_case_cpu.py [--workload checkout] [--conversations conv1] [--kinds kill,term,cancel]
                                         [--jobs 4] [--subject reference] [--prune]
                                         [--kinds default]
                                         [--fsync on|off] [--fresh-workers]
@@ -94,6 +94,7 @@ async def _db_stats(explorer) -> dict[str, int]:
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", default="checkout")
     ap.add_argument("--conversations", default="conv1")
     ap.add_argument("--kinds", default="kill,term,cancel")
     ap.add_argument("--sources", default="step,label")
@@ -105,13 +106,13 @@ async def main() -> None:
     args = ap.parse_args()
     convs = args.conversations.split(",")
     options = Options(long_lived=not args.fresh_workers)
-    async with open_session(args.subject, "checkout", pg_settings={"fsync": args.fsync}, options=options) as explorer:
+    async with open_session(args.subject, args.workload, pg_settings={"fsync": args.fsync}, options=options) as explorer:
         goldens = {c: await explorer.golden(c) for c in convs}
         sources = tuple(args.sources.split(","))
         if args.kinds == "default":  # the default matrix: every-point kinds, then the sampled kinds and policies
-            cases, _ = default_matrix().cases("checkout", goldens, sources)
+            cases, _ = default_matrix().cases(args.workload, goldens, sources)
         else:
-            cases = enumerate_cases("checkout", goldens, tuple(args.kinds.split(",")), sources)
+            cases = enumerate_cases(args.workload, goldens, tuple(args.kinds.split(",")), sources)
         procs = _processes(str(explorer.workdir.parent))
         db0 = await _db_stats(explorer)
         before = _snapshot(procs)

@@ -364,7 +364,7 @@ class Adapter(ABC):
         as an operator or another service would (DBOS ``cancel_workflow``, the
         reference runtime's :func:`~crashmatrix.reference_runtime.cancellation.cancel`).
         The worker is woken after it returns. Default: the runtime has none (raises
-        ``NotImplementedError``; :func:`has_cancel_api` says so)."""
+        ``NotImplementedError``; :meth:`capabilities` says so)."""
         raise NotImplementedError(f"{type(self).__name__} declares no cancel API of its runtime")
 
     async def resume_cancelled(self, env: Environment, run_id: str) -> None:
@@ -409,17 +409,23 @@ class Adapter(ABC):
 
     @classmethod
     def capabilities(cls) -> frozenset[str]:
-        """What the runtime can be tested for, read from the class's declarations
-        (nothing imported, nothing made): ``"cancel"`` (:attr:`cancel_reaches_run`),
-        ``"cancel-api"`` (:meth:`cancel_run` implemented, and
-        :meth:`resume_cancelled` too unless the cancel is final: :attr:`cancel_is_final`), ``"leases"``
+        """What the runtime can be tested for (words of :data:`CAPABILITIES`), read from
+        the class's declarations (nothing imported, nothing made; a duck-typed class
+        without a declaration has its default): ``"cancel"`` (:attr:`cancel_reaches_run`),
+        ``"cancel-api"`` (:meth:`cancel_run` and :meth:`resume_cancelled` implemented, the
+        cancel not final), ``"cancel-final"`` (:meth:`cancel_run` implemented and
+        :attr:`cancel_is_final`: a cancelled run is over), ``"leases"``
         (:attr:`harness_db_leases`), ``"restore"`` (:meth:`restore_point` and
         :meth:`restore_run` implemented, :attr:`restore_effects` declared)."""
-        words = {"cancel": cls.cancel_reaches_run, "leases": cls.harness_db_leases,
-                 "cancel-api": (cls.cancel_run is not Adapter.cancel_run
-                                and (cls.cancel_is_final or cls.resume_cancelled is not Adapter.resume_cancelled)),
-                 "restore": (cls.restore_effects in RESTORE_PROMISES and cls.restore_point is not Adapter.restore_point
-                             and cls.restore_run is not Adapter.restore_run)}
+        def implements(method: str) -> bool:
+            return getattr(cls, method, None) not in (None, getattr(Adapter, method))
+
+        final = bool(getattr(cls, "cancel_is_final", False))
+        words = {"cancel": getattr(cls, "cancel_reaches_run", True), "leases": getattr(cls, "harness_db_leases", False),
+                 "cancel-api": implements("cancel_run") and implements("resume_cancelled") and not final,
+                 "cancel-final": implements("cancel_run") and final,
+                 "restore": (getattr(cls, "restore_effects", None) in RESTORE_PROMISES
+                             and implements("restore_point") and implements("restore_run"))}
         return frozenset(w for w, there in words.items() if there)
 
 
@@ -464,23 +470,16 @@ def findable(module: str) -> bool:
     return True
 
 
-def has_cancel_api(adapter: Any) -> bool:
-    """Whether ``adapter`` implements :meth:`Adapter.cancel_run` and either
-    :meth:`Adapter.resume_cancelled` or declares :attr:`Adapter.cancel_is_final` (its
-    runtime's own cancel API)."""
-    cls = type(adapter)
-    return (getattr(cls, "cancel_run", Adapter.cancel_run) is not Adapter.cancel_run
-            and (getattr(cls, "resume_cancelled", Adapter.resume_cancelled) is not Adapter.resume_cancelled
-                 or bool(getattr(cls, "cancel_is_final", False))))
+def capabilities_of(adapter: Any) -> frozenset[str]:
+    """``adapter``'s capabilities (:meth:`Adapter.capabilities`): its own method's answer
+    (a build pair asks its builds: :class:`.builds.BuildAdapter`), or, for an adapter
+    that does not subclass :class:`Adapter`, what its class declares."""
+    own = getattr(adapter, "capabilities", None)
+    return frozenset(own()) if callable(own) else Adapter.capabilities.__func__(type(adapter))  # type: ignore[attr-defined]
 
 
-def has_restore_api(adapter: Any) -> bool:
-    """Whether ``adapter`` implements :meth:`Adapter.restore_point` and
-    :meth:`Adapter.restore_run` and declares :attr:`Adapter.restore_effects`."""
-    cls = type(adapter)
-    return (getattr(adapter, "restore_effects", None) in RESTORE_PROMISES
-            and getattr(cls, "restore_point", Adapter.restore_point) is not Adapter.restore_point
-            and getattr(cls, "restore_run", Adapter.restore_run) is not Adapter.restore_run)
+CAPABILITIES = ("cancel", "cancel-api", "cancel-final", "leases", "restore")
+"""The words :meth:`Adapter.capabilities` may answer."""
 
 
 RESTORE_PROMISES = ("replays recorded", "fresh attempt")

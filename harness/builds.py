@@ -74,8 +74,8 @@ SERVICE_ROLES = ("observe", "prepare", "between", "describe", "cancel_run", "res
 DECLARATIONS = ("expects_redelivery", "crash_loop_status", "lease_seconds", "takes_over_live_owner",
                 "long_lived_workers", "answers_operator", "subject_packages", "recovery_branches", "cancel_is_final",
                 "recovery_point", "recovers_other_executor")
-"""The adapter's declarations a ``describe`` service job reports besides its name, cancel
-API, ``cannot_migrate_statuses`` and ``identifier_fields`` (what the controller reads of an
+"""The adapter's declarations a ``describe`` service job reports besides its name,
+capabilities, ``cannot_migrate_statuses`` and ``identifier_fields`` (what the controller reads of an
 adapter it does not import: :class:`EnvAdapter`)."""
 SERVICE_TIMEOUT = 60.0
 """Seconds a service worker may take (an observe, a prepare)."""
@@ -363,7 +363,7 @@ class BuildAdapter(Adapter):
 
     async def describe(self) -> None:
         """Ask each build what its adapter declares (``cannot_migrate_statuses``,
-        ``identifier_fields``, whether it has a cancel API), kept on the pair."""
+        ``identifier_fields``, its capabilities), kept on the pair."""
         for build in (self.upgrade.crash, self.upgrade.resume):
             self.upgrade.declared[build.label] = await self.call(build, "describe", _NO_ENV)
 
@@ -395,9 +395,22 @@ class BuildAdapter(Adapter):
         resumed by."""
         return bool(self.upgrade.declared.get(self.upgrade.resume.label, {}).get("cancel_is_final"))
 
-    def has_cancel_api(self) -> bool:
-        return all(self.upgrade.declared.get(b.label, {}).get("cancel_api") for b in (self.upgrade.crash,
-                                                                                     self.upgrade.resume))
+    def capabilities(self) -> frozenset[str]:  # type: ignore[override]
+        """The pair's capabilities: the resuming build's (B's), except that a cancel API
+        needs the crashing build's (A's) too, and restore, which is not routed to builds."""
+        api = {"cancel-api", "cancel-final"}
+        crash, resume = (self.build_capabilities(b) for b in (self.upgrade.crash, self.upgrade.resume))
+        return frozenset((resume - api - {"restore"}) | (resume & api if crash & api else set()))
+
+    def build_capabilities(self, build: Build) -> frozenset[str]:
+        """What ``build``'s ``describe`` said it can be tested for. A build whose
+        crashmatrix answered only whether it had a cancel API (``cancel_api``, before
+        capabilities were reported) counts as the default adapter with that API."""
+        said = self.upgrade.declared.get(build.label, {})
+        if "capabilities" in said:
+            return frozenset(said["capabilities"])
+        api = ({"cancel-final" if said.get("cancel_is_final") else "cancel-api"} if said.get("cancel_api") else set())
+        return frozenset({"cancel"} | api)
 
 
 _NO_ENV = Environment("", {}, "")
@@ -595,7 +608,7 @@ def run_service_job(job: Job) -> int:
     import anyio
 
     from . import registry
-    from .adapter import has_cancel_api
+    from .adapter import capabilities_of
 
     adapter = registry.subject(job.subject)
 
@@ -614,7 +627,7 @@ def run_service_job(job: Job) -> int:
             elif job.role == "describe":
                 said = {key: getattr(adapter, key, None) for key in DECLARATIONS}
                 return {**json.loads(json.dumps(said, default=list)), "name": adapter.name,
-                        "cancel_api": has_cancel_api(adapter),
+                        "capabilities": sorted(capabilities_of(adapter)),
                         "cannot_migrate_statuses": list(getattr(adapter, "cannot_migrate_statuses", ()) or ()),
                         "identifier_fields": list(getattr(adapter, "identifier_fields", ()) or ())}
             return None

@@ -735,13 +735,30 @@ def bugs_cmd(
         raise typer.Exit(1)
 
 
-@app.command("list")
-def list_names() -> None:
-    """List registered subjects (with mutants) and workloads."""
-    from . import registry
+LISTS = ("subjects", "workloads", "kinds", "policies")
+"""What ``crashmatrix list`` names, in the order it prints them."""
 
-    console.print("subjects: " + ", ".join(registry.subject_names()))
-    console.print("workloads: " + ", ".join(registry.workload_names()))
+
+@app.command("list")
+def list_names(
+    what: Annotated[Optional[str], typer.Argument(help=f"One of {', '.join(LISTS)}; all of them without it.")] = None,
+) -> None:
+    """List what is registered: subjects (with mutants), workloads, fault kinds (in
+    listing order) and resume policies. With WHAT, one name a line (for scripts)."""
+    from . import registry
+    from .plan import RESUME_POLICIES
+
+    if what is not None and what not in LISTS:
+        console.print(f"[red]crashmatrix list: unknown list {what!r}; one of {', '.join(LISTS)}[/red]")
+        raise typer.Exit(2)
+    lists = {"subjects": registry.subject_names, "workloads": registry.workload_names,
+             "kinds": fault_kinds, "policies": lambda: RESUME_POLICIES}
+    if what is not None:
+        for name in lists[what]():
+            print(name)
+        return
+    for key in LISTS:
+        print(f"{key}: " + ", ".join(lists[key]()))  # one line each, unwrapped: grep finds a name
 
 
 from .scaffold import init as _init  # noqa: E402 - the command lives in its own module

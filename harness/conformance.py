@@ -100,7 +100,7 @@ def _restate_release() -> str:
 
 CAPABILITY_KINDS: tuple[tuple[str | None, tuple[str, ...]], ...] = (
     (None, ("kill", "term")), ("cancel", ("cancel", "cancel-edge")), ("cancel-api", ("cancel-api",)),
-    ("leases", ("pause", "db-restart")), ("restore", ("restore",)))
+    ("cancel-final", ()), ("leases", ("pause", "db-restart")), ("restore", ("restore",)))
 """The fault kinds a runtime's row runs, by the capability each needs
 (:meth:`.adapter.Adapter.capabilities`; None: every runtime), in the table's order."""
 NO_API = "no cancel-api: the runtime offers no cancel of a run by id"
@@ -121,14 +121,11 @@ def kinds_and_note(subject: str, why: str = "") -> tuple[tuple[str, ...], str]:
     """The fault kinds a subject's row runs and the note saying why the others are left
     out, both from its adapter's declarations (:data:`CAPABILITY_KINDS`); ``why``: the
     runtime's own words, first in the note."""
-    cls = adapter_class(subject)
-    caps = cls.capabilities()
-    if getattr(cls, "cancel_is_final", False):  # its cancel-api cases end at the cancel: no resume to judge
-        caps = caps - {"cancel-api"}
+    caps = adapter_class(subject).capabilities()
     kinds = tuple(k for need, ks in CAPABILITY_KINDS if need is None or need in caps for k in ks)
     clauses = [why] if why else []
     if "cancel" in caps and "cancel-api" not in caps:
-        clauses.append(FINAL_CANCEL if getattr(cls, "cancel_is_final", False) else NO_API)
+        clauses.append(FINAL_CANCEL if "cancel-final" in caps else NO_API)
     if "leases" not in caps:
         clauses.append(NO_LEASES)
     return kinds, "; ".join(clauses)

@@ -1,4 +1,4 @@
-"""The fault-kind registry: kind name -> kind instance, in registration order.
+"""The fault-kind registry: kind name -> kind instance, in listing order.
 
 A leaf (it imports no other part of the harness at import time), so that the plan
 grammar (:mod:`.plan`, which validates a fault's kind) and the kinds' modules
@@ -28,12 +28,12 @@ class Acting(Protocol):
 
 
 KINDS: dict[str, Any] = {}
-"""Name -> :class:`.faults.FaultKind` instance, in registration order."""
+"""Name -> :class:`.faults.FaultKind` instance, in listing order (:mod:`.faults`)."""
 
 
 def names() -> tuple[str, ...]:
-    """Every registered kind's name, in registration order (the built-in ones first:
-    their package is imported if it was not). Computed at each call, so a kind
+    """Every registered kind's name, in listing order (the built-in ones first: their
+    package is imported if it was not). Computed at each call, so a kind
     registered later counts."""
     if BUILTIN_KINDS not in sys.modules:
         importlib.import_module(BUILTIN_KINDS)

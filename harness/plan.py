@@ -17,8 +17,7 @@ process boundaries as JSON (``FaultPlan.to_json`` / ``FaultPlan.from_json``), ne
 pickle. Schema, version 1::
 
     {"version": 1,
-     "faults": [{"kind": "kill" | "term" | "cancel" | "pause" | "db-restart" | "net" | "freeze"
-                         | "cancel-edge" | "cancel-api" | "db-outage" | "restore",    # fault_kinds(), in order
+     "faults": [{"kind": KIND,            # a registered kind: fault_kinds(), `crashmatrix list kinds`
                  "point": {"source": "step" | "label" | "await", "name": str,
                            "task": str, "occurrence": int >= 1},
                  "net": {...},            # with kind "net" only, see NetToxic

@@ -34,10 +34,11 @@ stopped (a pause's successor takes the run over from the sleeping worker).
 ``bare`` is False for a kind whose fault needs more than a point (a ``net`` fault's
 toxic), which the matrix and depth 2 then do not draw from a point alone.
 
-:data:`KINDS` maps names to instances, in registration order (the order of
-:func:`.faults.names` in help texts and messages; the dict lives in :mod:`..fault_registry`, a leaf the plan grammar reads). A new kind is one module in this package
-that defines a subclass decorated with :func:`register`, named in
-``faults/__init__.py``'s import list.
+:data:`KINDS` maps names to instances, in listing order (``listing_order``, then the
+name: the order of :func:`.faults.names` in help texts and messages; the dict lives in
+:mod:`..fault_registry`, a leaf the plan grammar reads). A new kind is one module in this
+package that defines a subclass decorated with :func:`register`: importing the package
+imports every module of it whose name does not start with ``_``.
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ class FaultKind:
     name: ClassVar[str] = ""
     #: simplicity for shrinking: lower is simpler (:func:`.fuzz.order_kinds`)
     rank: ClassVar[int] = 100
+    #: where the kind stands in listings (:func:`.faults.names`: help texts, messages,
+    #: conformance columns, the order :class:`CaseSetting` settings are entered in);
+    #: kinds of equal position are listed by name. A new kind may leave the default:
+    #: it is listed after the built-in ones
+    listing_order: ClassVar[int] = 100
     #: a crash point alone makes a fault of this kind (``net`` needs its toxic)
     bare: ClassVar[bool] = True
     #: the crash checks read the providers' ledgers too (``CrashEvidence.ledgers``)
@@ -202,7 +208,8 @@ def die_now() -> None:  # pragma: no cover - the process is gone
 
 
 KINDS: dict[str, FaultKind] = _REGISTRY
-"""Registered fault kinds by name, in registration order."""
+"""Registered fault kinds by name: the built-in ones in listing order, any registered
+after the package's import after them."""
 
 _K = TypeVar("_K", bound=type[FaultKind])
 

@@ -38,6 +38,7 @@ class Cancel(FaultKind):
     name = "cancel"
     survives = True
     rank = 2
+    listing_order = 2
     reads_ledgers = True  # cancel.step_recorded
 
     def act(self, recorder: Recorder, fault: Fault) -> None:

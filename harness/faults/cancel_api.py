@@ -57,10 +57,10 @@ returned after minutes)."""
 
 
 def _supports(adapter: object) -> bool:
-    from ..adapter import has_cancel_api
+    """Whether ``adapter``'s runtime has a cancel API, resumable or final."""
+    from ..adapter import capabilities_of
 
-    own = getattr(adapter, "has_cancel_api", None)  # a build pair asks its builds (builds.py)
-    return bool(own()) if callable(own) else has_cancel_api(adapter)
+    return bool({"cancel-api", "cancel-final"} & capabilities_of(adapter))
 
 
 @register
@@ -70,6 +70,7 @@ class CancelApi(Stops, FaultKind):
 
     name = "cancel-api"
     rank = 3
+    listing_order = 8
     reads_ledgers = True  # cancel.step_recorded
 
     def not_applicable(self, adapter: object) -> str | None:

@@ -33,6 +33,7 @@ class CancelEdge(FaultKind):
     name = "cancel-edge"
     survives = True
     rank = 2
+    listing_order = 7
     reads_ledgers = True  # cancel.step_recorded
 
     def act(self, recorder: Recorder, fault: Fault) -> None:

@@ -75,6 +75,7 @@ class DbOutage(Stops, CaseSetting, FaultKind):
 
     name = "db-outage"
     rank = 7
+    listing_order = 9
     mostly_waits = True  # a case lasts its window and the reconnections: nearly all waiting
 
     def act(self, recorder: Recorder, fault: Fault) -> None:

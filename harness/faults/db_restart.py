@@ -53,6 +53,7 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
 
     name = "db-restart"
     rank = 5
+    listing_order = 4
     quiesce_database = False  # the restart ended the worker's sessions
     one_at_a_time = True  # the lock in setting(); the case loop starts one at a time
     mostly_waits = True  # ~0.3 s a case, most of it PostgreSQL's stop, crash recovery and start

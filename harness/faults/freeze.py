@@ -29,6 +29,7 @@ class Freeze(Stops, FaultKind):
 
     name = "freeze"
     rank = 6
+    listing_order = 6
     role = "frozen"
 
     def act(self, recorder: Recorder, fault: Fault) -> None:

@@ -25,6 +25,7 @@ class Kill(UnderLock, FaultKind):
 
     name = "kill"
     rank = 0
+    listing_order = 0
 
     def act(self, recorder: Recorder, fault: Fault) -> None:
         die_now()

@@ -45,6 +45,7 @@ class Net(CaseSetting, FaultKind):
     name = "net"
     survives = True
     rank = 4
+    listing_order = 5
     bare = False  # a net fault needs its toxic (plan.NetToxic)
     mostly_waits = True  # ~0.75 s a case, most of it the toxic's latency and the client's timeouts
 

@@ -44,6 +44,7 @@ class Pause(Stops, FaultKind):
 
     name = "pause"
     rank = 3
+    listing_order = 3
     role = "zombie"
     reads_ledgers = True
 

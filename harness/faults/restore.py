@@ -82,10 +82,10 @@ CHECKS = (EFFECT_REAPPLIED, APPROVAL_RESPENT, STATE_POSSIBLE, MODEL_REBILLED, FO
 
 
 def _supports(adapter: object) -> bool:
-    from ..adapter import has_restore_api
+    """Whether ``adapter``'s runtime can move a run back (capability ``restore``)."""
+    from ..adapter import capabilities_of
 
-    own = getattr(adapter, "has_restore_api", None)  # a build pair asks its builds (builds.py)
-    return bool(own()) if callable(own) else has_restore_api(adapter)
+    return "restore" in capabilities_of(adapter)
 
 
 @register
@@ -95,6 +95,7 @@ class Restore(Stops, FaultKind):
 
     name = "restore"
     rank = 8
+    listing_order = 10
 
     def not_applicable(self, adapter: object) -> str | None:
         if _supports(adapter):

@@ -44,6 +44,7 @@ class Term(Drains, ObservesBefore, FaultKind):
 
     name = "term"
     rank = 1
+    listing_order = 1
 
     def act(self, recorder: Recorder, fault: Fault) -> None:
         """SIGTERM this worker, then report the delivery (:class:`.history.Signalled`):

@@ -51,3 +51,18 @@ def test_help_into_a_pipe_shows_every_option_name_whole(command: str) -> None:
                and not any(n in token.split(",") or n in token.split("/") for token in out.split())]
     assert not missing, missing
     assert "…" not in out
+
+
+def test_list_names_one_registry_a_line_and_refuses_an_unknown_list() -> None:
+    """``crashmatrix list kinds`` prints the fault kinds one a line in listing order (what
+    README's usage line points at instead of listing them); an unknown list is exit 2."""
+    from crashmatrix.harness import faults, plan
+
+    kinds = runner.invoke(cli.app, ["list", "kinds"])
+    assert kinds.exit_code == 0 and kinds.output.split() == list(faults.names()), kinds.output
+    policies = runner.invoke(cli.app, ["list", "policies"])
+    assert policies.output.split() == list(plan.RESUME_POLICIES), policies.output
+    every = runner.invoke(cli.app, ["list"])
+    assert every.exit_code == 0 and [line.split(":")[0] for line in every.output.splitlines()] == list(cli.LISTS)
+    wrong = runner.invoke(cli.app, ["list", "kind"])
+    assert wrong.exit_code == 2 and "unknown list 'kind'" in wrong.output, wrong.output

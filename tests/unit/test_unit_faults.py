@@ -15,18 +15,41 @@ FIRST = Case.parse("checkout/conv1/pause@log.append.before[turn-2]#1")
 RESUME = [("label", "log.append.before", "turn-3", 1), ("step", "step.after", "turn-3", 1)]
 
 
+BUILT_IN = ("kill", "term", "cancel", "pause", "db-restart", "net", "freeze", "cancel-edge", "cancel-api",
+            "db-outage", "restore")
+
+
 def test_the_registry_is_the_plan_s_kinds_with_their_abilities() -> None:
-    assert plan.fault_kinds() == faults.names() == ("kill", "term", "cancel", "pause", "db-restart", "net", "freeze",
-                                                  "cancel-edge", "cancel-api", "db-outage", "restore")
-    assert order_kinds(faults.names()) == ("kill", "term", "cancel", "cancel-edge", "pause", "cancel-api", "net",
-                                           "db-restart", "freeze", "db-outage", "restore")
+    """The built-in kinds in their listing order and with their abilities; a kind added
+    to the package is listed after them and changes nothing here."""
+    assert plan.fault_kinds() == faults.names()
+    assert tuple(k for k in faults.names() if k in BUILT_IN) == BUILT_IN
+    assert tuple(k for k in order_kinds(faults.names()) if k in BUILT_IN) == (
+        "kill", "term", "cancel", "cancel-edge", "pause", "cancel-api", "net", "db-restart", "freeze", "db-outage",
+        "restore")
     ability = {name: {a.__name__ for a in (faults.UnderLock, faults.Drains, faults.ObservesBefore, faults.Stops,
-                                            faults.CaseSetting) if isinstance(k, a)} for name, k in faults.KINDS.items()}
+                                            faults.CaseSetting) if isinstance(k, a)}
+               for name, k in faults.KINDS.items() if name in BUILT_IN}
     assert ability == {"kill": {"UnderLock"}, "term": {"Drains", "ObservesBefore"}, "cancel": set(),
                        "pause": {"Stops"}, "db-restart": {"Stops", "CaseSetting"}, "net": {"CaseSetting"},
                        "freeze": {"Stops"}, "cancel-edge": set(), "cancel-api": {"Stops"},
                        "db-outage": {"Stops", "CaseSetting"}, "restore": {"Stops"}}
-    assert [k for k, v in faults.KINDS.items() if not v.bare] == ["net"]
+    assert [k for k, v in faults.KINDS.items() if not v.bare and k in BUILT_IN] == ["net"]
+
+
+def test_every_module_of_the_package_is_a_registered_kind_in_listing_order() -> None:
+    """A kind is its module: every module of ``harness/faults/`` not starting with ``_``
+    registers at least one kind (imported by the package, named in no list), and the
+    registry is in ``(listing_order, name)`` order whatever the modules' file names."""
+    import pkgutil
+    import sys
+
+    modules = {m.name for m in pkgutil.iter_modules(faults.__path__) if not m.name.startswith("_")}
+    owners = {type(k).__module__.rsplit(".", 1)[1] for k in faults.KINDS.values()
+              if type(k).__module__.startswith(faults.__name__ + ".")}
+    assert owners == modules and all(f"{faults.__name__}.{m}" in sys.modules for m in modules), owners ^ modules
+    positions = [(k.listing_order, k.name) for k in faults.KINDS.values()]
+    assert positions == sorted(positions), positions
 
 
 def test_depth_2_puts_any_bare_kind_after_any_kind() -> None:

@@ -38,9 +38,18 @@ NOT_RUN = "not-run"
 NOT_APPLICABLE = "not-applicable"
 """The outcome of a case whose resume policy needs what the adapter does not declare
 (:meth:`.policies.Policy.not_applicable`); never run, never counted failed."""
-UNJUDGED_KINDS = ("net", "db-outage")
-"""Kinds whose fault may leave the run unchanged and still have taken effect (a runtime
-that rides a database outage out ends as the golden run did: that is the pass)."""
+def _kind(name: str) -> Any:
+    """The registered fault kind ``name`` (:class:`.faults.FaultKind`), or None."""
+    from .fault_registry import KINDS, names
+
+    names()  # the built-in kinds registered
+    return KINDS.get(name)
+
+
+def unjudged(kind: str) -> bool:
+    """Whether a fault of ``kind`` may leave the run as the golden run ended and still
+    have taken effect (``FaultKind.unjudged``: net, db-outage): that is its pass."""
+    return bool(getattr(_kind(kind), "unjudged", False))
 
 
 def declared(adapter: Any) -> dict[str, str]:
@@ -59,33 +68,19 @@ def took_effect(kind: str, golden: GoldenRun, end: End | None, returncode: int |
     """Whether the first faulted worker's fault changed anything: False when it ended by
     itself (exit 0) with the golden run's status and the golden run's whole trace (per
     logical task, :func:`.golden.trace_difference`), as if the fault had not fired.
-    ``fired``: its trace up to the fault. Always True for :data:`UNJUDGED_KINDS`."""
+    ``fired``: its trace up to the fault. Always True for a kind that is :func:`unjudged`."""
     from .golden import trace_difference
 
-    if kind in UNJUDGED_KINDS or end is None or returncode != 0 or end.status != golden.evidence.observation.status:
+    if unjudged(kind) or end is None or returncode != 0 or end.status != golden.evidence.observation.status:
         return True
     return len(end.trace) != len(golden.trace) or trace_difference(golden.trace, end.trace) is not None
-
-
-WHY_NOT_RUN: dict[str, str] = {
-    "db-restart": "the worker did not use the harness's PostgreSQL after the point (a store of its own, SQLite)",
-    "pause": "no other worker took the run over while this one was stopped (a runtime that never takes a run from "
-             "a live owner), and the woken worker finished it",
-    "cancel": "the cancellation landed where the subject never awaits again, or on a caller whose work ran on "
-              "(a thread, a shielded task)",
-    "cancel-edge": "the cancellation landed where the subject never awaits again, or on a caller whose work ran "
-                   "on (a thread, a shielded task)",
-    "cancel-api": "the run had already ended when the cancel went out",
-    "restore": "the run had no checkpoint yet when the point was passed: nothing to restore to",
-}
-"""Per fault kind, what most likely made its cases not run (a hint after the reason)."""
 
 
 def not_run_reason(kind: str) -> str:
     """Why a case of fault kind ``kind`` is :data:`NOT_RUN` (one line, the same for every
     case of the kind: the report groups them by it), with the kind's likely cause
-    (:data:`WHY_NOT_RUN`) when it has one."""
-    hint = WHY_NOT_RUN.get(kind)
+    (``FaultKind.why_not_run``) when it has one."""
+    hint = getattr(_kind(kind), "why_not_run", "")
     return (f"the {kind} fault fired but could not take effect: the worker ended the run as the golden run did "
             f"(exit 0, same status, same trace), so the fault changed nothing there"
             + (f"; most likely {hint}" if hint else ""))

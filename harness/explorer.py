@@ -23,7 +23,7 @@ import copy
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +46,7 @@ from .worker import Job
 if TYPE_CHECKING:
     from .netfaults import FaultProxyService
     from .services.postgres import PostgresService
+    from .services.providers.ledger import LedgerFile
 
 _CASE_ENV: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("crashmatrix_case_env", default=None)
 #: the environment the case's *workers* get when it differs from the one the controller
@@ -108,6 +109,7 @@ class Explorer:
         http: aiohttp.ClientSession, options: Options | None = None, *, adapter: Any = None,
         upgrade: Any = None, fault_proxy: FaultProxyService | None = None,
         start_restartable_pg: Callable[[], PostgresService] | None = None,
+        ledgers: Mapping[str, LedgerFile] | None = None,
     ) -> None:
         self.env = env
         self.pool = pool
@@ -134,6 +136,9 @@ class Explorer:
         self._n = 0
         #: the session's fault proxy (:class:`.netfaults.FaultProxyService`), for net faults
         self.fault_proxy = fault_proxy
+        #: provider kind -> its ledger file, read directly (:meth:`evidence`); a provider
+        #: without one is read over HTTP (``GET /ledger``)
+        self.ledgers: Mapping[str, LedgerFile] = ledgers or {}
 
     @property
     def adapter(self) -> Any:
@@ -258,7 +263,8 @@ class Explorer:
                 await asyncio.sleep(0.01)
 
     async def evidence(self, run_id: str) -> oracle.Evidence:
-        """The run's durable state (rehydrated), its provider ledgers and model bills."""
+        """The run's durable state (rehydrated), its provider ledgers and model bills
+        (each ledger read from its file when the session gave it: :attr:`ledgers`)."""
         from .services.providers import clients
 
         obs = await self.adapter.observe(self.case_env, run_id)
@@ -266,7 +272,9 @@ class Explorer:
         model_calls: dict[str, int] = {}
         model_rows: list[dict[str, Any]] = []
         for kind in self.workload.providers:
-            rows = await clients.read_ledger(self.http, self.case_env.providers[kind], run_id)
+            file = self.ledgers.get(kind)
+            rows = (file.rows(run_id) if file is not None
+                    else await clients.read_ledger(self.http, self.case_env.providers[kind], run_id))
             if kind == "model":
                 model_rows = rows
                 for row in rows:
@@ -347,7 +355,9 @@ class Explorer:
                    for p in effect_providers(self.workload)}
         refusals = []
         for kind in self.workload.providers:
-            for row in await clients.read_refusals(self.http, self.case_env.providers[kind], run_id):
+            file = self.ledgers.get(kind)
+            for row in (file.refusals(run_id) if file is not None
+                        else await clients.read_refusals(self.http, self.case_env.providers[kind], run_id)):
                 refusals.append({"provider": kind, **{k: row[k] for k in ("method", "path", "http_status", "error")}})
         return applied, refusals
 

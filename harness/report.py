@@ -31,10 +31,13 @@ from .matrix import FAILING, NON_EVENTS, OUTCOMES, MatrixReport
 _COLUMN = {"pass": 0, "fail": 1, "flaky": 2, "harness-error": 3}
 
 
-#: the narrow table's column headers (:func:`summary_table` with ``narrow``), explained
-#: under it by :func:`legend`
-SHORT = {"cancel": "cncl", "pause": "paus", "db-restart": "dbrs", "freeze": "frz", "cancel-edge": "cedg",
-         "cancel-api": "capi", "db-outage": "dbo"}
+def short(kind: str) -> str:
+    """``kind``'s column header in the narrow table (:func:`summary_table` with
+    ``narrow``; ``FaultKind.short``, else the name), explained under it by :func:`legend`."""
+    from .fault_registry import KINDS, names
+
+    names()  # the built-in kinds registered
+    return getattr(KINDS.get(kind), "short", "") or kind
 
 
 def summary_table(report: MatrixReport, narrow: bool = False) -> Table:
@@ -45,7 +48,7 @@ def summary_table(report: MatrixReport, narrow: bool = False) -> Table:
     are shown whole (folded over lines when the terminal is narrow): await points of one
     function differ only in their last characters (``module:Class.method@2``).
     ``narrow``: the layout for a terminal the full one does not fit (80 columns): the
-    fault kinds' columns only, headed as in :data:`SHORT` (:func:`legend` explains them),
+    fault kinds' columns only, headed by :func:`short` (:func:`legend` explains them),
     a cell coloured when a case in it failed (red), was flaky (magenta) or hit a harness
     error (yellow); no vertical rules, one space between columns; the total row and the
     legend in its caption. The counts the wide table has in columns of their own are the
@@ -82,7 +85,7 @@ def summary_table(report: MatrixReport, narrow: bool = False) -> Table:
         total = sum(c[4] for (_, k), c in cells.items() if k == kind)
         per_kind.append(f"{passed}/{total}" if total else "-")
     if narrow:  # the totals under the table, so that they do not widen its columns
-        table.caption = escape("total: " + ", ".join(f"{SHORT.get(k, k)} {c}" for k, c in zip(report.kinds, per_kind))
+        table.caption = escape("total: " + ", ".join(f"{short(k)} {c}" for k, c in zip(report.kinds, per_kind))
                                + "\n" + legend(table))
         table.caption_justify = "left"
         return table
@@ -126,7 +129,7 @@ def _empty_table(report: MatrixReport, narrow: bool, flaky_column: bool, has_not
                       show_edge=False)
         table.add_column("crash point", overflow="fold", min_width=12)
         for kind in report.kinds:
-            table.add_column(SHORT.get(kind, kind), justify="right", overflow="fold")
+            table.add_column(short(kind), justify="right", overflow="fold")
     else:
         table = Table(title=escape(title))
         table.add_column("crash point", overflow="fold", min_width=22)
@@ -145,7 +148,9 @@ def legend(table: Table) -> str:
     """What a narrow :func:`summary_table`'s cells and short headers stand for (its
     caption's last line)."""
     headers = [str(c.header) for c in table.columns]
-    words = [f"{short} {long}" for long, short in SHORT.items() if short in headers]
+    from .fault_registry import names
+
+    words = [f"{short(k)} {k}" for k in names() if short(k) != k and short(k) in headers]
     return ("cells: passed/total (red: a case failed, magenta: flaky, yellow: a harness error; counts below)"
             + ("; " + ", ".join(words) if words else ""))
 

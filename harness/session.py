@@ -145,13 +145,18 @@ async def open_session(
         cases_dir = workdir / "workers"
         cases_dir.mkdir()
         from .netfaults import FaultProxyService
+        from .services.providers.ledger import LedgerFile
 
         proxy = FaultProxyService(workdir, watchdog, seed=(options or Options()).proxy_seed,  # started by the first net case
                                   services=postgres.services)
         stack.callback(proxy.close)
+        ledgers = {kind: LedgerFile(path) for kind, path in providers.ledger_paths.items()}
+        for file in ledgers.values():
+            stack.callback(file.close)
         explorer = Explorer(env, pool, subject, workload, cases_dir, http, options, adapter=adapter,  # type: ignore[arg-type]
                             upgrade=upgrade, fault_proxy=proxy,
-                            start_restartable_pg=postgres.start_restartable if postgres.restartable else None)
+                            start_restartable_pg=postgres.start_restartable if postgres.restartable else None,
+                            ledgers=ledgers)
         if adapter is not None:
             await adapter.describe()
         stack.push_async_callback(explorer.aclose)

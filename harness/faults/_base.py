@@ -72,6 +72,16 @@ class FaultKind:
     #: kinds of equal position are listed by name. A new kind may leave the default:
     #: it is listed after the built-in ones
     listing_order: ClassVar[int] = 100
+    #: the kind's column heading in the narrow summary table (:func:`.report.short`), at
+    #: most 4 characters; empty: the name
+    short: ClassVar[str] = ""
+    #: its fault may leave the run as the golden run ended and still have taken effect
+    #: (a runtime that rides a database outage out): such a case is never ``not-run``
+    #: (:func:`.coverage.fault_took_effect`)
+    unjudged: ClassVar[bool] = False
+    #: what most likely made a case of this kind not run (its fault changed nothing),
+    #: the hint :func:`.coverage.not_run_reason` adds; empty: none
+    why_not_run: ClassVar[str] = ""
     #: a crash point alone makes a fault of this kind (``net`` needs its toxic)
     bare: ClassVar[bool] = True
     #: the crash checks read the providers' ledgers too (``CrashEvidence.ledgers``)

@@ -71,6 +71,8 @@ class CancelApi(Stops, FaultKind):
     name = "cancel-api"
     rank = 3
     listing_order = 8
+    short = "capi"
+    why_not_run = "the run had already ended when the cancel went out"
     reads_ledgers = True  # cancel.step_recorded
 
     def not_applicable(self, adapter: object) -> str | None:

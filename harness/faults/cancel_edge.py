@@ -34,6 +34,9 @@ class CancelEdge(FaultKind):
     survives = True
     rank = 2
     listing_order = 7
+    short = "cedg"
+    why_not_run = ("the cancellation landed where the subject never awaits again, or on a caller whose work ran on "
+                   "(a thread, a shielded task)")
     reads_ledgers = True  # cancel.step_recorded
 
     def act(self, recorder: Recorder, fault: Fault) -> None:

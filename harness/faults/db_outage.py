@@ -76,6 +76,8 @@ class DbOutage(Stops, CaseSetting, FaultKind):
     name = "db-outage"
     rank = 7
     listing_order = 9
+    short = "dbo"
+    unjudged = True  # a runtime may ride it out: its run then ends as the golden run did
     mostly_waits = True  # a case lasts its window and the reconnections: nearly all waiting
 
     def act(self, recorder: Recorder, fault: Fault) -> None:

@@ -54,6 +54,8 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
     name = "db-restart"
     rank = 5
     listing_order = 4
+    short = "dbrs"
+    why_not_run = "the worker did not use the harness's PostgreSQL after the point (a store of its own, SQLite)"
     quiesce_database = False  # the restart ended the worker's sessions
     one_at_a_time = True  # the lock in setting(); the case loop starts one at a time
     mostly_waits = True  # ~0.3 s a case, most of it PostgreSQL's stop, crash recovery and start

@@ -30,6 +30,7 @@ class Freeze(Stops, FaultKind):
     name = "freeze"
     rank = 6
     listing_order = 6
+    short = "frz"
     role = "frozen"
 
     def act(self, recorder: Recorder, fault: Fault) -> None:

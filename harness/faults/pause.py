@@ -45,6 +45,9 @@ class Pause(Stops, FaultKind):
     name = "pause"
     rank = 3
     listing_order = 3
+    short = "paus"
+    why_not_run = ("no other worker took the run over while this one was stopped (a runtime that never takes a run from "
+                   "a live owner), and the woken worker finished it")
     role = "zombie"
     reads_ledgers = True
 

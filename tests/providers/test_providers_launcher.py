@@ -17,7 +17,7 @@ import pytest
 from crashmatrix.harness.errors import ServiceError
 from crashmatrix.harness.services.providers import clients
 from crashmatrix.harness.services.providers.launcher import ProviderStartError, start_providers
-from crashmatrix.harness.services.providers.ledger import read_ledger_file
+from crashmatrix.harness.services.providers.ledger import LedgerFile, read_ledger_file
 
 
 def gone(pid: int) -> bool:
@@ -71,6 +71,32 @@ def test_the_ledger_outlives_the_server(tmp_path: Path) -> None:
     with start_providers(tmp_path, kinds=("payment",)) as p2:
         assert asyncio.run(charge(p2.urls["payment"])) == first  # deduped across restarts
     assert [r["attempts"] for r in read_ledger_file(tmp_path / "payment.sqlite3", "r1")] == [2]
+
+
+def test_the_ledger_read_from_its_file_is_what_the_server_answers_after_every_request(tmp_path: Path) -> None:
+    """The controller reads a running provider's ledger from its file (``LedgerFile``,
+    one kept connection): after each answered request, the same rows and refusals as
+    ``GET /ledger`` and ``GET /refusals``, a later commit seen by the same connection."""
+    ledger = LedgerFile(tmp_path / "payment.sqlite3")
+
+    async def scenario(url: str) -> None:
+        async with aiohttp.ClientSession() as s:
+            for n, key in enumerate(("k-1", "k-2", "k-1"), 1):
+                await clients.charge(s, url, key=key, amount=300, currency="eur", card="4242", run_id="r1")
+                rows = ledger.rows("r1")
+                assert rows == await clients.read_ledger(s, url, "r1") and len(rows) == min(n, 2)
+            with pytest.raises(clients.ProviderError):
+                await clients.charge(s, url, key="k-3", amount=-1, currency="eur", card="4242", run_id="r1")
+            refusals = ledger.refusals("r1")
+            assert refusals == await clients.read_refusals(s, url, "r1") and len(refusals) == 1
+            assert ledger.rows("r2") == [] and ledger.refusals("r2") == []
+
+    try:
+        with start_providers(tmp_path, kinds=("payment",)) as p:
+            asyncio.run(scenario(p.urls["payment"]))
+    finally:
+        ledger.close()
+    ledger.close()  # idempotent
 
 
 def test_a_second_server_on_the_same_ledger_is_refused(tmp_path: Path) -> None:

@@ -159,7 +159,7 @@ def test_a_wide_matrix_is_narrow_and_whole_at_80_columns() -> None:
     """Eight fault kinds do not fit 80 columns as the wide table: the narrow one does,
     with every header whole (no ``canc…``), no column squeezed to nothing, every crash
     point on one line, and a legend for its short headers."""
-    from crashmatrix.harness.report import SHORT, print_table
+    from crashmatrix.harness.report import print_table, short
 
     kinds = ("kill", "term", "cancel", "pause", "db-restart", "net", "cancel-edge", "cancel-api")
     points = ("node.launch", "model.call.before", "step.before", "step.after", "log.append.before", "log.append.after")
@@ -179,7 +179,7 @@ def test_a_wide_matrix_is_narrow_and_whole_at_80_columns() -> None:
     text = "\n".join(lines)
     assert "…" not in text
     header = next(line for line in lines if line.startswith("crash point"))
-    assert header.split()[2:] == ["kill", "term", *(SHORT[k] if k in SHORT else k for k in kinds[2:])], header
+    assert header.split()[2:] == ["kill", "term", *(short(k) for k in kinds[2:])], header
     rows = {line.split()[0]: line.split()[1:] for line in lines if line.split() and line.split()[0] in points}
     assert rows["step.after"] == ["10/11", "11/11", "11/11", "11/11", "11/11", "11/11", "11/11", "-"], rows
     assert set(rows) == set(points)  # each crash point whole, on its own line

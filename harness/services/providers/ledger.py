@@ -48,6 +48,7 @@ __all__ = [
     "NotRecorded",
     "Applied",
     "read_ledger_file",
+    "LedgerFile",
     "ROW_FIELDS",
 ]
 
@@ -106,6 +107,11 @@ _SELECT = (
     "SELECT seq, op, key, run_id, ref, request, status, http_status, result, attempts,"
     " node_id, call, tokens, amount FROM ledger"
 )
+
+
+_REFUSAL_FIELDS = ("seq", "run_id", "method", "path", "http_status", "error")
+"""The keys of every refusal dict, in order."""
+_SELECT_REFUSALS = "SELECT " + ", ".join(_REFUSAL_FIELDS) + " FROM refusals"
 
 
 def _dumps(value: Any) -> str:
@@ -289,10 +295,9 @@ class Ledger:
     def refusals(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """Refused requests in arrival order (only ``run_id``'s when given):
         ``{"seq", "run_id", "method", "path", "http_status", "error"}``."""
-        sql = "SELECT seq, run_id, method, path, http_status, error FROM refusals"
-        cur = (self._db.execute(sql + " ORDER BY seq") if run_id is None
-               else self._db.execute(sql + " WHERE run_id = ? ORDER BY seq", (run_id,)))
-        return [dict(zip(("seq", "run_id", "method", "path", "http_status", "error"), r)) for r in cur.fetchall()]
+        cur = (self._db.execute(_SELECT_REFUSALS + " ORDER BY seq") if run_id is None
+               else self._db.execute(_SELECT_REFUSALS + " WHERE run_id = ? ORDER BY seq", (run_id,)))
+        return [dict(zip(_REFUSAL_FIELDS, r)) for r in cur.fetchall()]
 
     # -- reads ----------------------------------------------------------------------
 
@@ -341,6 +346,44 @@ def _row(r: tuple[Any, ...], *, with_amount: bool = False) -> dict[str, Any]:
     if with_amount:
         row["amount"] = r[len(ROW_FIELDS)]
     return row
+
+
+class LedgerFile:
+    """A running provider's ledger read from its file, read-only, by the process that
+    judges runs (the controller): the same rows as ``GET /ledger?run_id=`` and ``GET
+    /refusals?run_id=`` without a request through the provider's HTTP server. One
+    connection, opened on the first read and kept; each read is its own snapshot of
+    what the provider committed, which (WAL, the row committed before the answer is
+    written: module docstring) includes every request the provider has answered.
+    Raises ``sqlite3.Error`` when the file cannot be read."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._db: sqlite3.Connection | None = None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            uri = self.path.resolve().as_uri() + "?mode=ro"
+            # reads only, serialised by the caller's event loop; closed by close()
+            self._db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA busy_timeout=5000")
+        return self._db
+
+    def rows(self, run_id: str) -> list[dict[str, Any]]:
+        """``run_id``'s ledger rows in insertion order (shape: module docstring)."""
+        cur = self._connection().execute(_SELECT + " WHERE run_id = ? ORDER BY seq", (run_id,))
+        return [_row(r) for r in cur.fetchall()]
+
+    def refusals(self, run_id: str) -> list[dict[str, Any]]:
+        """``run_id``'s refused requests in arrival order (:meth:`Ledger.refusals`)."""
+        cur = self._connection().execute(_SELECT_REFUSALS + " WHERE run_id = ? ORDER BY seq", (run_id,))
+        return [dict(zip(_REFUSAL_FIELDS, r)) for r in cur.fetchall()]
+
+    def close(self) -> None:
+        """Close the connection (idempotent; a later read opens it again)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
 
 
 def read_ledger_file(path: str | Path, run_id: str | None = None) -> list[dict[str, Any]]:

@@ -3,8 +3,9 @@
 A module is named when the doc holds its path under ``harness/`` (``case.py``,
 ``services/postgres.py``, ``harness/services/postgres.py``), its dotted path
 (``harness.services.postgres``), or its file name when no other harness module has that
-name. ``__init__.py`` files are not counted, nor a package's private ``_x.py`` modules:
-the package's paragraph covers them, so the package itself (``faults/``) must be named.
+name. ``__init__.py`` files are not counted, nor a package's private ``_x.py`` modules,
+nor a fault kind's module (:func:`_counted`): the package's paragraph covers them, so the
+package itself (``faults/``) must be named.
 """
 
 from __future__ import annotations
@@ -36,8 +37,12 @@ def _names(rel: Path, unique_file_name: bool) -> set[str]:
 
 
 def _counted(rel: Path) -> bool:
-    """Whether ``rel`` needs a paragraph of its own."""
-    if rel.name == "__init__.py":
+    """Whether ``rel`` needs a paragraph of its own. A fault kind's module
+    (``faults/NAME.py``) does not: a kind is described where users read about kinds,
+    docs/design.md's "Fault kinds, precisely" (held to the registry by
+    tests/unit/test_unit_docs.py), and the ``faults/`` package's section here covers the
+    modules."""
+    if rel.name == "__init__.py" or (rel.parts[0] == "faults" and len(rel.parts) == 2):
         return False
     return not (len(rel.parts) > 1 and rel.name.startswith("_") and rel.name != "__main__.py")
 
@@ -62,6 +67,7 @@ def test_the_check_sees_a_module_the_doc_does_not_name() -> None:
     rel = Path("services") / "nonexistent_module.py"
     assert not any(n in DOC.read_text() for n in _names(rel, True))
     assert _counted(rel) and not _counted(Path("faults") / "_base.py") and _counted(Path("case.py"))
+    assert not _counted(Path("faults") / "kill.py") and _counted(Path("faultproxy") / "server.py")
 
 
 # The layers of docs/architecture.md ("Layers"): a top-level module or a package (one

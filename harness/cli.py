@@ -133,7 +133,7 @@ class Stopped(Exception):
 
 
 JOBS_HELP = ("Cases in flight at once, and up to 2 more of the kinds that mostly wait (db-restart, net) unless it "
-             "is 1; 0: twice the number of cores.")
+             "is 1; 0: twice the number of cores, and as many more while the cores idle.")
 """The ``--jobs`` help of every command that runs cases (:class:`.runner.CaseLanes`)."""
 PYTHON_HELP = ("The interpreter or virtual environment the subject's runtime lives in (same as --subject "
                "SUBJECT@DIR): workers and the adapter's controller-side calls run under it, with crashmatrix's worker "

@@ -65,6 +65,9 @@ class MatrixReport:
     seconds: float = 0.0
     setup_seconds: float = 0.0
     jobs: int = 1
+    #: the most spare lanes that took cases at once, beside the ``jobs`` slots, while the
+    #: cores idled (:class:`.runner.CaseLoop`)
+    spare_jobs: int = 0
     #: lines for the reader about how the cases were made (depth 2: how many double
     #: faults and, when none, why; what pruning did)
     notes: list[str] = field(default_factory=list)
@@ -128,6 +131,7 @@ class MatrixReport:
         out = matrix_dict(self.workload, self.subject, self.kinds, self.sources, [case_dict(r) for r in self.results],
                           golden, complete=self.complete, reason=self.reason, planned=self.planned)
         out["jobs"] = self.jobs
+        out["spare_jobs"] = self.spare_jobs
         out["golden_results"] = [r.to_dict() for r in self.golden_results]
         out["notes"] = list(self.notes)
         out["replay_failures"] = self.replay_failures
@@ -322,8 +326,11 @@ async def _run_levels(explorer: Explorer, s: RunSettings, report: MatrixReport, 
         if on_result:
             on_result(result)
 
+    def peak(n: int) -> None:
+        report.spare_jobs = n
+
     results, report.pruning = await run_loop(explorer, cases, report.goldens, s.jobs, finished,
-                                             replay_failures=s.replay_failures)
+                                             replay_failures=s.replay_failures, spare=s.spare_jobs, peak=peak)
     report.results[:] = results
     at = {r.case.id: i for i, r in enumerate(results)}
     report.notes += report.pruning.lines()

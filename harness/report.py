@@ -311,7 +311,8 @@ def print_summary(console: Console, report: MatrixReport) -> None:
         f"[yellow]{c['harness-error']} harness errors[/yellow]"
         + (f", {c['not-run']} not run" if c.get("not-run") else "")
         + (f", {c['not-applicable']} not applicable" if c.get("not-applicable") else "") + " " +
-        f"in {report.seconds:.1f} s ({report.cases_per_second:.1f} cases/s, {report.jobs} jobs; "
+        f"in {report.seconds:.1f} s ({report.cases_per_second:.1f} cases/s, {report.jobs} jobs"
+        + (f" + up to {report.spare_jobs} while the cores idled" if report.spare_jobs else "") + "; "
         f"setup and golden runs {report.setup_seconds:.1f} s)",
         soft_wrap=True,
     )

@@ -31,7 +31,9 @@ class RunSettings:
 
     ``names``: workload, subject, kinds run at every point, sources, conversations;
     ``matrix``: the shape (those kinds and the sampled ones); ``cases``: the cases
-    given instead of enumerated (None: enumerate); ``jobs``: cases at once; ``dsn``:
+    given instead of enumerated (None: enumerate); ``jobs``: cases at once;
+    ``spare_jobs``: up to that many more while the machine's cores idle
+    (:class:`.runner.CaseLoop`; the default's when ``jobs`` was not given, else 0); ``dsn``:
     the user's PostgreSQL (None: an embedded one); ``options``: the session's;
     ``depth`` 2 adds double faults (``sample`` of them, drawn with ``seed``, which also
     draws the matrix's samples); ``shard``: ``"K/N"``; ``replay_failures``: replays of a
@@ -51,6 +53,7 @@ class RunSettings:
     replay_failures: int = 1
     require_coverage: bool = False
     resume: Resume = Resume()
+    spare_jobs: int = 0
 
     @property
     def kinds_used(self) -> set[str]:
@@ -80,7 +83,7 @@ class RunSettings:
         the shape (``matrix``, else :func:`.defaults.default_matrix`; ``sampled_kinds``
         and ``sampled_policies`` set its samples by hand), the shard spec, the outage
         windows; ``options`` get await points traced when a source or a given case needs
-        them; ``jobs`` None: twice the cores. Raises ``PlanError``, ``InvalidArgument``
+        them; ``jobs`` None: twice the cores, and as many spare lanes. Raises ``PlanError``, ``InvalidArgument``
         or ``RegistryError``, one line."""
         from .faults.db_outage import check_windows
 
@@ -107,9 +110,13 @@ class RunSettings:
         if wants_awaits and not options.await_points:
             options = dataclasses.replace(options, await_points=True)
         check_windows(cases, matrix.all_kinds, options.worker_timeout, options.outage_window_ms)
-        # a case mostly waits (fsync, IPC); twice the cores in flight measured fastest
-        return cls(names, matrix, jobs or 2 * (os.cpu_count() or 1), options, None if cases is None else tuple(cases),
-                   dsn, depth, sample, seed, shard, replay_failures, require_coverage, resume)
+        # twice the cores in flight keeps a CPU-bound matrix's cores busy (checkout); a
+        # workload whose cases wait (support_desk's held charges) leaves them idle, which
+        # the spare lanes fill (docs/benchmarks.md)
+        default = 2 * (os.cpu_count() or 1)
+        return cls(names, matrix, jobs or default, options, None if cases is None else tuple(cases),
+                   dsn, depth, sample, seed, shard, replay_failures, require_coverage, resume,
+                   0 if jobs else default)
 
 
 def _names(workload: str | Names, subject: str, kinds: tuple[str, ...] | None, sources: tuple[str, ...],

@@ -280,3 +280,36 @@ def test_cases_of_kinds_that_mostly_wait_run_in_lanes_beside_the_slots_and_one_a
     assert (runner.CaseLanes(plain, jobs=4).waiting_lanes) == 0
     only_waits = runner.CaseLanes(restart, jobs=4)
     assert (only_waits.slots, only_waits.waiting_lanes) == (3, 2)
+
+
+def test_spare_lanes_start_taking_cases_while_the_cores_idle_and_stop_once_they_are_busy(tmp_path, monkeypatch) -> None:
+    """``CpuIdle`` reads the aggregate ``cpu`` line of ``/proc/stat``: the first reading is
+    a baseline; a reading at least ``IDLE_SAMPLE_S`` later whose idle share (idle +
+    iowait) is above ``idle`` grants one spare lane, once; one below ``busy`` retires one,
+    once; between the two, neither; an unreadable file grants none.
+    ``CaseLanes.pending`` says whether a case is left."""
+    stat = tmp_path / "stat"
+    now = [100.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: now[0])
+
+    def reading(user: int, idle: int, iowait: int = 0) -> None:  # user nice system idle iowait irq softirq steal
+        stat.write_text(f"cpu  {user} 0 0 {idle} {iowait} 0 0 0 0 0\ncpu0 1 2 3 4\n")
+        now[0] += runner.IDLE_SAMPLE_S
+
+    reading(1000, 1000)
+    gauge = runner.CpuIdle(0.15, 0.05, str(stat))
+    assert gauge.grant() is False and gauge.retire() is False  # the baseline
+    stat.write_text("cpu  1040 0 0 1050 0 0 0 0 0 0\n")  # idle, but too soon for a new reading
+    assert gauge.grant() is False
+    reading(1040, 1050)  # 50 of 90 ticks idle
+    assert gauge.retire() is False and gauge.grant() is True and gauge.grant() is False  # one a reading
+    reading(1140, 1050, 3)  # 3 of 103 idle (iowait): busy
+    assert gauge.grant() is False and gauge.retire() is True and gauge.retire() is False
+    reading(1190, 1055, 3)  # 5 of 55 idle: neither
+    assert gauge.grant() is False and gauge.retire() is False
+    assert runner.CpuIdle(0.15, 0.05, str(tmp_path / "absent")).grant() is False
+
+    plain = [kill(i) for i in range(2)]
+    lanes = runner.CaseLanes(plain, jobs=1)
+    assert lanes.pending() and lanes.take(False) is plain[0] and lanes.pending()
+    assert lanes.take(False) is plain[1] and not lanes.pending()

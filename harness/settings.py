@@ -21,10 +21,6 @@ from .explorer import Options
 from .names import Names, resolve
 from .plan import DEFAULT_KINDS, DEFAULT_SOURCES, Case, Resume
 
-PROXIED = ("net", "db-outage")
-"""Kinds whose cases need the session's fault proxy."""
-
-
 @dataclass(frozen=True)
 class RunSettings:
     """A matrix run, resolved and checked (:meth:`of`).
@@ -64,8 +60,11 @@ class RunSettings:
 
     @property
     def wants_proxy(self) -> bool:
-        """Whether a case may need the fault proxy (:data:`PROXIED`)."""
-        return bool(self.kinds_used & set(PROXIED))
+        """Whether a case may need the session's fault proxy (a kind of
+        ``FaultKind.needs_fault_proxy``: net, db-outage)."""
+        from . import faults
+
+        return any(getattr(faults.KINDS.get(k), "needs_fault_proxy", False) for k in self.kinds_used)
 
     @classmethod
     def of(

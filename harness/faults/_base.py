@@ -75,6 +75,8 @@ class FaultKind:
     #: the kind's column heading in the narrow summary table (:func:`.report.short`), at
     #: most 4 characters; empty: the name
     short: ClassVar[str] = ""
+    #: its cases need the session's fault proxy (:attr:`.settings.RunSettings.wants_proxy`)
+    needs_fault_proxy: ClassVar[bool] = False
     #: its fault may leave the run as the golden run ended and still have taken effect
     #: (a runtime that rides a database outage out): such a case is never ``not-run``
     #: (:func:`.coverage.fault_took_effect`)

@@ -78,6 +78,7 @@ class DbOutage(Stops, CaseSetting, FaultKind):
     listing_order = 9
     short = "dbo"
     unjudged = True  # a runtime may ride it out: its run then ends as the golden run did
+    needs_fault_proxy = True
     mostly_waits = True  # a case lasts its window and the reconnections: nearly all waiting
 
     def act(self, recorder: Recorder, fault: Fault) -> None:

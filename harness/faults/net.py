@@ -47,6 +47,7 @@ class Net(CaseSetting, FaultKind):
     rank = 4
     listing_order = 5
     unjudged = True  # a runtime may ride it out: its run then ends as the golden run did
+    needs_fault_proxy = True
     bare = False  # a net fault needs its toxic (plan.NetToxic)
     mostly_waits = True  # ~0.75 s a case, most of it the toxic's latency and the client's timeouts
 

@@ -35,6 +35,12 @@ def test_the_registry_is_the_plan_s_kinds_with_their_abilities() -> None:
                        "freeze": {"Stops"}, "cancel-edge": set(), "cancel-api": {"Stops"},
                        "db-outage": {"Stops", "CaseSetting"}, "restore": {"Stops"}}
     assert [k for k, v in faults.KINDS.items() if not v.bare and k in BUILT_IN] == ["net"]
+    assert [k for k, v in faults.KINDS.items() if v.needs_fault_proxy and k in BUILT_IN] == ["net", "db-outage"]
+    assert [k for k, v in faults.KINDS.items() if v.unjudged and k in BUILT_IN] == ["net", "db-outage"]
+    from crashmatrix.harness.settings import RunSettings
+
+    assert RunSettings.of("checkout", kinds=("db-outage",)).wants_proxy
+    assert not RunSettings.of("checkout", kinds=("kill", "restore")).wants_proxy
 
 
 def test_every_module_of_the_package_is_a_registered_kind_in_listing_order() -> None:

@@ -129,3 +129,22 @@ def test_check_subject_imports_only_the_controllers_own_builds(tmp_path: Path) -
     with pytest.raises(RegistryError):
         builds.check_subject("reference>>nosuch-subject")
     assert os.path.isdir(tmp_path)
+
+
+def test_a_build_pair_has_a_cancel_api_only_when_both_builds_have_one(tmp_path) -> None:
+    """``BuildAdapter.capabilities``: the resuming build's words, a cancel API (resumable
+    or final, as B says) only when the crashing build has one too, never restore; a build
+    whose describe answered only ``cancel_api`` (an older crashmatrix) counts as the
+    default adapter with that API."""
+    from crashmatrix.harness.builds import Build, BuildAdapter, Upgrade
+
+    def pair(a: dict, b: dict) -> frozenset[str]:
+        upgrade = Upgrade(Build("A", "reference"), Build("B", "reference-next"), {"A": a, "B": b})
+        return BuildAdapter(SimpleNamespace(upgrade=upgrade), "checkout", tmp_path).capabilities()
+
+    full = {"capabilities": ["cancel", "cancel-api", "leases", "restore"]}
+    assert pair(full, full) == {"cancel", "cancel-api", "leases"}
+    assert pair({"capabilities": ["cancel"]}, full) == {"cancel", "leases"}
+    assert pair(full, {"capabilities": ["cancel", "cancel-final"]}) == {"cancel", "cancel-final"}
+    assert pair({"cancel_api": True}, {"cancel_api": True, "cancel_is_final": True}) == {"cancel", "cancel-final"}
+    assert pair({}, {}) == {"cancel"}

@@ -1,8 +1,10 @@
 """A user's matrix test file (tests/plugin/user_project: a few lines and a pytest.ini
 slice) expands into the checkout matrix and passes under ``-n 2`` and serially, with
-identical ids and verdicts. The xdist run starts cold: its two workers collect at once,
-one computes the golden trace under the cache's lock while the other waits and reads
-it; the serial run collects from the warm cache."""
+identical ids and verdicts, each run keeping its coming cases in flight (the xdist
+workers from the items scheduled to them, the run's jobs shared between them). The
+xdist run starts cold: its two workers collect at once, one computes the golden trace
+under the cache's lock while the other waits and reads it; the serial run collects
+from the warm cache."""
 
 from __future__ import annotations
 
@@ -18,8 +20,13 @@ def _verdicts(path: Path) -> dict[str, str]:
     return {c["id"]: c["outcome"] for m in data["matrices"] for c in m["cases"]}
 
 
+def _ran_ahead(path: Path) -> int:
+    data = json.loads(path.read_text())
+    return sum(c["ran_ahead"] for m in data["matrices"] for c in m["cases"])
+
+
 def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
-    xdist = run_pytest(matrix_project, "-q", "-n", "2", "--crashmatrix-report=xdist.json")
+    xdist = run_pytest(matrix_project, "-q", "-n", "2", "--crashmatrix-jobs=4", "--crashmatrix-report=xdist.json")
     # xdist fails the run when its workers collect different ids
     assert xdist.returncode == 0, xdist.output[-3000:]
     cache_files = list((matrix_project / ".crashmatrix_cache" / "goldens").glob("checkout--reference--*.json"))
@@ -36,11 +43,16 @@ def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
     assert set(verdicts.values()) == {"pass"}
     assert {cid.split("/")[2].split("@")[0] for cid in verdicts} == {"kill", "term"}
     assert f"{expected} passed" in xdist.stdout
+    # each worker kept its share of the 4 jobs in flight from the items scheduled to it:
+    # every case but each worker's first was started before its item ran
+    assert "crashmatrix: each of 2 xdist workers ran 2 cases in flight;" in xdist.stdout, xdist.stdout[-2000:]
+    assert _ran_ahead(matrix_project / "xdist.json") >= expected - 2
 
     serial = run_pytest(matrix_project, "-rA", "--crashmatrix-report=serial.json", "--junitxml=serial.xml")
     assert serial.returncode == 0, serial.output[-3000:]
     assert _verdicts(matrix_project / "serial.json") == verdicts
     assert "crashmatrix: seed=" in serial.stdout and f"{expected} passed" in serial.stdout
+    assert "crashmatrix: jobs=" in serial.stdout and _ran_ahead(matrix_project / "serial.json") == expected - 1
     # warm cache: the serial run did not recompute the golden trace
     again = json.loads(cache_files[0].read_text())
     assert again["conversations"]["conv1"]["computed_at"] == computed_at

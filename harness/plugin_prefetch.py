@@ -120,24 +120,25 @@ def worker_jobs(jobs: int, workercount: int, workerid: str) -> int:
 
 def xdist_upcoming(plugins: Iterable[object]) -> tuple[Callable[[], list[int]] | None, str]:
     """Find the pytest-xdist worker's queue among ``plugins`` (the pluginmanager's):
-    the interactor that registers itself as a plugin, with ``torun`` (a queue whose
-    ``lock()`` yields the deque of indices into ``session.items`` scheduled to this
-    worker and not yet started, and the shutdown marker) and ``nextitem_index`` (the
-    index it has taken from the queue to run next, or not an int). Returns
-    ``(indices, why)``: ``indices()`` reads both (the queue under its lock, read
-    only) and gives the indices in the order the worker runs them; or ``(None,
-    why)`` when no plugin has that shape (another pytest-xdist version), ``why``
-    saying what was looked for."""
-    for plugin in plugins:
-        torun = getattr(plugin, "torun", None)
-        lock = getattr(torun, "lock", None)
-        if not callable(lock) or not hasattr(plugin, "nextitem_index"):
-            continue
+    the interactor that registers itself as a plugin (``WorkerInteractor`` looked at
+    first), with ``torun`` (a queue whose ``lock()`` yields the deque of indices into
+    ``session.items`` scheduled to this worker and not yet started, and the shutdown
+    marker) and ``nextitem_index`` (the index it has taken from the queue to run next,
+    or not an int). Returns ``(indices, what)``: ``indices()`` reads both (the queue
+    under its lock, read only) and gives the indices in the order the worker runs
+    them; or ``(None, why)`` when no plugin has that shape (another pytest-xdist
+    version), ``why`` saying what was looked for or what failed."""
+    why = "pytest-xdist's worker queue (a plugin with torun.lock() and nextitem_index) not found"
+    for plugin in sorted(plugins, key=lambda p: type(p).__name__ != "WorkerInteractor"):
         try:
+            lock = getattr(getattr(plugin, "torun", None), "lock", None)
+            if not callable(lock) or not hasattr(plugin, "nextitem_index"):
+                continue
             with lock() as queue:
                 list(queue)
-        except Exception as exc:  # noqa: BLE001  (a queue of another shape: run one case at a time)
-            return None, f"pytest-xdist's worker queue (torun.lock()) could not be read: {exc!r}"
+        except Exception as exc:  # noqa: BLE001  (a queue of another shape: look further, else one case at a time)
+            why = f"pytest-xdist's worker queue (torun.lock()) could not be read: {exc!r}"
+            continue
 
         def indices(plugin: Any = plugin, lock: Callable[[], Any] = lock) -> list[int]:
             with lock() as queue:
@@ -146,7 +147,7 @@ def xdist_upcoming(plugins: Iterable[object]) -> tuple[Callable[[], list[int]] |
             return [i for i in ([nxt] if isinstance(nxt, int) else []) + queued if isinstance(i, int)]
 
         return indices, "pytest-xdist's worker queue"
-    return None, "pytest-xdist's worker queue (a plugin with torun.lock() and nextitem_index) not found"
+    return None, why
 
 
 def indexed_upcoming(entries: Sequence[tuple[int, str, P]], indices: Callable[[], Iterable[int]]) -> Upcoming[P]:

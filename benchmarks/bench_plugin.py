@@ -20,7 +20,9 @@
    share of the same jobs); ``xdist1``, ``-n N --crashmatrix-jobs N`` (a share of 1:
    each worker one case at a time, its own item's). The cache is warm for all; each
    row gives wall and CPU seconds (user + system of pytest and its waited-for
-   children) and the 1-minute load before and after.
+   children), the CPU seconds of the pytest process alone (serial: everything a case
+   does in that one process; xdist: the controller's), and the 1-minute load before
+   and after.
 
     python benchmarks/bench_plugin.py collect [--warm 3]
     python benchmarks/bench_plugin.py services [--cases 20] [--rounds 2]
@@ -157,6 +159,15 @@ def bench_services(n: int, rounds: int) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+#: ``python -m pytest`` that prints its own CPU seconds (user + system of the pytest
+#: process alone: in a serial run the harness's event loop, the oracle and pytest's
+#: item protocol, all in one process; the controller's under xdist) as its last line
+_PYTEST_SELF_CPU = ("import resource, sys, pytest\n"
+                    "rc = pytest.main(sys.argv[1:])\n"
+                    "r = resource.getrusage(resource.RUSAGE_SELF)\n"
+                    "print(f'{r.ru_utime + r.ru_stime:.2f}', flush=True)\n"
+                    "sys.exit(rc)\n")
+
 JOBS_VARIANTS = {
     "jobs1": ("serial, --crashmatrix-jobs 1", ["--crashmatrix-jobs", "1"]),
     "serial": ("serial (jobs = 2 x cores)", []),
@@ -173,17 +184,17 @@ def bench_jobs(rounds: int, kinds: str, workers: int, variants: list[str]) -> No
         (tmp / "proj" / "test_matrix.py").write_text(MATRIX_TEST.replace(
             'subject="reference")', f'subject="reference", conversations=["conv1"], kinds=[{kinds_list}])'))
         env = _env(tmp)
-        base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-q"]
+        base = [sys.executable, "-c", _PYTEST_SELF_CPU, "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-q"]
         _timed([*base, "--collect-only"], tmp / "proj", env)  # warm the golden-trace cache
-        print(f"{'run':30} {'wall s':>7} {'cpu s':>7}  {'load before/after':18} pytest says")
+        print(f"{'run':30} {'wall s':>7} {'cpu s':>7} {'pytest':>7}  {'load before/after':18} pytest says")
         for _ in range(rounds):
             for v in variants:
                 name, extra = JOBS_VARIANTS[v]
                 load0 = os.getloadavg()[0]
                 wall, cpu, out = _timed([*base, *(a.format(n=workers) for a in extra)], tmp / "proj", env)
                 lines = out.strip().splitlines()
-                print(f"{name.format(n=workers):30} {wall:7.2f} {cpu:7.2f}  {load0:5.1f} / {os.getloadavg()[0]:5.1f}"
-                      f"      {lines[-1]}", flush=True)
+                print(f"{name.format(n=workers):30} {wall:7.2f} {cpu:7.2f} {float(lines[-1]):7.2f}  "
+                      f"{load0:5.1f} / {os.getloadavg()[0]:5.1f}      {lines[-2]}", flush=True)
                 for line in lines:
                     if line.startswith("crashmatrix: each of") or line.startswith("crashmatrix: xdist workers"):
                         print(f"{'':30} {line}")

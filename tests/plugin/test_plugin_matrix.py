@@ -118,3 +118,19 @@ def test_a_case_that_tested_nothing_is_a_skip_with_its_reason(tmp_path: Path) ->
     assert "crashmatrix: not applicable: discovery needs the runtime's own recovery" in run.stdout
     suite = ET.parse(project / "na.xml").getroot().find("testsuite")
     assert suite is not None and suite.get("skipped") == str(n) and suite.get("failures") == "0"
+
+
+def test_xdist_workers_without_the_queue_they_read_run_one_case_at_a_time_and_say_so(tmp_path: Path) -> None:
+    """A pytest-xdist whose worker queue the plugin cannot find (here hidden by the
+    project's conftest): the run passes, each worker runs its own item's case only, and
+    the summary says so and why."""
+    project = _marked_project(tmp_path, "fallback", "subject='reference', shard='1/15'")
+    (project / "conftest.py").write_text(
+        "import crashmatrix.harness.plugin as plugin\n\n"
+        "plugin.xdist_upcoming = lambda plugins: (None, 'hidden by this conftest')\n")
+    run = run_pytest(project, "-q", "-n", "2", "--crashmatrix-jobs=4", "--crashmatrix-report=f.json")
+    assert run.returncode == 0, run.output[-3000:]
+    n = len(_verdicts(project / "f.json"))
+    assert n >= 2 and _ran_ahead(project / "f.json") == 0
+    assert (f"crashmatrix: each of 2 xdist workers ran one case at a time: hidden by this conftest; 0 of {n} cases "
+            "ran ahead of their items") in run.stdout, run.stdout[-2000:]

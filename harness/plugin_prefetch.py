@@ -54,7 +54,7 @@ class Prefetcher(Generic[P]):
         self.jobs = jobs
 
     def in_flight(self) -> int:
-        """Cases started and not finished (taken or not)."""
+        """Cases started, not finished and not taken by their items."""
         return sum(not f.done() for f in self._futures.values())
 
     def take(self, nodeid: str, param: P) -> CaseResult | None:

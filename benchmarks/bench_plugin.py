@@ -12,14 +12,21 @@
    providers and zygote). Setup seconds (until both are ready), wall seconds for
    setup + cases, CPU seconds of the two processes and their children.
 
-3. ``jobs``: a serial pytest run of a matrix slice (conv1 x kill x step,label, 81
-   items) with ``--crashmatrix-jobs 1`` (one case at a time, as pytest runs items)
-   against the default (the coming items' cases run ahead, twice the cores at once),
-   and ``-n 2`` for comparison; the cache is warm for all three.
+3. ``jobs``: pytest runs of a matrix slice (conv1 x ``--kinds`` x step,label; kill:
+   82 items), the variants alternating in each round: ``jobs1``, serial with
+   ``--crashmatrix-jobs 1`` (one case at a time, as pytest runs items); ``serial``,
+   the default (the coming items' cases run ahead, twice the cores at once);
+   ``xdist``, ``-n N`` (each worker runs the items scheduled to it ahead, with its
+   share of the same jobs); ``xdist1``, ``-n N --crashmatrix-jobs N`` (a share of 1:
+   each worker one case at a time, its own item's). The cache is warm for all; each
+   row gives wall and CPU seconds (user + system of pytest and its waited-for
+   children), the CPU seconds of the pytest process alone (serial: everything a case
+   does in that one process; xdist: the controller's), and the 1-minute load before
+   and after.
 
     python benchmarks/bench_plugin.py collect [--warm 3]
     python benchmarks/bench_plugin.py services [--cases 20] [--rounds 2]
-    python benchmarks/bench_plugin.py jobs [--rounds 1]
+    python benchmarks/bench_plugin.py jobs [--rounds 1] [--kinds kill] [-n 2] [--variants jobs1,serial,xdist]
 
 Print the machine's load (``uptime``) with the figures: the machine is shared.
 """
@@ -152,21 +159,45 @@ def bench_services(n: int, rounds: int) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def bench_jobs(rounds: int) -> None:
+#: ``python -m pytest`` that prints its own CPU seconds (user + system of the pytest
+#: process alone: in a serial run the harness's event loop, the oracle and pytest's
+#: item protocol, all in one process; the controller's under xdist) as its last line
+_PYTEST_SELF_CPU = ("import resource, sys, pytest\n"
+                    "rc = pytest.main(sys.argv[1:])\n"
+                    "r = resource.getrusage(resource.RUSAGE_SELF)\n"
+                    "print(f'{r.ru_utime + r.ru_stime:.2f}', flush=True)\n"
+                    "sys.exit(rc)\n")
+
+JOBS_VARIANTS = {
+    "jobs1": ("serial, --crashmatrix-jobs 1", ["--crashmatrix-jobs", "1"]),
+    "serial": ("serial (jobs = 2 x cores)", []),
+    "xdist": ("-n {n} (jobs shared)", ["-n", "{n}"]),
+    "xdist1": ("-n {n}, one case each (jobs {n})", ["-n", "{n}", "--crashmatrix-jobs", "{n}"]),
+}
+
+
+def bench_jobs(rounds: int, kinds: str, workers: int, variants: list[str]) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-jobs-"))
     try:
         (tmp / "proj").mkdir()
+        kinds_list = ", ".join(repr(k) for k in kinds.split(","))
         (tmp / "proj" / "test_matrix.py").write_text(MATRIX_TEST.replace(
-            'subject="reference")', 'subject="reference", conversations=["conv1"], kinds=["kill"])'))
+            'subject="reference")', f'subject="reference", conversations=["conv1"], kinds=[{kinds_list}])'))
         env = _env(tmp)
-        base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+        base = [sys.executable, "-c", _PYTEST_SELF_CPU, "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-q"]
         _timed([*base, "--collect-only"], tmp / "proj", env)  # warm the golden-trace cache
-        print(f"{'run':28} {'wall s':>7} {'cpu s':>7}  pytest says")
+        print(f"{'run':30} {'wall s':>7} {'cpu s':>7} {'pytest':>7}  {'load before/after':18} pytest says")
         for _ in range(rounds):
-            for name, extra in (("--crashmatrix-jobs 1", ["--crashmatrix-jobs", "1"]),
-                                ("default (jobs = 2 x cores)", []), ("-n 2", ["-n", "2"])):
-                wall, cpu, out = _timed([*base, *extra], tmp / "proj", env)
-                print(f"{name:28} {wall:7.2f} {cpu:7.2f}  {out.strip().splitlines()[-1]}")
+            for v in variants:
+                name, extra = JOBS_VARIANTS[v]
+                load0 = os.getloadavg()[0]
+                wall, cpu, out = _timed([*base, *(a.format(n=workers) for a in extra)], tmp / "proj", env)
+                lines = out.strip().splitlines()
+                print(f"{name.format(n=workers):30} {wall:7.2f} {cpu:7.2f} {float(lines[-1]):7.2f}  "
+                      f"{load0:5.1f} / {os.getloadavg()[0]:5.1f}      {lines[-2]}", flush=True)
+                for line in lines:
+                    if line.startswith("crashmatrix: each of") or line.startswith("crashmatrix: xdist workers"):
+                        print(f"{'':30} {line}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -181,12 +212,20 @@ def main() -> None:
     s.add_argument("--rounds", type=int, default=2)
     j = sub.add_parser("jobs")
     j.add_argument("--rounds", type=int, default=1)
+    j.add_argument("--kinds", default="kill", help="the slice: conv1 x these kinds x step,label (kill: 82 items)")
+    j.add_argument("-n", "--workers", type=int, default=2, help="xdist workers of the xdist variants")
+    j.add_argument("--variants", default="jobs1,serial,xdist",
+                   help=f"comma-separated, run in this order each round: {','.join(JOBS_VARIANTS)}")
     args = ap.parse_args()
     print("load:", os.getloadavg())
     if args.what == "collect":
         bench_collect(args.warm)
     elif args.what == "jobs":
-        bench_jobs(args.rounds)
+        variants = args.variants.split(",")
+        unknown = [v for v in variants if v not in JOBS_VARIANTS]
+        if unknown:
+            ap.error(f"--variants: unknown {','.join(unknown)}; each must be one of {','.join(JOBS_VARIANTS)}")
+        bench_jobs(args.rounds, args.kinds, args.workers, variants)
     else:
         bench_services(args.cases, args.rounds)
     print("load:", os.getloadavg())

@@ -25,7 +25,7 @@ This module holds the hooks, fixtures and the case handle; the plugin's other jo
 live beside it: settings (options, ini keys, environment, marker; their precedence) in
 :mod:`.plugin_settings`, the process's services and the ``crashmatrix_harness`` handle
 in :mod:`.plugin_services`, the golden traces collection reads in
-:mod:`.plugin_goldens`, the cases run ahead of a serial run in :mod:`.plugin_prefetch`,
+:mod:`.plugin_goldens`, the cases run ahead of their items in :mod:`.plugin_prefetch`,
 and the JSON report built from case records in :mod:`.report` (:func:`.report.plugin_report`).
 
 ==================  ==================================  ==================================  ======
@@ -56,8 +56,9 @@ identical ids: the first to need a trace computes it under a file lock, the othe
 and read it. **Services**: one PostgreSQL for the run (xdist workers share one, started
 by the first under a file lock: :mod:`.services.sharedpg`; docs/benchmarks.md measured it against
 one per worker), one session (providers, zygote) per process, subject and workload, all
-started on first use and stopped when pytest ends. In a run without xdist, the coming
-items' cases run ahead, ``jobs`` at a time (:mod:`.plugin_prefetch`), as the CLI's do.
+started on first use and stopped when pytest ends. The coming items' cases run ahead,
+``jobs`` at a time (:mod:`.plugin_prefetch`), as the CLI's do; xdist workers share the
+``jobs``, each running ahead the items scheduled to it.
 **Seed**: one seed drives every random choice (Hypothesis's draws in :mod:`.fuzz`, the
 embedded fault proxy's toxicity rolls); when none is given the controller draws one,
 shows it in the pytest header, and hands it to xdist workers.
@@ -88,7 +89,8 @@ import pytest
 from .errors import CrashmatrixError
 from .plan import Case
 from .plugin_goldens import CollectionGoldens, collected_cases
-from .plugin_prefetch import Prefetcher, wait
+from .plugin_prefetch import (Prefetcher, Upcoming, indexed_upcoming, ordered_upcoming, wait, worker_jobs,
+                              xdist_upcoming)
 from .plugin_services import Harnesses, Services
 from .plugin_settings import SETTINGS, MatrixSettings, resolve_settings
 
@@ -143,7 +145,7 @@ class State:
     """The plugin's per-process state (``config.stash``): the session's settings, the
     process's :class:`~.plugin_services.Services`, the golden traces collection read
     (:class:`~.plugin_goldens.CollectionGoldens`), the case records the controller
-    reports, and the prefetcher of a serial run."""
+    reports, and the prefetcher of this process's items."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -157,6 +159,11 @@ class State:
         #: reports of matrix items, collected in the controller (or the only process)
         self.records: list[dict[str, Any]] = []
         self.prefetcher: Prefetcher[CaseParam] | None = None
+        #: how this process ran its cases (``N cases in flight``, ``one case at a time:
+        #: why``), set when its run loop starts; the controller's ``workers_ahead`` maps
+        #: each xdist worker to its own
+        self.ahead = ""
+        self.workers_ahead: dict[str, str] = {}
 
     @property
     def cache_dir(self) -> Path:
@@ -164,17 +171,35 @@ class State:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
-        """In a run without xdist, keep ``jobs`` cases of the coming matrix items in
-        flight (:class:`~.plugin_prefetch.Prefetcher`); xdist workers run one case at a
-        time each."""
-        jobs = self.settings.jobs or 2 * (os.cpu_count() or 1)
-        if hasattr(self.config, "workerinput") or jobs <= 1 or session.config.option.collectonly:
+        """Keep ``jobs`` cases of the current and coming matrix items in flight
+        (:class:`~.plugin_prefetch.Prefetcher`): in a serial run, the items that follow
+        in ``session.items``; in an xdist worker, its share of ``jobs``
+        (:func:`~.plugin_prefetch.worker_jobs`) from the items xdist scheduled to it
+        (:func:`~.plugin_prefetch.xdist_upcoming`; one case at a time when that queue
+        is not found). How it ran goes to the controller in ``workeroutput``."""
+        if session.config.option.collectonly:
             return
-        queue = [(item.nodeid, item.callspec.params["crashmatrix_case"]) for item in session.items
-                 if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("crashmatrix_case"),
-                               CaseParam)]
-        if len(queue) > 1:
-            self.prefetcher = Prefetcher(queue, jobs, self._prefetch)
+        jobs = run_jobs(self.settings)
+        workerinput = getattr(self.config, "workerinput", None)
+        entries = [(k, item.nodeid, item.callspec.params["crashmatrix_case"]) for k, item in enumerate(session.items)
+                   if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("crashmatrix_case"),
+                                 CaseParam)]
+        if workerinput is None:
+            upcoming: Upcoming[CaseParam] | None = ordered_upcoming([(n, p) for _, n, p in entries])
+            how = "serial"
+        else:
+            jobs = worker_jobs(jobs, workerinput.get("workercount", 1), workerinput.get("workerid", ""))
+            indices, how = xdist_upcoming(self.config.pluginmanager.get_plugins())
+            upcoming = indexed_upcoming(entries, indices) if indices is not None else None
+        if upcoming is None:
+            self.ahead = f"one case at a time: {how}"
+        elif jobs <= 1:
+            self.ahead = "one case at a time (jobs 1)"
+        elif entries:
+            self.prefetcher = Prefetcher(upcoming, jobs, self._prefetch)
+            self.ahead = f"{jobs} cases in flight"
+        if workerinput is not None:
+            self.config.workeroutput["crashmatrix_ahead"] = self.ahead  # type: ignore[attr-defined]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Collect each matrix item's record (in the controller: xdist workers send
@@ -254,11 +279,13 @@ class MatrixCase:
         mismatch = state.goldens.mismatch(self.subject, case.workload, case.conversation, golden)
         if mismatch:
             pytest.fail(mismatch, pytrace=False)
-        prefetched = state.prefetcher.take(self._item.nodeid) if state.prefetcher else None
+        nodeid, prefetcher = self._item.nodeid, state.prefetcher
+        prefetched = prefetcher.take(nodeid, self.param) if prefetcher else None
         self.result = prefetched or wait(state.submit(self.param, harness, golden))
         m = self.matrix
         self._record = record_case(self._item, self.result, test=m.test, kinds=m.kinds, sources=m.sources,
-                                   conversations=m.conversations, shard=m.shard)
+                                   conversations=m.conversations, shard=m.shard,
+                                   ran_ahead=prefetcher is not None and nodeid in prefetcher.ahead)
         props = self._item.user_properties
         props += [("crashmatrix_case", self.id), ("crashmatrix_subject", self.subject),
                   ("crashmatrix_outcome", self.result.outcome), ("crashmatrix_replay", self.result.replay)]
@@ -295,10 +322,11 @@ _CASE_KEY = pytest.StashKey[MatrixCase]()
 
 def record_case(
     item: pytest.Item, result: CaseResult, *, test: str, kinds: Sequence[str], sources: Sequence[str],
-    conversations: Sequence[str] | None = None, shard: str | None = None,
+    conversations: Sequence[str] | None = None, shard: str | None = None, ran_ahead: bool = False,
 ) -> dict[str, Any]:
     """Keep ``result`` for the reports: a :func:`.report.case_record` (with the crash
-    point's source location) plus the item's node id and the matrix it belongs to
+    point's source location) plus the item's node id, ``ran_ahead`` (its case was
+    started before its item ran: :mod:`.plugin_prefetch`) and the matrix it belongs to
     (``test``: the marked or property test's node id). Travels to the xdist controller
     with the item's report. Returns the record."""
     from .report import case_record
@@ -310,6 +338,7 @@ def record_case(
     location = point_location(point.name, point.source, state.goldens.sources(result.subject, case.workload))
     record = case_record(result, location)
     record["nodeid"] = item.nodeid
+    record["ran_ahead"] = ran_ahead
     record["matrix"] = {
         "test": test, "workload": case.workload, "subject": result.subject, "kinds": list(kinds),
         "sources": list(sources), "conversations": list(conversations or (case.conversation,)), "shard": shard,
@@ -381,6 +410,33 @@ class _XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["crashmatrix_seed"] = _state(node.config).settings.seed
 
+    @pytest.hookimpl
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """Keep how the worker ran its cases (for the terminal summary)."""
+        ahead = (getattr(node, "workeroutput", None) or {}).get("crashmatrix_ahead")
+        if ahead:
+            _state(node.config).workers_ahead[str(node.workerinput.get("workerid", "?"))] = ahead
+
+
+def run_jobs(settings: MatrixSettings) -> int:
+    """The run's cases in flight: ``jobs`` when set, else twice the cores (as
+    ``crashmatrix run``); xdist workers share it (:func:`.plugin_prefetch.worker_jobs`)."""
+    return settings.jobs or 2 * (os.cpu_count() or 1)
+
+
+def _xdist_workers(config: pytest.Config) -> int | None:
+    """The number of xdist workers this controller starts (``-n``, capped by
+    ``--maxprocesses``); 0 without xdist (or in a worker); None when xdist distributes
+    without ``-n`` (``--tx`` specs)."""
+    option = config.option
+    if hasattr(config, "workerinput") or getattr(option, "dist", "no") == "no":
+        return 0
+    n = getattr(option, "numprocesses", None)
+    if not isinstance(n, int) or n <= 0:
+        return None
+    cap = getattr(option, "maxprocesses", None)
+    return min(n, cap) if isinstance(cap, int) and cap > 0 else n
+
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Stop this process's services if the session did not (a usage error before it
@@ -400,6 +456,15 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
                  + (f" sampled={','.join(sampled)} (seed {s.sample_seed})" if sampled else "")
                  + (f" shard={s.shard}" if s.shard else "") + f" replay-failures={s.replay_failures}"
                  + f" cache={_state(config).cache_dir}")
+    jobs, workers = run_jobs(s), _xdist_workers(config)
+    if workers:
+        shares = sorted({worker_jobs(jobs, workers, f"gw{k}") for k in range(workers)}, reverse=True)
+        lines.append(f"crashmatrix: jobs={jobs} cases in flight, shared by {workers} xdist workers "
+                     f"({' or '.join(map(str, shares))} each, run ahead from the items scheduled to it)")
+    elif workers is None:
+        lines.append(f"crashmatrix: jobs={jobs} cases in flight, shared by the xdist workers")
+    elif not hasattr(config, "workerinput"):
+        lines.append(f"crashmatrix: jobs={jobs} cases in flight (the coming items' cases run ahead)")
     return lines
 
 
@@ -527,6 +592,13 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         if path:
             line += f"; {label}: {path}"
     terminalreporter.write_line(line)
+    ways = sorted(set(state.workers_ahead.values()))
+    if ways:
+        ran = (f"each of {len(state.workers_ahead)} xdist workers ran {ways[0]}" if len(ways) == 1 else
+               "xdist workers ran " + ", ".join(f"{w}: {how}" for w, how in sorted(state.workers_ahead.items())))
+        ahead = sum(r.get("ran_ahead", False) for r in state.records)
+        terminalreporter.write_line(f"crashmatrix: {ran}; {ahead} of {len(state.records)} cases ran ahead of "
+                                    "their items")
 
 
 # -- fixtures -----------------------------------------------------------------------------

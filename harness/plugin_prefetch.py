@@ -1,17 +1,24 @@
-"""Cases run ahead of pytest: a serial pytest run with the CLI's parallelism.
+"""Cases run ahead of pytest: a pytest run, serial or under xdist, with the CLI's parallelism.
 
-pytest runs one item at a time; :class:`Prefetcher` keeps the cases of the coming
-matrix items in flight, at most ``jobs`` at once, in the order pytest will run the
-items (``session.items``), on the harness sessions' event loops. Each item takes its
-own result when it runs (:meth:`Prefetcher.take`), so output, ``-x``, ``-k`` and the
-reports are as without it (docs/plugin.md; ``benchmarks/bench_plugin.py jobs``).
+pytest runs one item at a time per process; :class:`Prefetcher` keeps the cases of the
+item running now and of the items this process runs next in flight, at most ``jobs``
+at once, on the harness sessions' event loops. Which items come next is asked at each
+item (``upcoming``): in a serial run, the items after it in ``session.items``; in a
+pytest-xdist worker, the items xdist has scheduled to that worker and not yet started
+(:func:`xdist_upcoming`), which grow as the controller sends more and shrink when
+another worker steals some. Each item takes its own result when it runs
+(:meth:`Prefetcher.take`), so output, ``-x``, ``-k`` and the reports are as without it.
+
+The run's ``jobs`` (default twice the cores) is the machine's budget: xdist workers
+share it (:func:`worker_jobs`), so ``-n N`` keeps as many cases in flight as a serial
+run (docs/plugin.md; ``benchmarks/bench_plugin.py jobs``).
 """
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -19,45 +26,74 @@ if TYPE_CHECKING:
 
 P = TypeVar("P")
 
+#: ``upcoming(nodeid)``: ``(nodeid, param)`` of the items this process runs after the
+#: item ``nodeid``, in the order it runs them
+Upcoming = Callable[[str], Iterable[tuple[str, P]]]
+
 
 class Prefetcher(Generic[P]):
-    """Runs the cases of ``queue`` (``(nodeid, param)`` in pytest's order) ahead of
-    their items, at most ``jobs`` in flight. ``start(param)`` submits one case and
-    returns its future, or None when the case is better left to its item (its services
-    cannot start, its golden trace does not match the cache: the item then fails with
-    the reason itself)."""
+    """Runs the cases of the coming items ahead of them, at most ``jobs`` in flight.
 
-    def __init__(self, queue: list[tuple[str, P]], jobs: int,
+    ``upcoming(nodeid)`` gives the ``(nodeid, param)`` of the items still to run after
+    ``nodeid``, in order; it is asked again at every :meth:`take`, so it may change
+    between items. ``start(param)`` submits one case and returns its future, or None
+    when the case is better left to its item (its services cannot start, its golden
+    trace does not match the cache: the item then fails with the reason itself). Each
+    item's case is started once at most; a started case whose item is no longer to run
+    here (stolen by another xdist worker) is cancelled at the next :meth:`take`.
+    ``ahead``: node ids whose case was started before their item ran."""
+
+    def __init__(self, upcoming: Upcoming[P], jobs: int,
                  start: Callable[[P], concurrent.futures.Future[CaseResult] | None]) -> None:
-        self._queue = collections.deque(queue)
-        self._futures: dict[str, concurrent.futures.Future[Any]] = {}
+        self._upcoming = upcoming
         self._start = start
+        self._futures: dict[str, concurrent.futures.Future[Any]] = {}
+        self._started: set[str] = set()  # node ids started or declined by ``start``: never started again
+        self._dropped: list[concurrent.futures.Future[Any]] = []  # cancelled, awaited by :meth:`cancel`
+        self.ahead: set[str] = set()
         self.jobs = jobs
 
-    def _fill(self) -> None:
-        while self._queue and sum(not f.done() for f in self._futures.values()) < self.jobs:
-            nodeid, param = self._queue.popleft()
-            future = self._start(param)
-            if future is not None:
-                self._futures[nodeid] = future
+    def in_flight(self) -> int:
+        """Cases started, not finished and not taken by their items."""
+        return sum(not f.done() for f in self._futures.values())
 
-    def take(self, nodeid: str) -> CaseResult | None:
-        """The result of ``nodeid``'s case (waiting for it), or None when it was not
-        prefetched; launches more cases first. A Ctrl-C while waiting cancels it."""
-        self._fill()
+    def take(self, nodeid: str, param: P) -> CaseResult | None:
+        """The result of item ``nodeid``'s case (waiting for it), or None when it was
+        not started here (declined by ``start``, already taken once, or ``jobs``
+        cases of other items in flight: the caller runs it). Starts the item's case if
+        not yet, then the coming items' cases up to ``jobs`` in flight; cancels cases
+        of items no longer to run here. A Ctrl-C while waiting cancels the case."""
+        pending = [(nodeid, param), *((n, p) for n, p in self._upcoming(nodeid) if n != nodeid)]
+        keep = {n for n, _ in pending}
+        for n in [n for n in self._futures if n not in keep]:
+            future = self._futures.pop(n)
+            future.cancel()
+            self._dropped.append(future)
+        running = self.in_flight()
+        for n, p in pending:
+            if running >= self.jobs:
+                break
+            if n in self._started:
+                continue
+            self._started.add(n)
+            future = self._start(p)
+            if future is not None:
+                self._futures[n] = future
+                running += not future.done()
+                if n != nodeid:
+                    self.ahead.add(n)
+        self._started.add(nodeid)
         future = self._futures.pop(nodeid, None)
-        if future is None:
-            return None
-        return wait(future)
+        return None if future is None else wait(future)
 
     def cancel(self) -> None:
         """Cancel every case not taken; wait (up to 30 s) for them to unwind."""
-        self._queue.clear()
-        pending = list(self._futures.values())
+        pending = [*self._futures.values(), *self._dropped]
         for f in pending:
             f.cancel()
         concurrent.futures.wait(pending, timeout=30)
         self._futures.clear()
+        self._dropped.clear()
 
 
 def wait(future: concurrent.futures.Future[Any]) -> Any:
@@ -68,3 +104,76 @@ def wait(future: concurrent.futures.Future[Any]) -> Any:
     except BaseException:
         future.cancel()
         raise
+
+
+def worker_jobs(jobs: int, workercount: int, workerid: str) -> int:
+    """The share of the run's ``jobs`` (cases in flight) of xdist worker ``workerid``
+    (``gw0``, ``gw1``...) of ``workercount``: ``jobs // workercount``, one more for the
+    first ``jobs % workercount`` workers, so the shares add up to ``jobs``; at least 1
+    (more workers than jobs: one case at a time each). An id without a number gets the
+    smaller share."""
+    n = max(1, workercount)
+    m = re.fullmatch(r"\D*(\d+)", workerid)
+    index = int(m.group(1)) if m else n
+    return max(1, jobs // n + (index < jobs % n))
+
+
+def xdist_upcoming(plugins: Iterable[object]) -> tuple[Callable[[], list[int]] | None, str]:
+    """Find the pytest-xdist worker's queue among ``plugins`` (the pluginmanager's):
+    the interactor that registers itself as a plugin (``WorkerInteractor`` looked at
+    first), with ``torun`` (a queue whose ``lock()`` yields the deque of indices into
+    ``session.items`` scheduled to this worker and not yet started, and the shutdown
+    marker) and ``nextitem_index`` (the index it has taken from the queue to run next,
+    or not an int). Returns ``(indices, what)``: ``indices()`` reads both (the queue
+    under its lock, read only) and gives the indices in the order the worker runs
+    them; or ``(None, why)`` when no plugin has that shape (another pytest-xdist
+    version), ``why`` saying what was looked for or what failed."""
+    why = "pytest-xdist's worker queue (a plugin with torun.lock() and nextitem_index) not found"
+    for plugin in sorted(plugins, key=lambda p: type(p).__name__ != "WorkerInteractor"):
+        try:
+            lock = getattr(getattr(plugin, "torun", None), "lock", None)
+            if not callable(lock) or not hasattr(plugin, "nextitem_index"):
+                continue
+            with lock() as queue:
+                list(queue)
+        except Exception as exc:  # noqa: BLE001  (a queue of another shape: look further, else one case at a time)
+            why = f"pytest-xdist's worker queue (torun.lock()) could not be read: {exc!r}"
+            continue
+
+        def indices(plugin: Any = plugin, lock: Callable[[], Any] = lock) -> list[int]:
+            with lock() as queue:
+                queued = list(queue)
+            nxt = plugin.nextitem_index
+            return [i for i in ([nxt] if isinstance(nxt, int) else []) + queued if isinstance(i, int)]
+
+        return indices, "pytest-xdist's worker queue"
+    return None, why
+
+
+def indexed_upcoming(entries: Sequence[tuple[int, str, P]], indices: Callable[[], Iterable[int]]) -> Upcoming[P]:
+    """``upcoming`` of an xdist worker: the matrix items among ``indices()`` (indices
+    into ``session.items``; ``entries``: ``(index, nodeid, param)`` of the matrix
+    items), in order; other tests in the queue are skipped. A queue that cannot be read
+    gives no coming items (each item then runs its own case only)."""
+    by_index = {i: (nodeid, param) for i, nodeid, param in entries}
+
+    def upcoming(nodeid: str) -> list[tuple[str, P]]:
+        try:
+            queued = list(indices())
+        except Exception:  # noqa: BLE001
+            return []
+        return [by_index[i] for i in queued if i in by_index]
+
+    return upcoming
+
+
+def ordered_upcoming(entries: Sequence[tuple[str, P]]) -> Upcoming[P]:
+    """``upcoming`` of a serial run: the entries (``(nodeid, param)`` in
+    ``session.items`` order) after ``nodeid``; all of them for a node id not among
+    them."""
+    position = {nodeid: k for k, (nodeid, _) in enumerate(entries)}
+
+    def upcoming(nodeid: str) -> Sequence[tuple[str, P]]:
+        return entries[position.get(nodeid, -1) + 1:]
+
+    return upcoming

@@ -52,8 +52,8 @@ HELP_HTML = "Write the HTML report (heatmap of crash points x fault kinds; one f
 HELP_RESUME = ("Resume policy of every case: default, concurrent (concurrent=N resumers at once), recurring, discovery, "
                "input-once, redelivery (crashmatrix.harness.policies). Default: the subject's.")
 HELP_CACHE_DIR = "Directory of the golden-trace cache (default: .crashmatrix_cache in the rootdir)."
-HELP_JOBS = ("Cases in flight at once in a run without xdist (the coming items' cases run ahead); default: "
-             "twice the number of cores. Under xdist each worker runs one case at a time.")
+HELP_JOBS = ("Cases in flight at once (the coming items' cases run ahead); default: twice the number of "
+             "cores. Under xdist the workers share them: each keeps jobs/N in flight.")
 
 HELP_RESUME_WITH = ("Resume every case under another build: [LABEL=]SUBJECT[@DIR], DIR a virtual environment or a "
                     "source tree (the subject, which takes the same form, crashes; ids end /upgrade:A>B; check "

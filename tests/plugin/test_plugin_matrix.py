@@ -1,8 +1,10 @@
 """A user's matrix test file (tests/plugin/user_project: a few lines and a pytest.ini
 slice) expands into the checkout matrix and passes under ``-n 2`` and serially, with
-identical ids and verdicts. The xdist run starts cold: its two workers collect at once,
-one computes the golden trace under the cache's lock while the other waits and reads
-it; the serial run collects from the warm cache."""
+identical ids and verdicts, each run keeping its coming cases in flight (the xdist
+workers from the items scheduled to them, the run's jobs shared between them). The
+xdist run starts cold: its two workers collect at once, one computes the golden trace
+under the cache's lock while the other waits and reads it; the serial run collects
+from the warm cache."""
 
 from __future__ import annotations
 
@@ -18,8 +20,13 @@ def _verdicts(path: Path) -> dict[str, str]:
     return {c["id"]: c["outcome"] for m in data["matrices"] for c in m["cases"]}
 
 
+def _ran_ahead(path: Path) -> int:
+    data = json.loads(path.read_text())
+    return sum(c["ran_ahead"] for m in data["matrices"] for c in m["cases"])
+
+
 def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
-    xdist = run_pytest(matrix_project, "-q", "-n", "2", "--crashmatrix-report=xdist.json")
+    xdist = run_pytest(matrix_project, "-q", "-n", "2", "--crashmatrix-jobs=4", "--crashmatrix-report=xdist.json")
     # xdist fails the run when its workers collect different ids
     assert xdist.returncode == 0, xdist.output[-3000:]
     cache_files = list((matrix_project / ".crashmatrix_cache" / "goldens").glob("checkout--reference--*.json"))
@@ -36,11 +43,16 @@ def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
     assert set(verdicts.values()) == {"pass"}
     assert {cid.split("/")[2].split("@")[0] for cid in verdicts} == {"kill", "term"}
     assert f"{expected} passed" in xdist.stdout
+    # each worker kept its share of the 4 jobs in flight from the items scheduled to it:
+    # every case but each worker's first was started before its item ran
+    assert "crashmatrix: each of 2 xdist workers ran 2 cases in flight;" in xdist.stdout, xdist.stdout[-2000:]
+    assert _ran_ahead(matrix_project / "xdist.json") >= expected - 2
 
     serial = run_pytest(matrix_project, "-rA", "--crashmatrix-report=serial.json", "--junitxml=serial.xml")
     assert serial.returncode == 0, serial.output[-3000:]
     assert _verdicts(matrix_project / "serial.json") == verdicts
     assert "crashmatrix: seed=" in serial.stdout and f"{expected} passed" in serial.stdout
+    assert "crashmatrix: jobs=" in serial.stdout and _ran_ahead(matrix_project / "serial.json") == expected - 1
     # warm cache: the serial run did not recompute the golden trace
     again = json.loads(cache_files[0].read_text())
     assert again["conversations"]["conv1"]["computed_at"] == computed_at
@@ -106,3 +118,19 @@ def test_a_case_that_tested_nothing_is_a_skip_with_its_reason(tmp_path: Path) ->
     assert "crashmatrix: not applicable: discovery needs the runtime's own recovery" in run.stdout
     suite = ET.parse(project / "na.xml").getroot().find("testsuite")
     assert suite is not None and suite.get("skipped") == str(n) and suite.get("failures") == "0"
+
+
+def test_xdist_workers_without_the_queue_they_read_run_one_case_at_a_time_and_say_so(tmp_path: Path) -> None:
+    """A pytest-xdist whose worker queue the plugin cannot find (here hidden by the
+    project's conftest): the run passes, each worker runs its own item's case only, and
+    the summary says so and why."""
+    project = _marked_project(tmp_path, "fallback", "subject='reference', shard='1/15'")
+    (project / "conftest.py").write_text(
+        "import crashmatrix.harness.plugin as plugin\n\n"
+        "plugin.xdist_upcoming = lambda plugins: (None, 'hidden by this conftest')\n")
+    run = run_pytest(project, "-q", "-n", "2", "--crashmatrix-jobs=4", "--crashmatrix-report=f.json")
+    assert run.returncode == 0, run.output[-3000:]
+    n = len(_verdicts(project / "f.json"))
+    assert n >= 2 and _ran_ahead(project / "f.json") == 0
+    assert (f"crashmatrix: each of 2 xdist workers ran one case at a time: hidden by this conftest; 0 of {n} cases "
+            "ran ahead of their items") in run.stdout, run.stdout[-2000:]

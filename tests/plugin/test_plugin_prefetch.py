@@ -1,0 +1,156 @@
+"""The prefetcher's pure logic (harness/plugin_prefetch.py): which cases start, at most
+``jobs`` in flight, a stolen item's case cancelled, the jobs shared among xdist
+workers, and pytest-xdist's worker queue read as xdist 3.8 keeps it (its own
+``TestQueue`` and ``steal``; futures stand in for the cases). The real runs, serial and
+``-n 2``, are tests/plugin/test_plugin_matrix.py's."""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+from types import SimpleNamespace
+from typing import Any
+
+import execnet
+import pytest
+import xdist.remote as xdist_remote
+
+from crashmatrix.harness.plugin_prefetch import (Prefetcher, indexed_upcoming, ordered_upcoming, worker_jobs,
+                                                 xdist_upcoming)
+
+
+class Cases:
+    """``start``: each case a future, left running unless its name is in ``instant``."""
+
+    def __init__(self, instant: set[str] | None = None, decline: set[str] | None = None) -> None:
+        self.started: list[str] = []
+        self.futures: dict[str, concurrent.futures.Future[Any]] = {}
+        self.instant, self.decline = instant or set(), decline or set()
+
+    def __call__(self, param: str) -> concurrent.futures.Future[Any] | None:
+        self.started.append(param)
+        if param in self.decline:
+            return None
+        f: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        # cancelled, the case unwinds at once (as asyncio marks a cancelled
+        # run_coroutine_threadsafe future once its task has ended)
+        f.add_done_callback(lambda f: f.cancelled() and f.set_running_or_notify_cancel())
+        if param in self.instant:
+            f.set_result(f"result {param}")
+        self.futures[param] = f
+        return f
+
+    def finish(self, param: str) -> None:
+        self.futures[param].set_result(f"result {param}")
+
+
+def entries(*names: str) -> list[tuple[str, str]]:
+    return [(f"t[{n}]", n) for n in names]
+
+
+def test_serial_starts_the_item_and_the_next_ones_never_more_than_jobs_in_flight() -> None:
+    cases = Cases(instant={"a"})
+    pf = Prefetcher(ordered_upcoming(entries(*"abcdef")), 2, cases)
+    assert pf.take("t[a]", "a") == "result a"
+    assert cases.started == ["a", "b", "c"] and pf.in_flight() == 2  # a finished at once; b, c in flight
+    cases.finish("b")
+    assert pf.take("t[b]", "b") == "result b"
+    assert cases.started == ["a", "b", "c", "d"] and pf.in_flight() == 2
+    assert pf.ahead == {"t[b]", "t[c]", "t[d]"}  # a was started by its own item
+    cases.finish("c")
+    cases.finish("d")
+    assert pf.take("t[c]", "c") == "result c"
+    assert cases.started == [*"abcdef"]  # c done, d done: e and f fill the two slots
+    # -x after c: d's result and the running e, f are dropped at the end
+    pf.cancel()
+    assert cases.futures["e"].cancelled() and cases.futures["f"].cancelled()
+    assert not cases.futures["d"].cancelled()
+
+
+def test_a_declined_case_is_left_to_its_item_and_never_started_again() -> None:
+    cases = Cases(instant={"a", "b", "c"}, decline={"b"})
+    pf = Prefetcher(ordered_upcoming(entries(*"abc")), 3, cases)
+    assert pf.take("t[a]", "a") == "result a"
+    assert pf.take("t[b]", "b") is None  # the caller runs it (and fails it with the reason)
+    assert pf.take("t[c]", "c") == "result c"
+    assert cases.started == ["a", "b", "c"]
+    assert pf.take("t[c]", "c") is None  # a rerun of the same item runs its own case
+
+
+def test_full_slots_leave_the_item_to_run_its_own_case() -> None:
+    """An item that was not among the coming ones while ``jobs`` cases of later items
+    started is not added to them: take gives None, the item runs its case itself."""
+    coming = entries("b", "c")
+    cases = Cases(instant={"x"})
+    pf = Prefetcher(lambda nodeid: coming, 2, cases)
+    assert pf.take("t[x]", "x") == "result x"
+    assert cases.started == ["x", "b", "c"] and pf.in_flight() == 2
+    assert pf.take("t[a]", "a") is None
+    assert cases.started == ["x", "b", "c"]
+
+
+def test_xdist_worker_reads_its_queue_and_a_stolen_items_case_is_cancelled() -> None:
+    """pytest-xdist 3.8's own queue and ``steal``: the worker's coming items are the
+    index it took to run next and those still queued; another worker stealing queued
+    indices cancels their cases at the next item."""
+    items = entries(*"abcdefgh")
+    interactor = SimpleNamespace(torun=xdist_remote.TestQueue(execnet.gateway_base.get_execmodel("thread")),
+                                 nextitem_index=None, sent=[])
+    interactor.sendevent = lambda name, **kw: interactor.sent.append((name, kw))
+    indices, how = xdist_upcoming([object(), SimpleNamespace(torun=None), interactor])
+    assert indices is not None and how == "pytest-xdist's worker queue"
+    for i in (0, 1, 2, 3, 4):
+        interactor.torun.put(i)
+    interactor.nextitem_index = interactor.torun.get()  # what the worker does before its first item
+    current = interactor.nextitem_index
+    interactor.nextitem_index = interactor.torun.get()
+    assert indices() == [1, 2, 3, 4]
+    cases = Cases(instant={"a"})
+    pf = Prefetcher(indexed_upcoming([(k, n, p) for k, (n, p) in enumerate(items)], indices), 4, cases)
+    assert pf.take(*items[current]) == "result a"
+    assert cases.started == ["a", "b", "c", "d", "e"] and pf.in_flight() == 4
+    xdist_remote.WorkerInteractor.steal(interactor, [3, 4])  # another worker takes d and e
+    assert interactor.sent == [("unscheduled", {"indices": [3, 4]})]
+    interactor.torun.put(6)
+    current, interactor.nextitem_index = interactor.nextitem_index, interactor.torun.get()
+    assert indices() == [2, 6]
+    cases.finish("b")
+    assert pf.take(*items[current]) == "result b"
+    assert cases.futures["d"].cancelled() and cases.futures["e"].cancelled()  # their items run elsewhere
+    assert cases.started == ["a", "b", "c", "d", "e", "g"] and pf.in_flight() == 2
+    interactor.torun.put(xdist_remote.Marker.SHUTDOWN)
+    assert indices() == [2, 6]  # the shutdown marker is no item
+    pf.cancel()
+    assert cases.futures["c"].cancelled() and cases.futures["g"].cancelled()
+
+
+def test_another_xdist_shape_falls_back_to_one_case_at_a_time() -> None:
+    indices, why = xdist_upcoming([SimpleNamespace(torun=[1, 2], nextitem_index=0), object()])
+    assert indices is None and "not found" in why
+
+    class Broken:
+        def lock(self) -> Any:
+            raise TypeError("no")
+
+    indices, why = xdist_upcoming([SimpleNamespace(torun=Broken(), nextitem_index=0)])
+    assert indices is None and "could not be read" in why
+    good = SimpleNamespace(torun=xdist_remote.TestQueue(execnet.gateway_base.get_execmodel("thread")),
+                           nextitem_index=3)
+    indices, _ = xdist_upcoming([SimpleNamespace(torun=Broken(), nextitem_index=0), good])
+    assert indices is not None and indices() == [3]  # a look-alike that fails does not hide the real queue
+    # a queue that breaks later gives no coming items: the item still runs its own case
+    cases = Cases(instant={"a"})
+
+    def broken() -> list[int]:
+        raise RuntimeError("gone")
+
+    pf = Prefetcher(indexed_upcoming([(0, "t[a]", "a"), (1, "t[b]", "b")], broken), 4, cases)
+    assert pf.take("t[a]", "a") == "result a" and cases.started == ["a"]
+
+
+@pytest.mark.parametrize("jobs, workers, shares", [
+    (4, 2, [2, 2]), (5, 2, [3, 2]), (4, 3, [2, 1, 1]), (1, 2, [1, 1]), (8, 1, [8]), (16, 4, [4, 4, 4, 4]),
+])
+def test_jobs_are_shared_among_the_xdist_workers(jobs: int, workers: int, shares: list[int]) -> None:
+    assert [worker_jobs(jobs, workers, f"gw{k}") for k in range(workers)] == shares
+    assert worker_jobs(5, 2, "odd") == 2

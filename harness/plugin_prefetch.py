@@ -17,6 +17,7 @@ run (docs/plugin.md; ``benchmarks/bench_plugin.py jobs``).
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
     from .case import CaseResult
 
 P = TypeVar("P")
+
+LOOKAHEAD = 16
+"""Coming items looked at per item beyond the cases in flight and twice ``jobs`` (items
+whose case ``start`` declined are passed over there)."""
 
 #: ``upcoming(nodeid)``: ``(nodeid, param)`` of the items this process runs after the
 #: item ``nodeid``, in the order it runs them
@@ -63,7 +68,11 @@ class Prefetcher(Generic[P]):
         cases of other items in flight: the caller runs it). Starts the item's case if
         not yet, then the coming items' cases up to ``jobs`` in flight; cancels cases
         of items no longer to run here. A Ctrl-C while waiting cancels the case."""
-        pending = [(nodeid, param), *((n, p) for n, p in self._upcoming(nodeid) if n != nodeid)]
+        # the cases in flight are those of the next items (started in their order): a
+        # window past them bounds the work per item; a started case that falls outside
+        # it is cancelled, and its item then runs its own case
+        window = itertools.islice(self._upcoming(nodeid), 2 * self.jobs + len(self._futures) + LOOKAHEAD)
+        pending = [(nodeid, param), *((n, p) for n, p in window if n != nodeid)]
         keep = {n for n, _ in pending}
         for n in [n for n in self._futures if n not in keep]:
             future = self._futures.pop(n)
@@ -173,7 +182,7 @@ def ordered_upcoming(entries: Sequence[tuple[str, P]]) -> Upcoming[P]:
     them."""
     position = {nodeid: k for k, (nodeid, _) in enumerate(entries)}
 
-    def upcoming(nodeid: str) -> Sequence[tuple[str, P]]:
-        return entries[position.get(nodeid, -1) + 1:]
+    def upcoming(nodeid: str) -> Iterable[tuple[str, P]]:
+        return (entries[k] for k in range(position.get(nodeid, -1) + 1, len(entries)))
 
     return upcoming

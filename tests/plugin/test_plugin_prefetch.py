@@ -154,3 +154,32 @@ def test_another_xdist_shape_falls_back_to_one_case_at_a_time() -> None:
 def test_jobs_are_shared_among_the_xdist_workers(jobs: int, workers: int, shares: list[int]) -> None:
     assert [worker_jobs(jobs, workers, f"gw{k}") for k in range(workers)] == shares
     assert worker_jobs(5, 2, "odd") == 2
+
+
+def test_each_item_looks_at_a_bounded_window_of_the_coming_items() -> None:
+    """A serial run of many items: each ``take`` reads the coming items only up to the
+    cases in flight, twice ``jobs`` and ``LOOKAHEAD`` more (not the whole rest of the
+    session: quadratic in the items), and still keeps ``jobs`` in flight."""
+    from crashmatrix.harness.plugin_prefetch import LOOKAHEAD
+
+    names = [str(k) for k in range(5000)]
+    serial = ordered_upcoming(entries(*names))
+    pulled: list[int] = []
+
+    def counting(nodeid: str):
+        n = 0
+        for item in serial(nodeid):
+            n += 1
+            pulled.append(n)
+            yield item
+
+    cases = Cases()
+    pf = Prefetcher(counting, 2, cases)
+    for name in names[:100]:
+        pulled.clear()
+        cases.instant.add(name)  # its own case ends at once, the coming ones stay in flight
+        if name in cases.futures and not cases.futures[name].done():
+            cases.finish(name)
+        assert pf.take(f"t[{name}]", name) == f"result {name}"
+        assert max(pulled, default=0) <= 2 * 2 + 2 + 1 + LOOKAHEAD, max(pulled)  # jobs 2: 2 in flight, 1 done
+    assert cases.started == names[:len(cases.started)] and len(cases.started) >= 100

@@ -35,6 +35,18 @@ from .services.matrixpg import MATRIX_PG_SETTINGS, MatrixPostgres, Workdir
 __all__ = ["MATRIX_PG_SETTINGS", "open_session"]
 
 
+def _ledger_files(stack: contextlib.AsyncExitStack, providers: Any) -> dict[str, Any]:
+    """Each provider's ledger file, read by the controller (:class:`~.services.providers.ledger.LedgerFile`,
+    closed with the session), by kind; ``providers`` a started
+    :class:`~.services.providers.launcher.Providers`."""
+    from .services.providers.ledger import LedgerFile
+
+    ledgers = {kind: LedgerFile(path) for kind, path in providers.ledger_paths.items()}
+    for file in ledgers.values():
+        stack.callback(file.close)
+    return ledgers
+
+
 async def _providers(stack: contextlib.AsyncExitStack, watchdog: Any, workdir: Path, wl: Any,
                      services: dict[str, Any]) -> Any:
     """Start the workload ``wl``'s providers (its built-in kinds and declared
@@ -145,14 +157,11 @@ async def open_session(
         cases_dir = workdir / "workers"
         cases_dir.mkdir()
         from .netfaults import FaultProxyService
-        from .services.providers.ledger import LedgerFile
 
         proxy = FaultProxyService(workdir, watchdog, seed=(options or Options()).proxy_seed,  # started by the first net case
                                   services=postgres.services)
         stack.callback(proxy.close)
-        ledgers = {kind: LedgerFile(path) for kind, path in providers.ledger_paths.items()}
-        for file in ledgers.values():
-            stack.callback(file.close)
+        ledgers = _ledger_files(stack, providers)
         explorer = Explorer(env, pool, subject, workload, cases_dir, http, options, adapter=adapter,  # type: ignore[arg-type]
                             upgrade=upgrade, fault_proxy=proxy,
                             start_restartable_pg=postgres.start_restartable if postgres.restartable else None,

@@ -82,7 +82,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import human, oracle
-from .adapter import FENCED, Adapter
+from .adapter import FENCED, Adapter, Observation
 from .checks import Check
 from .history import Trace, WorkerReport, labels_of
 from .plan import Fault, Resume
@@ -431,13 +431,8 @@ class Discovery(Policy):
         before = await cx.observe()
         lease = ex.adapter.lease_seconds
         offset = (lease + CLOCK_MARGIN_S) if lease is not None else 0.0
-        job, log = cx.job("recover", run_id="", input_given=False, clock_offset_s=offset)
-        exit_ = await ex.pool.run(job, log, timeout=ex.options.worker_timeout)
-        report = WorkerReport.from_file(job.result_path)
-        cx.result.workers.append({"role": "recover", **exit_.to_dict()})
-        await ex.quiesce(job.worker_id, live=exit_.live)
-        after = await cx.observe()
-        how = (report.end.error or report.end.status) if report.end is not None else exit_.describe()
+        report, how, after = await _recovery_worker(cx, "recover", run_id="", input_given=False,
+                                                    clock_offset_s=offset)
         clock = f"clock advanced {offset:g} s" if offset else "no lease declared"
         if after.status in ex.terminal_statuses():
             cx.result.verdicts.append(_verdict("discovery.found", True, f"the runtime's own recovery found the run "
@@ -450,6 +445,21 @@ class Discovery(Policy):
         if report.end is not None:
             cx.result.resume_trace = report.end.trace
         return after.status, True
+
+
+async def _recovery_worker(cx: CaseRun, role: str, **job: Any) -> tuple[WorkerReport, str, Observation]:
+    """Run one worker of ``role`` (``recover``, ``recover-other``; ``job``: the job's
+    other fields, :meth:`.case.CaseRun.job`), record it among the case's workers and
+    quiesce it. Returns its report, how it ended in its own words (its error or status,
+    else how its process ended) and the run's state after it."""
+    ex = cx.explorer
+    j, log = cx.job(role, **job)
+    exit_ = await ex.pool.run(j, log, timeout=ex.options.worker_timeout)
+    report = WorkerReport.from_file(j.result_path)
+    cx.result.workers.append({"role": role, **exit_.to_dict()})
+    await ex.quiesce(j.worker_id, live=exit_.live)
+    how = (report.end.error or report.end.status) if report.end is not None else exit_.describe()
+    return report, how, await cx.observe()
 
 
 class OtherExecutor(Policy):
@@ -481,14 +491,8 @@ class OtherExecutor(Policy):
             cx.result.verdicts.append(_verdict("other_executor.recovered", True, "nothing durable to recover (no run "
                                                "stored): its caller sends it again"))
             return None
-        job, log = cx.job("recover-other")
-        exit_ = await ex.pool.run(job, log, timeout=ex.options.worker_timeout)
-        report = WorkerReport.from_file(job.result_path)
-        cx.result.workers.append({"role": "recover-other", **exit_.to_dict()})
+        report, how, after = await _recovery_worker(cx, "recover-other")
         cx.acknowledged = cx.acknowledged or report.accepted
-        await ex.quiesce(job.worker_id, live=exit_.live)
-        after = await cx.observe()
-        how = (report.end.error or report.end.status) if report.end is not None else exit_.describe()
         ok = after.status in ex.terminal_statuses()
         cx.result.verdicts.append(_verdict("other_executor.recovered", ok, (
             f"another executor's recovery took the run over ({before.status}) and it ended {after.status}" if ok else

@@ -39,10 +39,17 @@ loss, :class:`DatabaseUnavailable` is raised: the worker fails loudly, and the r
 left as it was, to be resumed by another worker. A statement unanswered after
 ``command_timeout_s`` (a link that went silent) counts as a lost connection. A
 :class:`Db` built without a DSN (``Db(conn)``) cannot reconnect: errors pass through.
+
+**A worker process that runs many runs** keeps its connection from one run to the next,
+as a production worker keeps its pool (:class:`ConnectionKeeper`): a new connection
+costs the server a process of its own (fork, authentication, catalog caches, a plan for
+every statement), ~5 ms of PostgreSQL's CPU a run on the checkout matrix
+(docs/benchmarks.md, "A long-lived worker's kept connection").
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -193,7 +200,10 @@ class Db:
 
 async def _connect(dsn: str, application_name: str | None, timeout: float) -> asyncpg.Connection:
     settings = {"application_name": application_name} if application_name else {}
-    return await asyncpg.connect(dsn, server_settings=settings, timeout=timeout, command_timeout=COMMAND_TIMEOUT_S)
+    # statements stay cached for the connection's life (asyncpg's default expires each
+    # after 300 s by a timer on the loop, which a long-lived worker would end between runs)
+    return await asyncpg.connect(dsn, server_settings=settings, timeout=timeout, command_timeout=COMMAND_TIMEOUT_S,
+                                 max_cached_statement_lifetime=0)
 
 
 async def _end_backend(conn: asyncpg.Connection, pid: int, deadline: float) -> None:
@@ -220,3 +230,69 @@ async def connect(dsn: str, *, application_name: str = "crashmatrix-runtime",
     reconnects to the same DSN (same application name) when the connection breaks."""
     conn = await _connect(dsn, application_name, CONNECT_TIMEOUT_S * 5)
     return Db(conn, dsn=dsn, application_name=application_name, reconnect_deadline_s=reconnect_deadline_s)
+
+
+class ConnectionKeeper:
+    """The connection a worker process keeps from one run to the next.
+
+    :meth:`release` keeps a run's connection unless it is closed or inside a
+    transaction (a run cancelled mid-transaction: closing it ends the transaction and
+    its locks at once, as a worker's exit would). :meth:`connect` hands the kept
+    connection to the next run in one round trip: reset as asyncpg's pool resets one
+    (``Connection.get_reset_query``: advisory locks, cursors, listeners and session
+    settings dropped) and named for that run (``application_name``: the controller finds
+    a worker's sessions by it); it opens a new one (:func:`connect`) when none is kept
+    for ``dsn`` on the running event loop or the kept one does not answer (its server
+    restarted, its link cut, a cancelled statement still in flight). One connection at
+    most: keeping one for another DSN (a ``db-restart`` case's server) closes the one
+    kept before. For one event loop at a time; not thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._kept: tuple[asyncio.AbstractEventLoop, str, asyncpg.Connection] | None = None
+
+    async def connect(self, dsn: str, *, application_name: str,
+                      reconnect_deadline_s: float = RECONNECT_DEADLINE_S) -> Db:
+        """A :class:`Db` on ``dsn`` named ``application_name``: the kept connection when
+        it answers, else a new one (raises as :func:`connect` does)."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            loop, kept_dsn, conn = kept
+            if loop is asyncio.get_running_loop() and kept_dsn == dsn and not conn.is_closed():
+                name = "'" + application_name.replace("'", "''") + "'"
+                try:
+                    await conn.execute(f"{conn.get_reset_query()}\nSELECT set_config('application_name', {name}, false);",
+                                       timeout=CONNECT_TIMEOUT_S)
+                except Exception:  # noqa: BLE001 - gone or busy: a new connection instead
+                    _abandon(conn)
+                except BaseException:
+                    _abandon(conn)
+                    raise
+                else:
+                    return Db(conn, dsn=dsn, application_name=application_name,
+                              reconnect_deadline_s=reconnect_deadline_s)
+            else:
+                _abandon(conn)
+        return await connect(dsn, application_name=application_name, reconnect_deadline_s=reconnect_deadline_s)
+
+    def release(self, db: Db) -> None:
+        """Keep ``db``'s connection for the next run (closing the one kept before), or
+        close it when it is inside a transaction."""
+        conn = db.conn
+        if db.dsn is None or conn.is_closed():
+            return
+        if conn.is_in_transaction():
+            _abandon(conn)
+            return
+        if self._kept is not None:
+            _abandon(self._kept[2])
+        self._kept = (asyncio.get_running_loop(), db.dsn, conn)
+
+
+def _abandon(conn: asyncpg.Connection) -> None:
+    """Close ``conn`` at once (no round trip); a connection whose event loop has closed
+    leaves its socket to the garbage collector."""
+    try:
+        conn.terminate()
+    except Exception:  # noqa: BLE001 - its loop is closed
+        pass

@@ -18,7 +18,7 @@ import asyncpg
 from crashmatrix.reference_runtime import Runtime, connect, migrate
 from crashmatrix.reference_runtime.attempts import MAX_ATTEMPTS_WITHOUT_PROGRESS
 from crashmatrix.reference_runtime.blobs import LocalBlobStore
-from crashmatrix.reference_runtime.db import Db
+from crashmatrix.reference_runtime.db import ConnectionKeeper, Db
 from crashmatrix.reference_runtime.drain import WorkerDrain
 from crashmatrix.reference_runtime.graph import RunGraph
 from crashmatrix.reference_runtime.leases import LEASE_SECONDS
@@ -36,6 +36,11 @@ MAX_HAND_OFFS = 3
 def blob_store(env: Environment) -> LocalBlobStore:
     """The case's blob store: ``<workdir>/blobs``, shared by workers and the oracle."""
     return LocalBlobStore(Path(env.workdir) / "blobs")
+
+
+_KEPT = ConnectionKeeper()
+"""This worker process's database connection between runs (a long-lived worker runs
+many: :mod:`crashmatrix.harness.resident`); a forked worker keeps it until it exits."""
 
 
 class ReferenceAdapter(Adapter):
@@ -86,7 +91,8 @@ class ReferenceAdapter(Adapter):
             await db.close()
 
     async def _run(self, ctx: RunContext, recover: bool = False, drain: WorkerDrain | None = None) -> str:
-        """One worker: connect, build the runtime, then (``recover``) the sweep of
+        """One worker: connect (the connection this process kept from its last run, if
+        it answers: :class:`ConnectionKeeper`), build the runtime, then (``recover``) the sweep of
         ``ctx.scope``, or submit the run when handed its input (idempotent), say it was
         accepted, and run it (a resume handed no input reads it from ``cm_runs``).
         ``drain``: one the caller requests from a SIGTERM handler of its own (a server's);
@@ -95,8 +101,8 @@ class ReferenceAdapter(Adapter):
         # submits the run drains it too (reference_runtime.drain)
         with (contextlib.nullcontext(drain) if drain is not None else WorkerDrain.installed_here()) as drain:
             reconnect_ms = ctx.env.options.get("db_reconnect_deadline_ms")  # set by the network section
-            db = await connect(ctx.env.dsn, application_name=ctx.worker_id,
-                               **({"reconnect_deadline_s": reconnect_ms / 1000} if reconnect_ms else {}))
+            db = await _KEPT.connect(ctx.env.dsn, application_name=ctx.worker_id,
+                                     **({"reconnect_deadline_s": reconnect_ms / 1000} if reconnect_ms else {}))
             try:
                 async with aiohttp.ClientSession() as session:
                     deadline_ms = ctx.env.options.get("provider_deadline_ms")  # set by the network section
@@ -123,7 +129,7 @@ class ReferenceAdapter(Adapter):
                     status = await runtime.run(ctx.run_id)
                     return await self.hand_off(runtime, db, ctx, resources, status)
             finally:
-                await db.conn.close(timeout=2)
+                _KEPT.release(db)
 
     async def hand_off(self, runtime: Runtime, db: Db, ctx: RunContext, resources: Any, status: str) -> str:
         """A workload that brings its own human (``workload.operator(conn, run_id,

@@ -3,7 +3,7 @@
     python benchmarks/bench_case_cpu.py [--workload checkout] [--conversations conv1] [--kinds kill,term,cancel]
                                         [--jobs 4] [--subject reference] [--prune]
                                         [--kinds default]
-                                        [--fsync on|off] [--fresh-workers]
+                                        [--fsync on|off] [--fresh-workers] [--statements N]
 
 Starts one session (as ``crashmatrix run`` does), runs the golden runs, then the step +
 labelled-point matrix of the given conversations and kinds; reads CPU times (user +
@@ -24,7 +24,9 @@ executed. ``--fsync``: the embedded PostgreSQL's ``fsync`` (default ``off``, as 
 matrix session runs; ``on`` is PostgreSQL's default). ``--fresh-workers``:
 every job forks a worker of its own (default: resumes and cancelled workers run in
 long-lived workers, :mod:`crashmatrix.harness.resident`, whose CPU is counted with the
-workers'; their count is printed).
+workers'; their count is printed). ``--statements N``: the server runs with
+``pg_stat_statements`` (planning tracked too), and the cases' total planning and
+execution time and their N costliest statements are printed.
 """
 
 from __future__ import annotations
@@ -92,6 +94,24 @@ async def _db_stats(explorer) -> dict[str, int]:
     return dict(row)
 
 
+STATEMENTS_SETTINGS = {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track": "all",
+                       "pg_stat_statements.track_planning": "on"}
+"""The embedded server's settings for ``--statements``."""
+
+
+async def _statements(explorer, top: int) -> list[dict[str, object]]:
+    """The totals (first row: ``plan``, ``exec`` in ms) and the ``top`` statements by
+    planning + execution time, from ``pg_stat_statements``."""
+    total = await explorer.db.fetchrow(
+        "SELECT coalesce(sum(total_plan_time), 0) AS plan, coalesce(sum(total_exec_time), 0) AS exec"
+        " FROM pg_stat_statements")
+    rows = await explorer.db.fetch(
+        "SELECT calls, total_plan_time AS plan, total_exec_time AS exec,"
+        " left(regexp_replace(query, '\\s+', ' ', 'g'), 80) AS query FROM pg_stat_statements"
+        " ORDER BY total_plan_time + total_exec_time DESC LIMIT $1", top)
+    return [dict(total), *(dict(r) for r in rows)]
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", default="checkout")
@@ -103,11 +123,17 @@ async def main() -> None:
     ap.add_argument("--prune", action="store_true")
     ap.add_argument("--fsync", choices=("on", "off"), default="off")
     ap.add_argument("--fresh-workers", action="store_true")
+    ap.add_argument("--statements", type=int, default=0, metavar="N",
+                    help="also print the N statements of most planning + execution time (pg_stat_statements)")
     args = ap.parse_args()
     convs = args.conversations.split(",")
     options = Options(long_lived=not args.fresh_workers)
-    async with open_session(args.subject, args.workload, pg_settings={"fsync": args.fsync}, options=options) as explorer:
+    pg_settings = {"fsync": args.fsync, **(STATEMENTS_SETTINGS if args.statements else {})}
+    async with open_session(args.subject, args.workload, pg_settings=pg_settings, options=options) as explorer:
         goldens = {c: await explorer.golden(c) for c in convs}
+        if args.statements:
+            await explorer.db.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            await explorer.db.execute("SELECT pg_stat_statements_reset()")
         sources = tuple(args.sources.split(","))
         if args.kinds == "default":  # the default matrix: every-point kinds, then the sampled kinds and policies
             cases, _ = default_matrix().cases(args.workload, goldens, sources)
@@ -125,6 +151,7 @@ async def main() -> None:
             await explorer.pool.residents.close()
         await asyncio.sleep(1.0)  # backends flush their statistics at exit, at most 1 s late
         db1 = await _db_stats(explorer)
+        statements = await _statements(explorer, args.statements) if args.statements else []
     n = len(results)
     ran, forked = pruning.executed(results), pruning.workers_run(results)
     resident = forked - pruning.workers_forked(results)
@@ -142,6 +169,13 @@ async def main() -> None:
     if ran < n:
         print(f"  per case executed: {total * n / ran:.1f} ms CPU; per worker: "
               f"{(after['workers'] - before['workers']) / forked:.1f} ms")
+    if statements:
+        plan, execute = sum(r["plan"] for r in statements[1:]), sum(r["exec"] for r in statements[1:])
+        print(f"  statements (main server, the cases only): planning {statements[0]['plan']:.0f} ms, "
+              f"execution {statements[0]['exec']:.0f} ms in all; the top {len(statements) - 1} "
+              f"({plan:.0f} + {execute:.0f} ms):")
+        for r in statements[1:]:
+            print(f"    {r['calls']:6d} calls  plan {r['plan']:7.1f} ms  exec {r['exec']:7.1f} ms  {r['query']}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@
    row gives wall and CPU seconds (user + system of pytest and its waited-for
    children), the CPU seconds of the pytest process alone (serial: everything a case
    does in that one process; xdist: the controller's), and the 1-minute load before
-   and after.
+   and after. ``plain`` and ``plain-xdist``: as many trivial items (``pass``), serial and
+   ``-n N``, the crashmatrix plugin not loaded: what xdist itself costs on this machine
+   (its workers' start-up and collection), the floor under the ``xdist`` variants.
 
     python benchmarks/bench_plugin.py collect [--warm 3]
     python benchmarks/bench_plugin.py services [--cases 20] [--rounds 2]
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -173,7 +176,11 @@ JOBS_VARIANTS = {
     "serial": ("serial (jobs = 2 x cores)", []),
     "xdist": ("-n {n} (jobs shared)", ["-n", "{n}"]),
     "xdist1": ("-n {n}, one case each (jobs {n})", ["-n", "{n}", "--crashmatrix-jobs", "{n}"]),
+    # xdist's own floor: as many trivial items, crashmatrix's plugin not loaded
+    "plain": ("plain items, serial", ["-p", "no:crashmatrix"]),
+    "plain-xdist": ("plain items, -n {n}", ["-p", "no:crashmatrix", "-n", "{n}"]),
 }
+PLAIN_ITEMS_TEST = "import pytest\n\n@pytest.mark.parametrize('i', range({count}))\ndef test_plain(i):\n    pass\n"
 
 
 def bench_jobs(rounds: int, kinds: str, workers: int, variants: list[str]) -> None:
@@ -185,13 +192,17 @@ def bench_jobs(rounds: int, kinds: str, workers: int, variants: list[str]) -> No
             'subject="reference")', f'subject="reference", conversations=["conv1"], kinds=[{kinds_list}])'))
         env = _env(tmp)
         base = [sys.executable, "-c", _PYTEST_SELF_CPU, "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-q"]
-        _timed([*base, "--collect-only"], tmp / "proj", env)  # warm the golden-trace cache
+        _, _, collected = _timed([*base, "--collect-only"], tmp / "proj", env)  # warm the golden-trace cache
+        count = int(re.search(r"(\d+) tests? collected", collected).group(1))  # type: ignore[union-attr]
+        (tmp / "plain").mkdir()
+        (tmp / "plain" / "test_plain.py").write_text(PLAIN_ITEMS_TEST.format(count=count))
         print(f"{'run':30} {'wall s':>7} {'cpu s':>7} {'pytest':>7}  {'load before/after':18} pytest says")
         for _ in range(rounds):
             for v in variants:
                 name, extra = JOBS_VARIANTS[v]
                 load0 = os.getloadavg()[0]
-                wall, cpu, out = _timed([*base, *(a.format(n=workers) for a in extra)], tmp / "proj", env)
+                where = tmp / ("plain" if v.startswith("plain") else "proj")
+                wall, cpu, out = _timed([*base, *(a.format(n=workers) for a in extra)], where, env)
                 lines = out.strip().splitlines()
                 print(f"{name.format(n=workers):30} {wall:7.2f} {cpu:7.2f} {float(lines[-1]):7.2f}  "
                       f"{load0:5.1f} / {os.getloadavg()[0]:5.1f}      {lines[-2]}", flush=True)

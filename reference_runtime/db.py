@@ -44,7 +44,7 @@ left as it was, to be resumed by another worker. A statement unanswered after
 as a production worker keeps its pool (:class:`ConnectionKeeper`): a new connection
 costs the server a process of its own (fork, authentication, catalog caches, a plan for
 every statement), ~5 ms of PostgreSQL's CPU a run on the checkout matrix
-(docs/benchmarks.md, "A long-lived worker's kept connection").
+(docs/benchmarks.md, "A long-lived worker's kept connection, and xdist's own floor").
 """
 
 from __future__ import annotations

@@ -38,18 +38,12 @@ NOT_RUN = "not-run"
 NOT_APPLICABLE = "not-applicable"
 """The outcome of a case whose resume policy needs what the adapter does not declare
 (:meth:`.policies.Policy.not_applicable`); never run, never counted failed."""
-def _kind(name: str) -> Any:
-    """The registered fault kind ``name`` (:class:`.faults.FaultKind`), or None."""
-    from .fault_registry import KINDS, names
-
-    names()  # the built-in kinds registered
-    return KINDS.get(name)
-
-
 def unjudged(kind: str) -> bool:
     """Whether a fault of ``kind`` may leave the run as the golden run ended and still
     have taken effect (``FaultKind.unjudged``: net, db-outage): that is its pass."""
-    return bool(getattr(_kind(kind), "unjudged", False))
+    from .fault_registry import find
+
+    return bool(getattr(find(kind), "unjudged", False))
 
 
 def declared(adapter: Any) -> dict[str, str]:
@@ -80,7 +74,9 @@ def not_run_reason(kind: str) -> str:
     """Why a case of fault kind ``kind`` is :data:`NOT_RUN` (one line, the same for every
     case of the kind: the report groups them by it), with the kind's likely cause
     (``FaultKind.why_not_run``) when it has one."""
-    hint = getattr(_kind(kind), "why_not_run", "")
+    from .fault_registry import find
+
+    hint = getattr(find(kind), "why_not_run", "")
     return (f"the {kind} fault fired but could not take effect: the worker ended the run as the golden run did "
             f"(exit 0, same status, same trace), so the fault changed nothing there"
             + (f"; most likely {hint}" if hint else ""))

@@ -40,6 +40,13 @@ def names() -> tuple[str, ...]:
     return tuple(KINDS)
 
 
+def find(name: str) -> Any:
+    """The registered kind ``name`` (a :class:`.faults.FaultKind`), or None when no kind
+    has that name (the built-in ones registered first, as :func:`names`)."""
+    names()
+    return KINDS.get(name)
+
+
 def kind(name: str) -> Any:
     """The registered kind ``name`` (a :class:`.faults.FaultKind`). Raises ``KeyError``
     naming the known kinds."""

@@ -34,10 +34,9 @@ _COLUMN = {"pass": 0, "fail": 1, "flaky": 2, "harness-error": 3}
 def short(kind: str) -> str:
     """``kind``'s column header in the narrow table (:func:`summary_table` with
     ``narrow``; ``FaultKind.short``, else the name), explained under it by :func:`legend`."""
-    from .fault_registry import KINDS, names
+    from .fault_registry import find
 
-    names()  # the built-in kinds registered
-    return getattr(KINDS.get(kind), "short", "") or kind
+    return getattr(find(kind), "short", "") or kind
 
 
 def summary_table(report: MatrixReport, narrow: bool = False) -> Table:

@@ -62,9 +62,9 @@ class RunSettings:
     def wants_proxy(self) -> bool:
         """Whether a case may need the session's fault proxy (a kind of
         ``FaultKind.needs_fault_proxy``: net, db-outage)."""
-        from . import faults
+        from .fault_registry import find
 
-        return any(getattr(faults.KINDS.get(k), "needs_fault_proxy", False) for k in self.kinds_used)
+        return any(getattr(find(k), "needs_fault_proxy", False) for k in self.kinds_used)
 
     @classmethod
     def of(

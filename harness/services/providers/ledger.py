@@ -369,9 +369,12 @@ class LedgerFile:
             self._db.execute("PRAGMA busy_timeout=5000")
         return self._db
 
-    def rows(self, run_id: str) -> list[dict[str, Any]]:
-        """``run_id``'s ledger rows in insertion order (shape: module docstring)."""
-        cur = self._connection().execute(_SELECT + " WHERE run_id = ? ORDER BY seq", (run_id,))
+    def rows(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """``run_id``'s ledger rows (every run's when None) in insertion order (shape:
+        module docstring)."""
+        db = self._connection()
+        cur = (db.execute(_SELECT + " ORDER BY seq") if run_id is None
+               else db.execute(_SELECT + " WHERE run_id = ? ORDER BY seq", (run_id,)))
         return [_row(r) for r in cur.fetchall()]
 
     def refusals(self, run_id: str) -> list[dict[str, Any]]:
@@ -389,15 +392,10 @@ class LedgerFile:
 def read_ledger_file(path: str | Path, run_id: str | None = None) -> list[dict[str, Any]]:
     """Read a ledger file directly (read-only), e.g. after its server is gone.
 
-    Same rows as ``GET /ledger?run_id=``. Safe while a server is writing (WAL readers
-    do not block the writer)."""
-    uri = Path(path).resolve().as_uri() + "?mode=ro"
-    db = sqlite3.connect(uri, uri=True)
+    Same rows as ``GET /ledger?run_id=``, read once (:class:`LedgerFile`). Safe while
+    a server is writing (WAL readers do not block the writer)."""
+    file = LedgerFile(path)
     try:
-        if run_id is None:
-            cur = db.execute(_SELECT + " ORDER BY seq")
-        else:
-            cur = db.execute(_SELECT + " WHERE run_id = ? ORDER BY seq", (run_id,))
-        return [_row(r) for r in cur.fetchall()]
+        return file.rows(run_id)
     finally:
-        db.close()
+        file.close()

@@ -448,7 +448,7 @@ class CaseRun:
 
         held = await self.policy.holds_worker(self, w.index, job)
         if held is not None:  # the policy keeps this worker's process for a later one (same-worker)
-            w.exit = await held(job, w.log, ex.options.worker_timeout)
+            w.exit = await held(job, w.log, ex.options.worker_timeout, at_stop if isinstance(kind, Stops) else None)
         else:
             w.exit = await ex.pool.run(
                 job, w.log, timeout=ex.options.worker_timeout,

@@ -78,7 +78,6 @@ import contextlib
 import dataclasses
 import zlib
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import human, oracle
@@ -91,6 +90,7 @@ if TYPE_CHECKING:
     from .case import CaseRun
     from .explorer import Explorer, Options
     from .pool import WorkerExit
+    from .resident import HeldRun
     from .worker import Job
 
 CLOCK_MARGIN_S = 1.0
@@ -165,9 +165,9 @@ class Policy:
         self.spec = spec
 
     async def holds_worker(self, cx: CaseRun, index: int,
-                           job: Job) -> Callable[[Job, str, float], Awaitable[WorkerExit]] | None:
+                           job: Job) -> HeldRun | None:
         """How faulted worker ``index`` runs when this policy keeps its process for a
-        later worker (``same-worker``): a runner ``run(job, log, timeout)``; None (every
+        later worker (``same-worker``): a runner ``run(job, log, timeout, at_stop)``; None (every
         policy but that one) lets the pool run it."""
         return None
 
@@ -588,7 +588,7 @@ class SameWorker(Policy):
         return _needs_long_lived(self.name, adapter, options)
 
     async def holds_worker(self, cx: CaseRun, index: int,
-                           job: Job) -> Callable[[Job, str, float], Awaitable[WorkerExit]] | None:
+                           job: Job) -> HeldRun | None:
         from . import faults
         from .resident import eligible
 

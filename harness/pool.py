@@ -226,18 +226,18 @@ class WorkerPool:
         firing and is stopped; then the worker gets SIGCONT and ``timeout`` seconds
         afresh. If ``at_stop`` raises, the worker is SIGKILLed and reaped and the error
         propagates. ``seconds`` counts from the fork, the stop included. A job that may
-        run in a long-lived worker (:func:`.resident.eligible`, with neither ``term_grace``
-        nor ``at_stop``) runs in one when the pool has them and one is free.
+        run in a long-lived worker (:func:`.resident.eligible`, without ``term_grace``)
+        runs in one when the pool has them and one is free, stopped and woken there alike.
 
         ``stuck_after``: once the fault fired (and a stopped worker was woken), a worker
         silent that long (:class:`.history.Silence`: no crash point passed, no exit) is
         SIGKILLed and reported stuck (``stuck_s``, ``last_point``); so is a ``term_grace``
         worker silent for its whole grace. None: not watched (the deadline only)."""
-        if (self.residents is not None and term_grace is None and at_stop is None
+        if (self.residents is not None and term_grace is None
                 and eligible(job, self.declared_long_lived)):
             assert self.residents_dir is not None
             done = await self.residents.run(job, log_path, timeout=timeout, log_dir=self.residents_dir,
-                                            stuck_after=stuck_after)
+                                            stuck_after=stuck_after, at_stop=at_stop)
             if done is not None:
                 return done
         t0 = time.monotonic()
@@ -250,7 +250,7 @@ class WorkerPool:
         stuck: float | None = None
         while not exited.done():
             now = time.monotonic()
-            if at_stop is not None and has_fired(job.result_path) and _stopped(pid):
+            if at_stop is not None and has_fired(job.result_path) and stopped(pid):
                 try:
                     await at_stop(pid)
                 except BaseException:
@@ -258,7 +258,7 @@ class WorkerPool:
                     await exited
                     raise
                 at_stop = None
-                _signal(pid, signal.SIGCONT)
+                wake(pid)
                 deadline = time.monotonic() + timeout
                 if watch is not None:  # its silence counts from the wake, not from the stop
                     watch.start(time.monotonic())
@@ -323,10 +323,15 @@ async def wait_done(fut: asyncio.Future[object], timeout: float) -> None:
     await asyncio.wait((fut,), timeout=timeout)
 
 
-def _stopped(pid: int) -> bool:
+def stopped(pid: int) -> bool:
     """True when ``pid`` is stopped (SIGSTOP): state ``T`` (or ``t``) in /proc/PID/stat."""
     stat = proc_stat(pid)
     return stat is not None and stat[0] in (b"T", b"t")
+
+
+def wake(pid: int) -> None:
+    """SIGCONT ``pid``, a worker a stopping fault stopped (gone already: nothing)."""
+    _signal(pid, signal.SIGCONT)
 
 
 def _signal(pid: int, signum: int) -> None:

@@ -11,10 +11,14 @@ process that already ran one. So every job that need not die with its fault runs
 each in the same event loop (an ``asyncio.Runner`` kept from job to job), through the same
 :func:`.worker.run_job` a forked worker runs. Which jobs (:func:`eligible`): fault-free
 starts and resumes, the runtime's own recovery, and faults the worker outlives (a
-cancellation, a toxic: :attr:`.faults.FaultKind.survives`). A kill, a SIGTERM, a stop, a
-golden run (its I/O is measured per process), a round of concurrent resumers held at a
-gate and an await-point trace (a task factory on the loop) still fork a worker of their
-own.
+cancellation, a toxic: :attr:`.faults.FaultKind.survives`) or wakes from with its links
+as they were (a pause, the runtime's cancel, a restore: :attr:`.faults.Stops.wakes_intact`;
+the pool hands the stopped resident to the kind and wakes it, as it does a forked
+worker), and each resumer of a concurrent round (its start gate and hold are files:
+:func:`.worker.wait_at_gate`; the round's resumers run in residents of their own, or fork
+when none is free). A kill, a SIGTERM, a freeze, a db-restart (its server restarts
+under the process), a golden run (its I/O is measured per process) and an await-point
+trace (a task factory on the loop) still fork a worker of their own.
 
 A resident is a production worker's process: what a runtime keeps there on purpose (a
 connection pool, a keep-alive HTTP session, a cache, a housekeeping thread) stays from
@@ -51,11 +55,19 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # the resident imports this module after its fork: the controller's types stay lazy
     from .pool import WorkerExit, WorkerPool
     from .worker import Job
+
+class HeldRun(Protocol):
+    """The runner of a resident held for one case (:meth:`Residents.dedicated`): runs
+    ``job`` there, ``at_stop`` as :meth:`Residents.run`'s."""
+
+    def __call__(self, job: Job, log: str, timeout: float,
+                 at_stop: Callable[[int], Awaitable[None]] | None = None) -> Awaitable[WorkerExit]: ...
+
 
 RESIDENTS_MAX = 8
 """Residents one pool keeps at most; a job that finds none free beyond that forks."""
@@ -67,19 +79,26 @@ matrix does not grow it without bound)."""
 
 def eligible(job: Job, long_lived: bool | None = None) -> bool:
     """Whether ``job`` may run in a resident (module docstring): a start, resume or
-    recovery with no I/O measure, start gate or await-point trace, whose faults (if any)
-    the worker outlives, of a subject whose adapter declares it may
+    recovery with no I/O measure or await-point trace, whose faults (if any)
+    the worker outlives (:func:`_outlives`), of a subject whose adapter declares it may
     (:attr:`.adapter.Adapter.long_lived_workers`; ``long_lived``: that declaration as a
     worker reported it, for a subject the controller does not import)."""
     from . import faults, registry
 
-    if job.role not in ("start", "resume", "recover") or job.record_io or job.start_gate or job.await_points:
+    if job.role not in ("start", "resume", "recover") or job.record_io or job.await_points:
         return False
     if long_lived is None:
         long_lived = bool(getattr(registry.subject(job.subject), "long_lived_workers", False))
     if not long_lived:
         return False
-    return all(faults.kind(f.kind).survives for f in job.plan.faults)
+    return all(_outlives(faults.kind(f.kind)) for f in job.plan.faults)
+
+
+def _outlives(kind: object) -> bool:
+    """Whether a worker outlives a fault of ``kind`` with its process fit for the next
+    job: it carries on (:attr:`.faults.FaultKind.survives`) or wakes from its stop with
+    its links intact (:attr:`.faults.Stops.wakes_intact`)."""
+    return bool(getattr(kind, "survives", False) or getattr(kind, "wakes_intact", False))
 
 
 # -- the resident (worker side) -----------------------------------------------------------
@@ -243,12 +262,15 @@ class Residents:
         return _Resident(pid, subject, exited, reader, writer)
 
     async def run(self, job: Job, log: str, *, timeout: float, log_dir: str,
-                  stuck_after: float | None = None) -> WorkerExit | None:
+                  stuck_after: float | None = None,
+                  at_stop: Callable[[int], Awaitable[None]] | None = None) -> WorkerExit | None:
         """Run ``job`` in a resident for its subject (a free one, or one started now);
         None when :data:`RESIDENTS_MAX` are busy (the caller forks). ``timeout``: seconds
         before the resident is SIGKILLed and the job reported timed out. ``log_dir``:
-        where a new resident's own log goes. ``stuck_after``: as :meth:`.pool.WorkerPool.run`'s
-        (a job silent that long after its fault fired is SIGKILLed and reported stuck)."""
+        where a new resident's own log goes. ``stuck_after`` and ``at_stop``: as
+        :meth:`.pool.WorkerPool.run`'s (a job silent that long after its fault fired is
+        SIGKILLed and reported stuck; a job whose fault stops its process is handed to
+        ``at_stop(pid)`` while it sleeps, then woken)."""
         # a resume is another machine (docs/adapters.md): never the process that ran the run
         # before (a cancelled worker's), where what the runtime kept in memory would stand
         # in for what its store holds
@@ -263,7 +285,7 @@ class Residents:
                 self._count -= 1
             resident = await self._new(job.subject, log_dir)
         try:
-            exit_, ended = await self._run_on(resident, job, log, timeout, stuck_after)
+            exit_, ended = await self._run_on(resident, job, log, timeout, stuck_after, at_stop)
         except BaseException:
             self._end(resident)
             raise
@@ -274,11 +296,12 @@ class Residents:
         return exit_
 
     @contextlib.asynccontextmanager
-    async def dedicated(self, subject: str, log_dir: str) -> AsyncIterator[Callable[[Job, str, float], Awaitable[WorkerExit]]]:
+    async def dedicated(self, subject: str, log_dir: str) -> AsyncIterator[HeldRun]:
         """A resident of its own for ``subject``, started now and ended on exit (never
         handed to another job): ``async with residents.dedicated(...) as run:`` then
         ``await run(job, log, timeout)`` for each job, one after another, all in the
-        same process (the ``warm-worker`` resume policy, :mod:`.policies`). Raises
+        same process (the ``warm-worker`` resume policy, :mod:`.policies`;
+        ``run(job, log, timeout, at_stop)`` takes :meth:`run`'s ``at_stop`` too). Raises
         :class:`.errors.HarnessError` from ``run`` once the resident is gone (it died or
         outlived a deadline: the reason is in the message)."""
         from .errors import HarnessError
@@ -286,10 +309,11 @@ class Residents:
         resident = await self._new(subject, log_dir)
         gone: list[str] = []
 
-        async def run(job: Job, log: str, timeout: float) -> WorkerExit:
+        async def run(job: Job, log: str, timeout: float,
+                      at_stop: Callable[[int], Awaitable[None]] | None = None) -> WorkerExit:
             if gone:
                 raise HarnessError(f"the long-lived worker (pid {resident.pid}) is gone: {gone[0]}")
-            exit_, ended = await self._run_on(resident, job, log, timeout)
+            exit_, ended = await self._run_on(resident, job, log, timeout, at_stop=at_stop)
             if ended is not None:
                 gone.append(ended)
             return exit_
@@ -313,13 +337,15 @@ class Residents:
         resident.writer.close()
 
     async def _run_on(self, resident: _Resident, job: Job, log: str, timeout: float,
-                      stuck_after: float | None = None) -> tuple[WorkerExit, str | None]:
+                      stuck_after: float | None = None,
+                      at_stop: Callable[[int], Awaitable[None]] | None = None) -> tuple[WorkerExit, str | None]:
         """Run ``job`` on ``resident``: its exit as a worker's, and why the resident may
         not run another job (it died or was killed for its deadline or as stuck; it ran
-        :data:`JOBS_PER_RESIDENT`), None when it may. Raising (the caller's
-        cancellation) SIGKILLs it."""
+        :data:`JOBS_PER_RESIDENT`), None when it may. ``at_stop``: as :meth:`run`'s; the
+        deadline starts again when the resident is woken, and so does the stuck watch.
+        Raising (the caller's cancellation, ``at_stop``'s error) SIGKILLs it."""
         from .history import Silence, has_fired
-        from .pool import WATCH_POLL_S, WorkerExit
+        from .pool import STOP_POLL_S, WATCH_POLL_S, WorkerExit, stopped, wake
         from .services.process import sigkill_group
 
         t0 = time.monotonic()
@@ -333,14 +359,21 @@ class Residents:
                 deadline = t0 + timeout
                 while True:
                     now = time.monotonic()
+                    if at_stop is not None and has_fired(job.result_path) and stopped(resident.pid):
+                        await at_stop(resident.pid)
+                        at_stop = None
+                        wake(resident.pid)
+                        deadline = time.monotonic() + timeout
+                        continue
                     left = deadline - now
-                    if watch is not None and watch.since is None and has_fired(job.result_path):
+                    if watch is not None and watch.since is None and at_stop is None and has_fired(job.result_path):
                         watch.start(now)
                     if watch is not None and watch.since is not None and watch.check(now):
                         stuck, done = watch.silent_s(now), set()
                         break
-                    done, _ = await asyncio.wait((answer, resident.exited), timeout=max(0.0, min(
-                        left, WATCH_POLL_S if watch is not None else left)), return_when=asyncio.FIRST_COMPLETED)
+                    poll = STOP_POLL_S if at_stop is not None else WATCH_POLL_S if watch is not None else left
+                    done, _ = await asyncio.wait((answer, resident.exited), timeout=max(0.0, min(left, poll)),
+                                                 return_when=asyncio.FIRST_COMPLETED)
                     if done or time.monotonic() >= deadline:
                         break
             finally:

@@ -178,6 +178,12 @@ class Stops:
     #: the worker's role in the case's report (``zombie``: it wakes after its run was
     #: taken over); None: ``start`` or ``resume`` as for any worker
     role: ClassVar[str | None] = None
+    #: the worker wakes in the process it stopped in, its connections as they were (the
+    #: controller acted on the run, not on the process's links): its job may run in a
+    #: long-lived worker (:mod:`..resident`), stopped and woken there as a forked one
+    #: is. False: what the controller does meanwhile cuts the process's links (a server
+    #: restarted), which a later job of that process would meet
+    wakes_intact: ClassVar[bool] = False
 
     async def at_stop(self, cx: CaseRun, w: WorkerRun) -> None:  # pragma: no cover - abstract
         """While the worker sleeps (SIGSTOP), after it reported firing (``w.pid`` is

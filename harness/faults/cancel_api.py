@@ -74,6 +74,7 @@ class CancelApi(Stops, FaultKind):
     short = "capi"
     why_not_run = "the run had already ended when the cancel went out"
     reads_ledgers = True  # cancel.step_recorded
+    wakes_intact = True
 
     def not_applicable(self, adapter: object) -> str | None:
         if _supports(adapter):

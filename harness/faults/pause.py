@@ -49,6 +49,7 @@ class Pause(Stops, FaultKind):
     why_not_run = ("no other worker took the run over while this one was stopped (a runtime that never takes a run from "
                    "a live owner), and the woken worker finished it")
     role = "zombie"
+    wakes_intact = True
     reads_ledgers = True
 
     def act(self, recorder: Recorder, fault: Fault) -> None:

@@ -97,6 +97,7 @@ class Restore(Stops, FaultKind):
     rank = 8
     listing_order = 10
     why_not_run = "the run had no checkpoint yet when the point was passed: nothing to restore to"
+    wakes_intact = True
 
     def not_applicable(self, adapter: object) -> str | None:
         if _supports(adapter):

@@ -28,10 +28,13 @@ def job(**kw: object) -> Job:
     ({"role": "recover", "run_id": ""}, True),
     ({"role": "start", "plan": FaultPlan((Fault("kill", AT),))}, False),  # dies with its fault
     ({"plan": FaultPlan((Fault("term", AT),))}, False),  # a SIGTERM to the process
-    ({"plan": FaultPlan((Fault("pause", AT),))}, False),  # stopped while the controller acts
+    ({"plan": FaultPlan((Fault("pause", AT),))}, True),  # stopped, woken with its links as they were
+    ({"role": "start", "plan": FaultPlan((Fault("cancel-api", AT),))}, True),
+    ({"role": "start", "plan": FaultPlan((Fault("db-restart", AT),))}, False),  # its server restarted under it
+    ({"role": "start", "plan": FaultPlan((Fault("freeze", AT),))}, False),
     ({"plan": FaultPlan((Fault("cancel", AT), Fault("kill", AT)))}, False),
     ({"role": "start", "record_io": True}, False),  # a golden run: its I/O is the process's
-    ({"start_gate": "/tmp/gate", "gate_parties": 2}, False),  # a concurrent round
+    ({"start_gate": "/tmp/gate", "gate_parties": 2}, True),  # a concurrent round: its gate is files
     ({"await_points": True}, False),  # a task factory on the loop
     ({"role": "observe"}, False),  # a build's service role
 ])

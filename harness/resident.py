@@ -69,8 +69,11 @@ class HeldRun(Protocol):
                  at_stop: Callable[[int], Awaitable[None]] | None = None) -> Awaitable[WorkerExit]: ...
 
 
-RESIDENTS_MAX = 8
-"""Residents one pool keeps at most; a job that finds none free beyond that forks."""
+RESIDENTS_MAX = 16
+"""Residents one pool keeps at most; a job that finds none free beyond that forks. Two a
+lane of the most a matrix runs at once (the default lanes and as many spare ones,
+:mod:`.runner`): a case may hold two at a time (a paused worker and its successor, a
+concurrent round's resumers)."""
 JOBS_PER_RESIDENT = 1000
 """Jobs after which a resident is retired and the next job gets a new one (as a worker
 pool's max-tasks-per-child: whatever a runtime's process-wide state grows by, a long

@@ -21,7 +21,8 @@ resumes a cancelled run) is not resumed: the case ends at its crash state with
 ``cancel.final`` (the run is in a terminal status), and its end checks are the
 invariants that hold of any run (no effect applied twice, a clean log) instead of the
 comparison with the golden run, which a cancelled run is not meant to match
-(:func:`ended_final`).
+(:func:`ended_final`). A run the woken worker ended anyway (the cancel ignored) is not
+resumed either: nothing is left to resume, and the case fails on ``cancel.honoured``.
 A cancel that does not return within :data:`CANCEL_WAIT_S` while the worker is stopped
 waits for what the stopped worker holds (with SQLite, the one write lock): the case is
 ``not-applicable`` saying so (:class:`.errors.CaseNotApplicable`), never a hang nor a
@@ -136,6 +137,8 @@ class CancelApi(Stops, FaultKind):
                 cx.result.verdicts.append(check_final(obs.status, terminal, w.fault.point.label()))
                 cx.done = True
             return obs.status
+        if obs.status in ex.terminal_statuses():  # the woken worker ended the run: nothing to resume
+            return obs.status  # (the cancel ignored is cancel.honoured's failure, not the harness's)
         await ex.adapter.resume_cancelled(ex.case_env, cx.run_id)
         return (await cx.observe()).status
 

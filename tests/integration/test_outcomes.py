@@ -58,6 +58,23 @@ def test_a_cancel_acknowledged_and_ignored_is_a_failure_not_a_non_event(cli_env,
     _none_left(test_tag, tmp_path)
 
 
+def test_a_run_ended_after_its_cancel_is_judged_not_resumed(cli_env, test_tag, tmp_path) -> None:
+    """A runtime whose woken worker finished the run its own cancel API had accepted
+    (``defect:unfenced-lease``: the worker's status write is not fenced, so
+    ``completed`` overwrites ``cancelled``): the controller does not resume an ended run
+    through the runtime's resume API (which refuses a run that is not cancelled); the
+    case fails on ``cancel.honoured``, never a harness error."""
+    case = "checkout/conv1/cancel-api@run.accepted[run]#1"
+    proc = _cli(["replay", case, "--subject", "defect:unfenced-lease", "--replay-failures", "0",
+                 "--report", str(tmp_path / "r.json")], cli_env, tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    [record] = json.loads((tmp_path / "r.json").read_text())["cases"]
+    assert record["outcome"] == "fail" and record["failed_check"] == "cancel.honoured", record
+    assert record["error"] is None, record["error"]
+    _none_left(test_tag, tmp_path)
+
+
 @pytest.mark.parametrize("subject,case,option", [
     ("misbehaving.adapter:HangsOnTerm", "checkout/conv1/term@log.append.after[turn-2]#1", ["--term-grace", "2"]),
     ("misbehaving.adapter:HangsOnCancel", "checkout/conv1/cancel@log.append.before[turn-2]#1", ["--stuck-after", "1.5"]),

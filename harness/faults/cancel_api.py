@@ -21,8 +21,10 @@ resumes a cancelled run) is not resumed: the case ends at its crash state with
 ``cancel.final`` (the run is in a terminal status), and its end checks are the
 invariants that hold of any run (no effect applied twice, a clean log) instead of the
 comparison with the golden run, which a cancelled run is not meant to match
-(:func:`ended_final`). A run the woken worker ended anyway (the cancel ignored) is not
-resumed either: nothing is left to resume, and the case fails on ``cancel.honoured``.
+(:func:`ended_final`). A run the woken worker ended as the golden run did (the cancel
+ignored) is not resumed either: nothing is left to resume, and the case fails on
+``cancel.honoured``. (A run the cancel left in a terminal status, DBOS's ``CANCELLED``
+reported ``needs_human``, is resumed as usual.)
 A cancel that does not return within :data:`CANCEL_WAIT_S` while the worker is stopped
 waits for what the stopped worker holds (with SQLite, the one write lock): the case is
 ``not-applicable`` saying so (:class:`.errors.CaseNotApplicable`), never a hang nor a
@@ -137,8 +139,8 @@ class CancelApi(Stops, FaultKind):
                 cx.result.verdicts.append(check_final(obs.status, terminal, w.fault.point.label()))
                 cx.done = True
             return obs.status
-        if obs.status in ex.terminal_statuses():  # the woken worker ended the run: nothing to resume
-            return obs.status  # (the cancel ignored is cancel.honoured's failure, not the harness's)
+        if _ignored(cx):  # the woken worker ended the run as the golden run did: nothing to resume
+            return obs.status
         await ex.adapter.resume_cancelled(ex.case_env, cx.run_id)
         return (await cx.observe()).status
 
@@ -146,6 +148,14 @@ class CancelApi(Stops, FaultKind):
 HONOURED_CHECK = Check("cancel.honoured", "cancellation", "cancel acknowledged and ignored", "crash",
                        "a run whose cancel the runtime's own API acknowledged does not run on to its golden end")
 HONOURED = HONOURED_CHECK.name
+
+
+def _ignored(cx: CaseRun) -> bool:
+    """Whether the case's cancel was acknowledged and ignored (``cancel.honoured``
+    failed): the woken worker ended the run as the golden run did, so no resume of the
+    run through the runtime's API is left to make (its resume API may refuse an ended
+    run, which is the subject's failure already judged, not the harness's)."""
+    return any(v.check == HONOURED and v.valid is False for v in cx.result.verdicts)
 
 
 def check_cancel_honoured(before: str, terminal: tuple[str, ...], golden_status: str, returncode: int | None,

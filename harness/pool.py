@@ -242,54 +242,98 @@ class WorkerPool:
                 return done
         t0 = time.monotonic()
         pid, exited = await self.spawn(job, log_path)
-        deadline = t0 + timeout
-        timed_out = False
+        watch = JobWatch(job, timeout, term_grace=term_grace, at_stop=at_stop, stuck_after=stuck_after)
+
+        async def ended(wait: float) -> bool:
+            await wait_done(exited, wait)
+            return exited.done()
+
+        try:
+            if not await watch.follow(pid, t0, ended):
+                sigkill_group(pid)
+        except BaseException:
+            if watch.killed:  # at_stop raised: the worker is reaped before the error goes on
+                await exited
+            raise
+        event = await exited
+        out = WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, watch.timed_out,
+                         event.get("cpu_ms"))
+        watch.mark(out)
+        return out
+
+
+class JobWatch:
+    """The controller's watch over one job's worker, forked (:meth:`WorkerPool.run`) or
+    long-lived (:meth:`.resident.Residents.run`): its deadline (``timeout`` seconds), the
+    hand-over of a worker a stopping fault stopped (``at_stop``), the drain of a ``term``
+    fault (``term_grace`` seconds) and the stuck watch (``stuck_after`` seconds), as
+    :meth:`WorkerPool.run` documents them. :meth:`follow` polls; the caller kills and
+    reaps, since only it knows how its worker ends."""
+
+    def __init__(self, job: Job, timeout: float, *, term_grace: float | None = None,
+                 at_stop: Callable[[int], Awaitable[None]] | None = None,
+                 stuck_after: float | None = None) -> None:
+        self.result_path = job.result_path
+        self.timeout = timeout
+        self.term_grace = term_grace
+        self.at_stop = at_stop
+        self.silence = Silence(job.result_path, stuck_after) if stuck_after is not None else None
+        #: it outlived its deadline
+        self.timed_out = False
+        #: seconds it was silent when found stuck; None: not stuck
+        self.stuck_s: float | None = None
+        #: ``at_stop`` raised and the worker was SIGKILLed
+        self.killed = False
+
+    async def follow(self, pid: int, t0: float, ended: Callable[[float], Awaitable[bool]]) -> bool:
+        """Watch worker ``pid`` (started at ``t0``, monotonic seconds) until its job ends:
+        True; or until it must be SIGKILLed, past its deadline (:attr:`timed_out`) or
+        silent (:attr:`stuck_s`): False, the worker not yet killed. ``ended(wait)``
+        waits up to ``wait`` seconds for the job's end and says whether it ended. When
+        ``at_stop`` raises, the worker is SIGKILLed (:attr:`killed`) and the error
+        propagates."""
+        deadline = t0 + self.timeout
         fired_at: float | None = None
-        watch = Silence(job.result_path, stuck_after) if stuck_after is not None else None
-        watching = False
-        stuck: float | None = None
-        while not exited.done():
+        watch = self.silence
+        while True:
             now = time.monotonic()
-            if at_stop is not None and has_fired(job.result_path) and stopped(pid):
+            if self.at_stop is not None and has_fired(self.result_path) and stopped(pid):
                 try:
-                    await at_stop(pid)
+                    await self.at_stop(pid)
                 except BaseException:
                     sigkill_group(pid)
-                    await exited
+                    self.killed = True
                     raise
-                at_stop = None
+                self.at_stop = None
                 wake(pid)
-                deadline = time.monotonic() + timeout
+                deadline = time.monotonic() + self.timeout
                 if watch is not None:  # its silence counts from the wake, not from the stop
                     watch.start(time.monotonic())
-                    watching = True
                 continue
-            if term_grace is not None and fired_at is None and has_fired(job.result_path):
+            if self.term_grace is not None and fired_at is None and has_fired(self.result_path):
                 fired_at = now
-            if (watch is not None and not watching and at_stop is None
-                    and (fired_at is not None or has_fired(job.result_path))):
+            if (watch is not None and watch.since is None and self.at_stop is None
+                    and (fired_at is not None or has_fired(self.result_path))):
                 watch.start(now)
-                watching = True
-            if watching and watch is not None and watch.check(now):
-                stuck = watch.silent_s(now)
-                sigkill_group(pid)
-                break
-            limit = deadline if fired_at is None else min(deadline, fired_at + term_grace)
+            if watch is not None and watch.since is not None and watch.check(now):
+                self.stuck_s = watch.silent_s(now)
+                return False
+            limit = deadline if fired_at is None or self.term_grace is None else min(deadline, fired_at + self.term_grace)
             if now >= limit:
-                if fired_at is not None and watch is not None and watching and not watch.progressed:
-                    stuck = watch.silent_s(now)  # silent for the whole grace: stuck, not a slow drain
+                if fired_at is not None and watch is not None and watch.since is not None and not watch.progressed:
+                    self.stuck_s = watch.silent_s(now)  # silent for the whole grace: stuck, not a slow drain
                 else:
-                    timed_out = True
-                sigkill_group(pid)
-                break
-            poll = (STOP_POLL_S if at_stop is not None else 0.05 if term_grace is not None
+                    self.timed_out = True
+                return False
+            poll = (STOP_POLL_S if self.at_stop is not None else 0.05 if self.term_grace is not None
                     else WATCH_POLL_S if watch is not None else limit - now)
-            await wait_done(exited, min(limit - now, poll))
-        event = await exited
-        out = WorkerExit(pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out, event.get("cpu_ms"))
-        if stuck is not None and watch is not None:
-            out.stuck_s, out.last_point = stuck, watch.last_point()
-        return out
+            if await ended(max(0.0, min(limit - now, poll))):
+                return True
+
+    def mark(self, out: WorkerExit) -> None:
+        """Note on ``out`` that its worker was stuck, and the last point it passed."""
+        if self.stuck_s is not None and self.silence is not None:
+            out.stuck_s, out.last_point = self.stuck_s, self.silence.last_point()
 
 
 def zygote_env(python: str, pythonpath: tuple[str, ...] = ()) -> dict[str, str]:

@@ -61,6 +61,7 @@ if TYPE_CHECKING:  # the resident imports this module after its fork: the contro
     from .pool import WorkerExit, WorkerPool
     from .worker import Job
 
+
 class HeldRun(Protocol):
     """The runner of a resident held for one case (:meth:`Residents.dedicated`): runs
     ``job`` there, ``at_stop`` as :meth:`Residents.run`'s."""
@@ -347,58 +348,41 @@ class Residents:
         :data:`JOBS_PER_RESIDENT`), None when it may. ``at_stop``: as :meth:`run`'s; the
         deadline starts again when the resident is woken, and so does the stuck watch.
         Raising (the caller's cancellation, ``at_stop``'s error) SIGKILLs it."""
-        from .history import Silence, has_fired
-        from .pool import STOP_POLL_S, WATCH_POLL_S, WorkerExit, stopped, wake
+        from .pool import JobWatch, WorkerExit
         from .services.process import sigkill_group
 
         t0 = time.monotonic()
-        watch = Silence(job.result_path, stuck_after) if stuck_after is not None else None
-        stuck: float | None = None
+        watch = JobWatch(job, timeout, at_stop=at_stop, stuck_after=stuck_after)
         try:
             resident.writer.write(json.dumps({"job": job.to_dict(), "log_path": log}).encode() + b"\n")
             await resident.writer.drain()
             answer = asyncio.ensure_future(resident.reader.readline())
+
+            async def ended(wait: float) -> bool:
+                done, _ = await asyncio.wait((answer, resident.exited), timeout=wait,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                return bool(done)
+
             try:
-                deadline = t0 + timeout
-                while True:
-                    now = time.monotonic()
-                    if at_stop is not None and has_fired(job.result_path) and stopped(resident.pid):
-                        await at_stop(resident.pid)
-                        at_stop = None
-                        wake(resident.pid)
-                        deadline = time.monotonic() + timeout
-                        continue
-                    left = deadline - now
-                    if watch is not None and watch.since is None and at_stop is None and has_fired(job.result_path):
-                        watch.start(now)
-                    if watch is not None and watch.since is not None and watch.check(now):
-                        stuck, done = watch.silent_s(now), set()
-                        break
-                    poll = STOP_POLL_S if at_stop is not None else WATCH_POLL_S if watch is not None else left
-                    done, _ = await asyncio.wait((answer, resident.exited), timeout=max(0.0, min(left, poll)),
-                                                 return_when=asyncio.FIRST_COMPLETED)
-                    if done or time.monotonic() >= deadline:
-                        break
+                finished = await watch.follow(resident.pid, t0, ended)
             finally:
                 if not answer.done():
                     answer.cancel()
             resident.jobs += 1
             resident.runs.add(job.run_id)
-            line = answer.result() if answer in done and not answer.cancelled() else b""
+            line = answer.result() if finished and answer.done() and not answer.cancelled() else b""
             if line:
                 reply = json.loads(line)
                 retire = f"ran {resident.jobs} jobs" if resident.jobs >= JOBS_PER_RESIDENT else None
                 return WorkerExit(resident.pid, int(reply["returncode"]), None, time.monotonic() - t0,
                                   cpu_ms=reply.get("cpu_ms"), resident=True, left=list(reply.get("left") or ()),
                                   jobs_before=resident.jobs - 1), retire
-            timed_out = not done and stuck is None
-            if not done:
+            if not finished:
                 sigkill_group(resident.pid)
             event = await resident.exited  # it died in the job, or was killed for its deadline or as stuck
-            exit_ = WorkerExit(resident.pid, event["returncode"], event["signal"], time.monotonic() - t0, timed_out,
-                               event.get("cpu_ms"), resident=True, jobs_before=resident.jobs - 1)
-            if stuck is not None and watch is not None:
-                exit_.stuck_s, exit_.last_point = stuck, watch.last_point()
+            exit_ = WorkerExit(resident.pid, event["returncode"], event["signal"], time.monotonic() - t0,
+                               watch.timed_out, event.get("cpu_ms"), resident=True, jobs_before=resident.jobs - 1)
+            watch.mark(exit_)
             return exit_, exit_.describe()
         except BaseException:
             sigkill_group(resident.pid)

@@ -205,6 +205,29 @@ class Observation:
     detail: str | None = None
 
 
+def missing_runtime(subject: str, module: str, extra: str) -> str:
+    """The one line for a subject whose runtime module is not installed: install the
+    release the project runs (the runtime's distributions, read from the ``extra``'s
+    requirements in crashmatrix's metadata), or the extra, which pins the release the
+    adapter was measured with and so conflicts with another pinned release."""
+    import importlib.metadata
+    import re
+
+    said = f"subject {subject!r} needs its runtime, which is not installed here (No module named {module!r})"
+    if not extra:
+        return said
+    try:
+        reqs = [r.split(";")[0].strip() for r in importlib.metadata.requires("crashmatrix") or ()
+                if re.search(rf"extra\s*==\s*[\"']{re.escape(extra)}[\"']", r)]
+    except importlib.metadata.PackageNotFoundError:
+        reqs = []
+    names = [re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0] for r in reqs]
+    if not names:
+        return f"{said}: pip install 'crashmatrix[{extra}]'"
+    return (f"{said}: pip install the release your project runs ({' '.join(names)}), or "
+            f"pip install 'crashmatrix[{extra}]' for the one the adapter was measured with ({', '.join(reqs)})")
+
+
 class Adapter(ABC):
     """Base class of every subject adapter. See docs/adapters.md."""
 
@@ -295,8 +318,7 @@ class Adapter(ABC):
             if not findable(module):
                 from .errors import RegistryError
 
-                raise RegistryError(f"subject {self.name!r} needs the optional extra: pip install "
-                                    f"'crashmatrix[{self.extra}]' (No module named {module!r})") from None
+                raise RegistryError(missing_runtime(self.name, module, self.extra)) from None
 
     @abstractmethod
     async def prepare(self, env: Environment) -> None:

@@ -609,6 +609,7 @@ def run_service_job(job: Job) -> int:
 
     from . import registry
     from .adapter import capabilities_of
+    from .sources import runtime_releases
 
     adapter = registry.subject(job.subject)
 
@@ -627,6 +628,7 @@ def run_service_job(job: Job) -> int:
             elif job.role == "describe":
                 said = {key: getattr(adapter, key, None) for key in DECLARATIONS}
                 return {**json.loads(json.dumps(said, default=list)), "name": adapter.name,
+                        "releases": runtime_releases(adapter),
                         "capabilities": sorted(capabilities_of(adapter)),
                         "cannot_migrate_statuses": list(getattr(adapter, "cannot_migrate_statuses", ()) or ()),
                         "identifier_fields": list(getattr(adapter, "identifier_fields", ()) or ())}

@@ -137,6 +137,13 @@ class LiveHarness:
         assert self.explorer is not None
         return self.explorer
 
+    def releases(self) -> dict[str, dict[str, str]]:
+        """The installed release of the runtime under test, per build
+        (:func:`.sources.subject_releases`; opens the session if needed)."""
+        from .sources import subject_releases
+
+        return subject_releases(self._explorer().adapter, self.subject)
+
     def golden(self, conversation: str) -> GoldenRun:
         """The golden run of ``conversation`` (run once per harness, then cached).
         Raises :class:`~.errors.HarnessError` if it does not complete."""

@@ -27,6 +27,7 @@ from .plan import DEFAULT_SOURCES, Case, FaultPlan, Resume
 from .policies import policy_of
 from .session import open_session
 from .settings import RunSettings
+from .sources import releases_line, subject_releases
 
 
 OUTCOMES = ("pass", "fail", "flaky", "harness-error", "not-run", "not-applicable")
@@ -81,6 +82,10 @@ class MatrixReport:
     coverage: Any = None
     #: an unreached branch or a not-run case fails the run (``--require-coverage``)
     require_coverage: bool = False
+    #: the runtime's installed release, per build (the subject, or each build's label):
+    #: distribution -> version (:func:`.sources.runtime_releases`); empty for a runtime
+    #: run from a source tree
+    releases: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def interrupt(self, reason: str) -> None:
         """Mark the report incomplete: the run stopped before its end, for ``reason``
@@ -135,6 +140,7 @@ class MatrixReport:
         out["golden_results"] = [r.to_dict() for r in self.golden_results]
         out["notes"] = list(self.notes)
         out["replay_failures"] = self.replay_failures
+        out["releases"] = {who: dict(r) for who, r in self.releases.items()}
         if self.pruning is not None:
             out["pruning"] = self.pruning.to_dict()
         if self.coverage is not None:
@@ -274,6 +280,10 @@ async def _prepare(explorer: Explorer, s: RunSettings) -> tuple[MatrixReport, li
         raise GoldenRunRefused(refused)
     notes += effect_lines
     notes += [n for p in getattr(explorer.pool, "pools", {}).values() or [explorer.pool] for n in getattr(p, "notes", ())]
+    releases = subject_releases(explorer.adapter, subject)
+    line = releases_line(releases)
+    if line is not None:
+        notes.insert(0, line)
     used = s.kinds_used
     for name in [k for k in faults.KINDS if k in used] if healthy else []:  # each kind's checks before any case
         await faults.kind(name).before_matrix(explorer, next(iter(healthy)))
@@ -300,7 +310,7 @@ async def _prepare(explorer: Explorer, s: RunSettings) -> tuple[MatrixReport, li
     cases = [c for c in cases if c.conversation in healthy and c.plan.faults]
     report = MatrixReport(workload, subject, s.matrix.all_kinds, s.names.sources, goldens, jobs=s.jobs,
                           golden_results=reported, replay_failures=s.replay_failures, planned=len(cases),
-                          require_coverage=s.require_coverage, notes=notes)
+                          require_coverage=s.require_coverage, notes=notes, releases=releases)
     return report, cases
 
 

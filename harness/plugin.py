@@ -339,11 +339,12 @@ def record_case(
     record = case_record(result, location)
     record["nodeid"] = item.nodeid
     record["ran_ahead"] = ran_ahead
+    harness = state.services.harness(result.subject, case.workload)
     record["matrix"] = {
         "test": test, "workload": case.workload, "subject": result.subject, "kinds": list(kinds),
         "sources": list(sources), "conversations": list(conversations or (case.conversation,)), "shard": shard,
-        "golden_points": {case.conversation: len(state.services.harness(result.subject, case.workload)
-                                                 .golden(case.conversation).trace)},
+        "golden_points": {case.conversation: len(harness.golden(case.conversation).trace)},
+        "releases": harness.releases(),
     }
     item.stash.setdefault(_RECORDS_KEY, []).append(record)
     return record
@@ -581,7 +582,8 @@ def _write_reports(state: State, stopped: str | None) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """One line: cases passed, failed, flaky, harness errors, the seed, the report paths."""
+    """One line: cases passed, failed, flaky, harness errors, the seed, the report paths;
+    then the release of each runtime under test (:func:`.sources.releases_line`)."""
     from .report import counts_line
 
     state = config.stash.get(_STATE_KEY, None)
@@ -592,6 +594,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         if path:
             line += f"; {label}: {path}"
     terminalreporter.write_line(line)
+    from .sources import releases_line
+
+    shown = {releases_line(r["matrix"].get("releases") or {}) for r in state.records}
+    for text in sorted(t for t in shown if t is not None):
+        terminalreporter.write_line(f"crashmatrix: {text}")
     ways = sorted(set(state.workers_ahead.values()))
     if ways:
         ran = (f"each of {len(state.workers_ahead)} xdist workers ran {ways[0]}" if len(ways) == 1 else

@@ -441,7 +441,8 @@ def plugin_report(records: list[dict[str, Any]], seed: int, *, complete: bool = 
     conversations, shard and golden points): ``{"version": 1, "seed": int,
     "complete": bool, "matrices": [matrix]}`` (``reason`` too when not complete: the
     run was interrupted), each matrix shaped as :func:`matrix_dict` plus ``test`` (the
-    marked test's node id), ``conversations`` and ``shard``; each case as
+    marked test's node id), ``conversations``, ``shard`` and ``releases`` (the runtime's
+    installed release per build: :func:`.sources.subject_releases`); each case as
     :func:`case_record` plus ``nodeid``."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for rec in records:
@@ -456,7 +457,7 @@ def plugin_report(records: list[dict[str, Any]], seed: int, *, complete: bool = 
             points.update(r["matrix"].get("golden_points", {}))
         d = matrix_dict(workload, subject, m["kinds"], m["sources"], cases,
                         {c: {"points": n} for c, n in sorted(points.items())})
-        d.update(test=test, conversations=m["conversations"], shard=m["shard"])
+        d.update(test=test, conversations=m["conversations"], shard=m["shard"], releases=m.get("releases") or {})
         matrices.append(d)
     out: dict[str, Any] = {"version": 1, "seed": seed, "complete": complete, "matrices": matrices}
     if not complete:

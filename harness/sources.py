@@ -22,6 +22,7 @@ path relative to their package and content.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
@@ -31,6 +32,7 @@ import sysconfig
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
@@ -208,13 +210,96 @@ def subject_sources(subject: str, workload: str) -> SourceSet:
         files = _files_of(mod)
         own = root.split(".")[0] in seed_tops
         if not own and files and any(installed_dir in files[0].resolve().parents for installed_dir in installed):
-            try:
-                out.versions[root] = importlib.metadata.version(root.split(".")[0])
-            except importlib.metadata.PackageNotFoundError:
-                out.versions[root] = str(getattr(mod, "__version__", "?"))
+            found = distribution_of(root)
+            out.versions[root] = found[1] if found is not None else str(getattr(mod, "__version__", "?"))
             continue
         out.files[root] = files
     return out
+
+
+@cache
+def _packages_distributions() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+def _holds(dist: importlib.metadata.Distribution, module_name: str) -> bool | None:
+    """Whether ``dist``'s file list holds ``module_name`` (a package's directory or a
+    module's file); None when it lists no file of the module's top-level package (an
+    editable install lists its path hook, not the modules)."""
+    rel = module_name.replace(".", "/")
+    top = module_name.split(".")[0]
+    names = [f.as_posix() for f in dist.files or ()]
+    if not any(n.startswith(top + "/") or n == top + ".py" for n in names):
+        return None
+    return any(n.startswith(rel + "/") or n == rel + ".py" for n in names)
+
+
+@cache
+def distribution_of(module_name: str) -> tuple[str, str] | None:
+    """The installed distribution that provides ``module_name``, and its version, from
+    the installed metadata alone (nothing is imported): ``("llama-index-workflows",
+    "2.12.2")`` for ``workflows``, ``("dbos", "2.23.0")`` for ``dbos``. The distribution
+    named as the module's top-level package when its files hold the module (or it lists
+    none of them: an editable install); else the one among those that ship the
+    top-level package (``importlib.metadata.packages_distributions``; several share a
+    namespace package such as ``llama_index`` or ``langgraph``) whose files hold it.
+    None when no installed distribution provides it (a source tree on the path)."""
+    top = module_name.split(".")[0]
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        dist = importlib.metadata.distribution(top)
+        if _holds(dist, module_name) is not False:
+            return dist.metadata["Name"] or top, dist.version
+    candidates = list(dict.fromkeys(_packages_distributions().get(top, ())))
+    for name in candidates:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            dist = importlib.metadata.distribution(name)
+            if len(candidates) == 1 or _holds(dist, module_name):
+                return dist.metadata["Name"] or name, dist.version
+    return None
+
+
+def releases(modules: Iterable[str]) -> dict[str, str]:
+    """Distribution -> version of the installed distributions providing ``modules``
+    (:func:`distribution_of`); a module no distribution provides is left out."""
+    out: dict[str, str] = {}
+    for module in modules:
+        found = distribution_of(module)
+        if found is not None:
+            out[found[0]] = found[1]
+    return out
+
+
+def runtime_releases(adapter: Any) -> dict[str, str]:
+    """The release of the runtime an adapter drives, as this interpreter has it
+    installed: the distributions of its ``subject_packages`` and ``requires``
+    (``{"llama-index-workflows": "2.12.2"}``). Empty for a runtime run from a source
+    tree."""
+    return releases((*tuple(getattr(adapter, "subject_packages", ()) or ()),
+                     *tuple(getattr(adapter, "requires", ()) or ())))
+
+
+def subject_releases(adapter: Any, subject: str) -> dict[str, dict[str, str]]:
+    """:func:`runtime_releases` of a session's subject, keyed by who ran it: ``subject``
+    for an adapter of this interpreter; each build's label for a subject in its own
+    environment or a build pair (:class:`.builds.BuildAdapter`: what each build's
+    ``describe`` found in its own interpreter)."""
+    from .builds import BuildAdapter
+
+    if isinstance(adapter, BuildAdapter):
+        return {label: dict(said.get("releases") or {}) for label, said in adapter.upgrade.declared.items()}
+    return {subject: runtime_releases(adapter)}
+
+
+def releases_line(found: dict[str, dict[str, str]]) -> str | None:
+    """The summary's line for :func:`runtime_releases` of each build (``{subject or
+    build label: {distribution: version}}``): ``runtime under test: dbos 2.23.0``, the
+    builds named when there are two; None when no build's runtime is installed."""
+    shown = {who: ", ".join(f"{d} {v}" for d, v in sorted(r.items())) for who, r in found.items() if r}
+    if not shown:
+        return None
+    if len(found) == 1:
+        return f"runtime under test: {next(iter(shown.values()))}"
+    return "runtime under test: " + "; ".join(f"{who}: {text}" for who, text in shown.items())
 
 
 def point_location(name: str, source: str, sources: SourceSet | None) -> str | None:

@@ -7,6 +7,7 @@ sound one's report says, per provider, how many effects its golden runs applied.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import os
 import subprocess
 
@@ -59,6 +60,10 @@ def test_the_report_says_how_many_effects_each_provider_applied() -> None:
     assert golden["applied"] == {"payment": 1, "mail": 1}
     assert [r["http_status"] for r in golden["refusals"]] == [402]
     assert report.exit_code == 0
+    # the runtime under test: here the reference runtime, shipped in crashmatrix's own distribution
+    version = importlib.metadata.version("crashmatrix")
+    assert report.to_dict()["releases"] == {"reference": {"crashmatrix": version}}
+    assert report.notes[0] == f"runtime under test: crashmatrix {version}", report.notes
 
 
 def test_the_command_lines_summary_says_how_many_effects_each_provider_applied(cli_env, test_tag, tmp_path) -> None:

@@ -53,6 +53,9 @@ def test_a_subject_on_protobuf_5_runs_while_the_controller_has_protobuf_6(protob
     # the observation came from a service worker under the subject's interpreter
     observed = report.goldens["three-charges"].evidence.observation.state["protobuf"]
     assert observed.split(".")[0] == "5", observed
+    # the runtime's release as the subject's interpreter has it installed, not the controller's
+    assert list(report.releases.values()) == [{"protobuf": observed}], report.releases
+    assert f"runtime under test: protobuf {observed}" in report.notes, report.notes
     # the workload is imported from tests/subjects on $PYTHONPATH: the line carries it
     assert all(r.replay.startswith("PYTHONPATH=") and " crashmatrix replay " in r.replay and f"@{venv}" in r.replay
                for r in report.results[:3]), report.results[0].replay
@@ -72,6 +75,7 @@ def test_a_build_pair_whose_first_build_has_no_crashmatrix_installed(protobuf5: 
     assert [r.outcome for r in report.results] == ["pass", "pass"], [(r.case.id, r.failed, r.error) for r in report.results]
     migrated = [v.details for r in report.results for v in r.verdicts if v.check == "upgrade.migrated"]
     assert migrated == ["crashed under pb5, finished under here: completed"] * 2, migrated
+    assert report.releases["here"] == {} and report.releases["pb5"]["protobuf"].split(".")[0] == "5", report.releases
 
 
 def _cli(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:

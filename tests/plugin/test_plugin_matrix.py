@@ -8,6 +8,7 @@ from the warm cache."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -47,6 +48,12 @@ def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
     # every case but each worker's first was started before its item ran
     assert "crashmatrix: each of 2 xdist workers ran 2 cases in flight;" in xdist.stdout, xdist.stdout[-2000:]
     assert _ran_ahead(matrix_project / "xdist.json") >= expected - 2
+    # the runtime under test, as the workers' environment has it installed (the
+    # reference runtime ships in crashmatrix's own distribution)
+    version = importlib.metadata.version("crashmatrix")
+    assert f"crashmatrix: runtime under test: crashmatrix {version}" in xdist.stdout, xdist.stdout[-2000:]
+    assert [m["releases"] for m in json.loads((matrix_project / "xdist.json").read_text())["matrices"]] == \
+        [{"reference": {"crashmatrix": version}}]
 
     serial = run_pytest(matrix_project, "-rA", "--crashmatrix-report=serial.json", "--junitxml=serial.xml")
     assert serial.returncode == 0, serial.output[-3000:]

@@ -13,6 +13,9 @@ class PinnedAdapter(PlainAdapter):
     """plainrun, reporting the protobuf of its environment."""
 
     name = "pinned"
+    #: the runtime this subject is pinned to: its release is reported from the
+    #: subject's own environment (``MatrixReport.releases``)
+    requires = ("google.protobuf",)
 
     async def observe(self, env: Environment, run_id: str) -> Observation:
         obs = await super().observe(env, run_id)

@@ -26,6 +26,14 @@ SUBJECTS: dict[str, str] = {
     "openai-agents-sqlite": "crashmatrix.harness.adapters.openai_agents:OpenAIAgentsSqliteAdapter",
     "openai-agents-postgres": "crashmatrix.harness.adapters.openai_agents:OpenAIAgentsPostgresAdapter",
     "llamaindex": "crashmatrix.harness.adapters.llamaindex:LlamaIndexAdapter",
+    "dbos": "crashmatrix.harness.adapters.dbos:DBOSSqliteAdapter",
+    "dbos-postgres": "crashmatrix.harness.adapters.dbos:DBOSPostgresAdapter",
+    "langgraph": "crashmatrix.harness.adapters.langgraph:LangGraphAioSqliteSyncDrainAdapter",
+    "absurd": "crashmatrix.harness.adapters.absurd:AbsurdAdapter",
+    "burr": "crashmatrix.harness.adapters.burr:BurrAdapter",
+    "restate": "crashmatrix.harness.adapters.restate:RestateAdapter",
+    "prefect": "crashmatrix.harness.adapters.prefect:PrefectAdapter",
+    "crewai": "crashmatrix.harness.adapters.crewai:CrewAIAdapter",
 }
 WORKLOADS: dict[str, str] = {
     "checkout": "crashmatrix.scenarios.checkout:WORKLOAD",
@@ -36,6 +44,11 @@ WORKLOADS: dict[str, str] = {
     "report": "crashmatrix.scenarios.report:WORKLOAD",
     "support_desk": "crashmatrix.scenarios.support_desk:WORKLOAD",
     "upgrade_shop": "crashmatrix.scenarios.upgrades.shop:WORKLOAD",
+    # the checkout conversations written for each runtime nobody here wrote, with keyed
+    # tools (scenarios/realworld; each runs on its runtime's subject above)
+    **{f"{runtime}_checkout": f"crashmatrix.scenarios.realworld.{runtime}_checkout:KEYED"
+       for runtime in ("absurd", "burr", "crewai", "dbos", "langgraph", "llamaindex", "openai_agents", "prefect",
+                       "pydantic_ai", "restate")},
 }
 
 

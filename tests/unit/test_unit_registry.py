@@ -13,7 +13,7 @@ from crashmatrix.harness.errors import RegistryError
 def test_a_top_level_module_is_reachable(tmp_path, monkeypatch) -> None:
     """``module:Attr`` needs no dot (a user's ``my_adapter.py`` next to their tests)."""
     (tmp_path / "cm_unit_toplevel.py").write_text(textwrap.dedent("""
-        from crashmatrix.harness.adapter import Adapter
+        from crashmatrix.harness.adapter import Adapter, findable
 
         class TopLevelAdapter(Adapter):
             name = "top-level"
@@ -61,3 +61,22 @@ def test_a_misspelt_mutant_is_not_registered_rather_than_an_import_error() -> No
 def test_an_unknown_plain_name_lists_the_known_ones_and_the_import_form() -> None:
     with pytest.raises(RegistryError, match=r"workload='chekout' is not registered; known: .*checkout.*module:WORKLOAD"):
         registry.workload("chekout")
+
+
+def test_every_registered_name_points_at_an_adapter_class_or_a_workload() -> None:
+    """The short names of the shipped adapters and workloads (``crashmatrix list``)
+    each reach what they name: an Adapter subclass (its module imports without its
+    runtime), a workload object with conversations."""
+    from crashmatrix.harness.adapter import Adapter, findable
+
+    for name, target in registry.SUBJECTS.items():
+        cls = registry.load(target)
+        assert isinstance(cls, type) and issubclass(cls, Adapter), (name, target)
+    for name, target in registry.WORKLOADS.items():
+        try:
+            workload = registry.load(target)
+        except RegistryError as exc:  # Prefect's and CrewAI's workloads import their runtime,
+            missing = str(exc).rsplit("No module named ", 1)[-1].strip("'")  # not in the test extra
+            assert "No module named" in str(exc) and not findable(missing), (name, str(exc))
+            continue
+        assert workload.conversations, (name, target)

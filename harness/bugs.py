@@ -256,13 +256,13 @@ ENTRIES: tuple[Entry, ...] = (
           "https://github.com/run-llama/llama_index/issues/18019", "https://github.com/run-llama/llama_index/pull/18023",
           "llama-index-core", "0.12.22", "0.12.23",
           "llamaindex", f"{RW}.llamaindex_human:KEYED", ("kill",), conversation="approve",
-          symptom=("interrupt.", "model.calls_billed", "resume.runs", "transcript.")),
+          symptom=("interrupt.", "model.calls_billed", "resume.runs", "transcript."), expect="found"),
     Entry("llamaindex-17938", "a context restored with Context.from_dict counts its in-progress events twice (once "
           "when restored, once when the run starts), and a stopped run's task never cancels", "run-llama/llama_index",
           "PR 17938", "https://github.com/run-llama/llama_index/pull/17938",
           "https://github.com/run-llama/llama_index/pull/17938", "llama-index-core", "0.12.20", "0.12.21",
           "llamaindex", f"{RW}.llamaindex_checkout:KEYED", ("kill",),
-          symptom=("resume.runs", "model.calls_billed", "transcript.", "provider.", "effects.")),
+          symptom=("resume.runs", "model.calls_billed", "transcript.", "provider.", "effects."), expect="found"),
     Entry("llamaindex-281", "ctx.to_dict() of a workflow resumed from a snapshot fails with 'Worker N not found in "
           "in_progress': a resumed run cannot be snapshotted again", "run-llama/llama-agents", "issue 281",
           "https://github.com/run-llama/llama-agents/issues/281", "https://github.com/run-llama/llama-agents/pull/282",

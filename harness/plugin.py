@@ -448,12 +448,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """The seed (and how to reuse it), kinds, sources, shard, replays and cache directory."""
+    """The seed (and how to reuse it); the run's default kinds, sources, shard and
+    replays (what a ``crashmatrix`` marker that sets none of its own runs); the cache
+    directory."""
     s = _state(config).settings
     lines = [f"crashmatrix: seed={s.seed} (reuse with --crashmatrix-seed={s.seed}); {s.origin.get('seed')}"]
     shape = s.matrix()
     sampled = [f"{name}={n}" for name, n in shape.sampled_kinds + shape.sampled_policies]
-    lines.append(f"crashmatrix: kinds={','.join(s.kinds)} sources={','.join(s.sources)}"
+    lines.append(f"crashmatrix: defaults (a marker's own settings win): kinds={','.join(s.kinds)} "
+                 f"sources={','.join(s.sources)}"
                  + (f" sampled={','.join(sampled)} (seed {s.sample_seed})" if sampled else "")
                  + (f" shard={s.shard}" if s.shard else "") + f" replay-failures={s.replay_failures}"
                  + f" cache={_state(config).cache_dir}")

@@ -72,7 +72,7 @@ def _fail(exc: BaseException) -> int:
     return 3 if isinstance(exc, HarnessError) else 2
 
 
-RESUME_WITH_HELP = ("Resume every case under another build: [LABEL=]SUBJECT[@DIR], DIR a virtual environment or a "
+RESUME_WITH_HELP = ("Resume every case under another build: [LABEL=]SUBJECT\\[@DIR], DIR a virtual environment or a "
                     "source tree (the golden runs and each case's first worker run --subject, which takes the same "
                     "form); case ids end in /upgrade:A>B and the check upgrade.migrated joins the oracle.")
 KEEP_FAILED_HELP = ("Keep each case that did not pass in a directory of its own here (its workers' event files "

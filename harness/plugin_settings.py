@@ -263,7 +263,7 @@ def resolve_settings(config: pytest.Config, marker: pytest.Mark | None = None) -
         if cli_value is not None:
             raw, where = cli_value, f"{s.option} (command line)"
         if s.key in from_marker:
-            raw, where = from_marker[s.key], f"{s.key}= (marker)"
+            raw, where = from_marker[s.key], f"{s.key} (marker)"
         if raw is None:
             values[s.key] = s.default
         else:

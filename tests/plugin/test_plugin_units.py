@@ -63,7 +63,7 @@ def test_settings_precedence_ini_env_cli_marker(monkeypatch: pytest.MonkeyPatch)
     marker = pytest.mark.crashmatrix("drift", kinds=["pause"], subject="reference", replay_failures=0).mark
     s = resolve_settings(cfg, marker)  # type: ignore[arg-type]
     assert (s.workload, s.kinds, s.subject, s.shard, s.replay_failures) == ("drift", ("pause",), "reference", "2/2", 0)
-    assert s.origin["kinds"] == "kinds= (marker)" and s.origin["shard"] == "--crashmatrix-shard (command line)"
+    assert s.origin["kinds"] == "kinds (marker)" and s.origin["shard"] == "--crashmatrix-shard (command line)"
     # report paths are not marker settings; a seed left unset is drawn once per run
     with pytest.raises(InvalidArgument, match=r"unknown argument\(s\) report"):
         resolve_settings(cfg, pytest.mark.crashmatrix(report="x.json").mark)  # type: ignore[arg-type]
@@ -94,7 +94,7 @@ def test_no_kinds_set_expands_crashmatrix_runs_default_matrix(monkeypatch: pytes
     monkeypatch.setenv("CRASHMATRIX_PG_DSN", "postgresql://u@h/db")
     cfg.ini = {}
     assert "db-restart" not in dict(resolve_settings(cfg).matrix().sampled_kinds)  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgument, match=r"kind_sample= \(marker\)=-1: -1 must be an integer >= 0"):
+    with pytest.raises(InvalidArgument, match=r"kind_sample \(marker\)=-1: -1 must be an integer >= 0"):
         resolve_settings(cfg, pytest.mark.crashmatrix(kind_sample=-1).mark)  # type: ignore[arg-type]
 
 

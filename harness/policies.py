@@ -576,9 +576,12 @@ class SameWorker(Policy):
     broken connection) takes the run up again when the queue hands it back to the same
     consumer. What the runtime kept of the run in memory (its graph, a cursor, a cache
     of records or results) then meets what its store holds; a resume that trusts the
-    first is judged by the end checks. A fault that ends the process (kill, term), a
-    subject without ``long_lived_workers``, ``--fresh-workers`` or two builds: "not
-    applicable", resumed as usual. The matrix samples cancel cases (:attr:`sampled_kind`).
+    first is judged by the end checks. A fault that stops the worker and wakes it in
+    place (cancel-api, restore: :attr:`.faults.Stops.wakes_intact`) is resumed there too,
+    once its woken job has ended. A fault that ends the process (kill, term), one whose
+    run other workers take over while the faulted one sleeps (pause: its ``zombie``
+    role), a subject without ``long_lived_workers``, ``--fresh-workers`` or two builds:
+    "not applicable", resumed as usual. The matrix samples cancel cases (:attr:`sampled_kind`).
     Deterministic and replayable: the same process by construction. Then by id as usual."""
 
     name = "same-worker"
@@ -598,6 +601,11 @@ class SameWorker(Policy):
         residents = _residents(ex)
         if residents is None:
             cx.kind_state["same-why"] = FORKS_ONLY
+            return None
+        zombie = [f.kind for f in job.plan.faults if getattr(faults.kind(f.kind), "role", None) == "zombie"]
+        if zombie:  # pause: the run is taken over while the worker sleeps, before its job ends
+            cx.kind_state["same-why"] = (f"a {zombie[0]} fault's run is resumed by other workers while the faulted "
+                                         "one sleeps, before its job ends in that process")
             return None
         if not eligible(job):
             ends = [f.kind for f in job.plan.faults if not faults.kind(f.kind).survives]

@@ -229,6 +229,29 @@ def test_same_worker_resumes_a_cancelled_run_in_the_process_its_cancellation_str
     assert all(w.get("same") for r in clean.results if r.case.id != kill.id for w in r.workers[1:2])
 
 
+def test_same_worker_after_a_stopping_fault_resumes_where_the_worker_woke_unless_its_run_was_taken_over() -> None:
+    """cancel-api and restore stop the worker, act on its run, wake it: its job ends in
+    its own process, and ``same-worker`` resumes there. A pause's run is taken over by
+    other workers while its worker sleeps, so there is no resume after its job in that
+    process: not applicable, said so, and no harness error (the takeover once ran in
+    the sleeping resident, whose reply it was still waiting for)."""
+    from crashmatrix.harness.matrix import run_matrix
+    from crashmatrix.harness.plan import Case
+
+    point = "log.append.after[turn-5.tool-0]#1"
+    cases = [Case.parse(f"checkout/conv1/{kind}@{point}/same-worker") for kind in ("pause", "cancel-api", "restore")]
+    report = asyncio.run(run_matrix("checkout", "reference", cases=cases, replay_failures=0))
+    assert report.counts["pass"] == len(cases), _verdicts(report)
+    by_kind = {r.case.plan.faults[0].kind: r for r in report.results}
+    said = {k: [v.details for v in r.verdicts if v.check == "same.worker"] for k, r in by_kind.items()}
+    assert said["pause"] == ["not applicable: a pause fault's run is resumed by other workers while the faulted one "
+                             "sleeps, before its job ends in that process; the resume ran in a fresh worker"], said
+    for kind in ("cancel-api", "restore"):
+        start = by_kind[kind].workers[0]
+        assert start["resident"] and said[kind] == [f"the resume ran in worker {start['pid']}, the process the "
+                                                    f"{kind} fault struck, after its job had ended"], (kind, said)
+
+
 def test_a_context_variable_a_job_set_does_not_reach_the_next_job(subjects_on_path) -> None:
     """A runtime that sets the logical task and never resets it (a context variable of
     its job) passes cancel cases run in long-lived workers: each job runs in a fresh

@@ -139,11 +139,18 @@ class Restore(Stops, FaultKind):
         restored = await ex.adapter.observe(ex.case_env, cont)
         cx.result.verdicts.append(run_check(STATE_POSSIBLE, "end", lambda: check_state_possible(
             before.observation, restored, point)))
+        workers_before, allowed_before = len(cx.result.workers), dict(cx.allowance)
         if fork:
             run = dataclasses.replace(cx, run_id=cont, done=False, resumes=0, allowance={})
             await run.drive(w.index + 1, restored.status)
+            refused = dict(run.allowance)
         else:
             await cx.drive(w.index + 1, restored.status)
+            refused = {node: n - allowed_before.get(node, 0) for node, n in cx.allowance.items()
+                       if n > allowed_before.get(node, 0)}
+        # the workers that resumed after the restore (two at once under `concurrent`), and
+        # the model calls the resume policy allowed for a resumer refused mid-node
+        resumers = max(1, sum(1 for entry in cx.result.workers[workers_before:] if entry.get("role") == "resume"))
         final = await ex.evidence(cont)
         if not fork:  # the runtime runs the steps after Q again: one more bill each
             for node, n in rebill_allowance(before.model_calls, final.model_calls, again).items():
@@ -152,9 +159,9 @@ class Restore(Stops, FaultKind):
         original = before if not fork else None
         verdicts = [
             run_check(EFFECT_REAPPLIED, "end", lambda: check_effects(
-                promise, before.ledgers, final.ledgers, fork, cx.golden.applied)),
+                promise, before.ledgers, final.ledgers, fork, cx.golden.applied, resumers)),
             run_check(MODEL_REBILLED, "end", lambda: check_model_rebilled(
-                original.model_calls if original is not None else {}, final.model_calls, again)),
+                original.model_calls if original is not None else {}, final.model_calls, again, refused)),
         ]
         script = getattr(ex.workload, "operator_script", None)
         if script is not None:
@@ -241,7 +248,7 @@ def _requests(ledgers: dict[str, list[dict[str, Any]]]) -> dict[tuple[str, str],
 
 
 def check_effects(promise: str, before: dict[str, list[dict[str, Any]]], after: dict[str, list[dict[str, Any]]],
-                  fork: bool, golden_applied: dict[str, int]) -> Verdict:
+                  fork: bool, golden_applied: dict[str, int], resumers: int = 1) -> Verdict:
     """``restore.effect_reapplied``: the providers' effects before the restore
     (``before``: the run's ledgers) and once the restored run or the fork ended
     (``after``: that run's). ``promise`` is the adapter's ``restore_effects``:
@@ -249,9 +256,12 @@ def check_effects(promise: str, before: dict[str, list[dict[str, Any]]], after: 
     * ``"replays recorded"``: no request reaches a provider again: no effect row is
       added, none is sent again (``attempts`` grows: a provider's deduplication hid a
       request the runtime should have answered from its record);
-    * ``"fresh attempt"``: each effect is sent at most once more (a row's ``attempts``
-      grows by one at most, or a new row, once per effect), and no more new effects than
-      the golden run made (``golden_applied``, per provider).
+    * ``"fresh attempt"``: each effect is sent at most once more by each of the
+      ``resumers`` (the workers that resumed after the restore: one, or two at once
+      under the ``concurrent`` policy, whose refused resumer may have sent it before its
+      refusal; a row's ``attempts`` grows by that much at most, or a new row, once per
+      effect), and no more new effects than the golden run made (``golden_applied``,
+      per provider).
 
     A fork's ledgers are its own (its run id): every row is new, judged against the
     promise the same way."""
@@ -267,12 +277,13 @@ def check_effects(promise: str, before: dict[str, list[dict[str, Any]]], after: 
         return Verdict(EFFECT_REAPPLIED, "end", False,
                        f"the runtime promises to replay its record after a restore, yet {len(added)} effect(s) were "
                        f"applied again and {len(resent)} sent again to their provider: {what}")
-    twice = {k: d for k, d in resent.items() if d > 1} | {k: n for k, n in added.items() if n > 1}
+    twice = {k: d for k, d in resent.items() if d > resumers} | {k: n for k, n in added.items() if n > resumers}
     per_provider = Counter(p for p, _ in added)
     over = {p: n for p, n in per_provider.items() if n > golden_applied.get(p, 0)}
     if twice or over:
         return Verdict(EFFECT_REAPPLIED, "end", False,
-                       f"a fresh attempt sends each effect once more at most: "
+                       f"a fresh attempt sends each effect once more at most"
+                       + (f" (by each of {resumers} resumers)" if resumers > 1 else "") + ": "
                        + "; ".join([f"{p} {k[:12]} sent {d} more time(s)" for (p, k), d in twice.items()]
                                    + [f"{p}: {n} new effect(s), the whole golden run made {golden_applied.get(p, 0)}"
                                       for p, n in over.items()]))
@@ -281,13 +292,18 @@ def check_effects(promise: str, before: dict[str, list[dict[str, Any]]], after: 
                    + (f" ({what})" if what else ""))
 
 
-def check_model_rebilled(before: dict[str, int], after: dict[str, int], again: dict[str, int]) -> Verdict:
+def check_model_rebilled(before: dict[str, int], after: dict[str, int], again: dict[str, int],
+                         refused: dict[str, int] | None = None) -> Verdict:
     """``restore.model_rebilled``: model calls billed after the restore (``after`` minus
     ``before``, per node; a fork's are all its own, ``before`` empty) only for the nodes
     the restore runs again, at most as often as the faulted worker's trace called them
     after the checkpoint (``again``, :func:`rebillable`; nodes named anew share what is
-    left of it: :func:`rebill_allowance`)."""
+    left of it: :func:`rebill_allowance`), plus the calls the resume policy allowed after
+    the restore (``refused``, per node: a ``concurrent`` resumer refused mid-node left
+    its call unrecorded, as ``model.calls_billed`` allows)."""
     allowed = rebill_allowance(before, after, again)
+    for node, n in (refused or {}).items():
+        allowed[node] = allowed.get(node, 0) + n
     over = []
     for node in sorted(set(after)):
         extra = after.get(node, 0) - before.get(node, 0)

@@ -66,3 +66,27 @@ def test_a_subject_without_a_restore_api_is_not_applicable(cli_env, test_tag, tm
     assert s["cases"] > 0 and s["not-applicable"] == s["cases"] and s["fail"] == 0, s
     assert "declares none" in proc.stdout and "FAIL " not in proc.stdout
     _none_left(test_tag, tmp_path)
+
+
+def test_a_fork_resumed_by_two_workers_at_once_is_judged_with_the_refused_ones_allowance() -> None:
+    """``reference-fork`` restores to a fork that two resumers take up at once
+    (``concurrent``): the one refused mid-node leaves its model call unrecorded and may
+    have sent an effect before its refusal; the restore checks allow both, as the
+    concurrent checks do, and the fork passes. The mutant that goes back to the run's start is still caught."""
+    import asyncio
+
+    from crashmatrix.harness.matrix import run_matrix
+    from crashmatrix.harness.plan import Case
+
+    points = ("run.accepted[run]#1", "step.before[turn-1]#1", "model.call.after[turn-1]#1",
+              "step.before[turn-1.tool-0]#1")
+    cases = [Case.parse(f"checkout/conv1/restore@{p}/concurrent") for p in points]
+    report = asyncio.run(run_matrix("checkout", "reference-fork", cases=cases, replay_failures=0))
+    assert report.counts["pass"] == len(cases), [(r.case.id, [(v.check, v.details) for v in r.failed])
+                                                 for r in report.results if r.outcome != "pass"]
+    assert all(sum(1 for w in r.workers if w.get("concurrent")) == 2 for r in report.results), report.results[0].workers
+    later = [Case.parse(f"checkout/conv1/restore@{p}/concurrent") for p in ("log.append.after[turn-3]#1",
+                                                                             "node.launch[turn-3.tool-0]#1")]
+    bad = asyncio.run(run_matrix("checkout", "defect:restore-to-start", cases=later, replay_failures=0))
+    assert all("restore.model_rebilled" in {v.check for v in r.failed} for r in bad.results), \
+        [(r.case.id, [v.check for v in r.failed]) for r in bad.results]

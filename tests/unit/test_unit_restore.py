@@ -67,6 +67,24 @@ def test_model_answers_recorded_at_the_point_are_not_billed_again() -> None:
     assert bad.valid is False and "turn-1: billed 1 more, 0 after the restore point" in bad.details
 
 
+def test_two_resumers_after_a_restore_may_each_send_an_effect_and_a_refused_one_leave_a_call() -> None:
+    """Under ``concurrent`` two workers resume the restored run: each may send an effect
+    once more (the refused one before its refusal), and the model call a resumer refused
+    mid-node left unrecorded is allowed, as ``model.calls_billed`` allows it; no more."""
+    before = {"payment": [_row("k1")]}
+    both = check_effects("fresh attempt", before, {"payment": [_row("k1", attempts=3)]}, False, {"payment": 1}, 2)
+    assert both.valid is True, both.details
+    alone = check_effects("fresh attempt", before, {"payment": [_row("k1", attempts=3)]}, False, {"payment": 1})
+    assert alone.valid is False and "payment k1 sent 2 more time(s)" in alone.details
+    thrice = check_effects("fresh attempt", before, {"payment": [_row("k1", attempts=4)]}, False, {"payment": 1}, 2)
+    assert thrice.valid is False and "by each of 2 resumers" in thrice.details
+    again = {"turn-2": 1}
+    assert check_model_rebilled({"turn-2": 1}, {"turn-2": 3}, again, {"turn-2": 1}).valid is True
+    over = check_model_rebilled({"turn-2": 1}, {"turn-2": 3}, again)
+    assert over.valid is False and "turn-2: billed 2 more, 1 after the restore point" in over.details
+    assert check_model_rebilled({"turn-1": 1}, {"turn-1": 2}, again, {"turn-2": 1}).valid is False  # not its node
+
+
 def test_the_restored_transcript_must_be_a_prefix_of_the_run_s() -> None:
     had = [{"role": "user", "content": "buy"}, {"role": "assistant", "content": "ok"}, {"role": "tool", "content": "ch"}]
     assert check_state_possible(_obs(had), _obs(had[:2], "paused"), "2").valid is True

@@ -239,8 +239,10 @@ def run(
     checkout, then support_desk (production's shapes: a long run, parallel effects, tight
     limits, a sub-agent, a blob, an approval wait), each with its own summary and report
     (``--report r.json`` and ``r-support_desk.json``). Without --kinds: kill, term and
-    cancel at every crash point, and a seeded sample of pause, db-restart, net and
-    cancel-edge cases (the notes under the table say how many of how many).
+    cancel at every crash point, and a seeded sample (--kind-sample) of pause,
+    db-restart, net, cancel-edge and cancel-api cases and of kill cases resumed
+    concurrent and warm-worker and cancel cases resumed same-worker (the notes under
+    the table say how many of how many).
 
     Exit codes: 0 every case passed; 1 oracle failures (flaky cases included); 2 bad
     input (one line on stderr); 3 harness errors only; 130 interrupted (Ctrl-C), 143

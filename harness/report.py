@@ -211,8 +211,12 @@ def warm_process_note(result: CaseResult) -> str | None:
         notes.append(f"ran in a long-lived worker after {most} other job(s) of this matrix: a replay that passes "
                      f"alone points at state those runs left in the process; to resume it in a worker that has "
                      f"just run the conversation: {replay_command(warm_case, result.subject)}")
-    if left:
-        notes.append("its worker's job returned with these still running, ended by the harness: " + ", ".join(left[:4]))
+    tasks = [item for item in left if not item.startswith("timer ")]
+    timers = len(left) - len(tasks)
+    if tasks:  # a task a job left may have raced its successor; a pending timer (a pool's
+        # cache expiry, say) is what a forked worker's exit drops too: counted, not named
+        notes.append("its worker's job returned with these still running, ended by the harness: "
+                     + ", ".join(tasks[:4]) + (f" (and {timers} timer(s); the worker records name them)" if timers else ""))
     return "; ".join(notes) or None
 
 

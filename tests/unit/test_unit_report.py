@@ -190,3 +190,19 @@ def test_a_wide_matrix_is_narrow_and_whole_at_80_columns() -> None:
     print_table(wide, report)
     wide_text = wide.export_text()
     assert "cancel-edge" in wide_text and "harness errors" in wide_text  # wide where it fits
+
+
+def test_what_a_long_lived_workers_job_left_names_its_tasks_and_counts_its_timers() -> None:
+    """A task a job left running is named in a failure's note; a pending timer (a kept
+    connection pool's statement-cache expiry) is what a forked worker's exit drops too,
+    counted only; a job that left only timers gets no note."""
+    from crashmatrix.harness.report import warm_process_note
+
+    result = _result("checkout/conv1/cancel@step.after[turn-1]#1", "fail")
+    result.workers = [{"role": "start", "resident": True, "jobs_before": 0,
+                       "left": ["timer asyncpg.connection:_StatementCache._on_entry_expired",
+                                "task myruntime.lease:renew", "timer asyncpg.connection:_StatementCache._on_entry_expired"]}]
+    assert warm_process_note(result) == ("its worker's job returned with these still running, ended by the harness: "
+                                         "task myruntime.lease:renew (and 1 timer(s); the worker records name them)")
+    result.workers[0]["left"] = ["timer asyncpg.connection:_StatementCache._on_entry_expired"]
+    assert warm_process_note(result) is None

@@ -75,6 +75,26 @@ def test_a_run_ended_after_its_cancel_is_judged_not_resumed(cli_env, test_tag, t
     _none_left(test_tag, tmp_path)
 
 
+def test_a_pause_whose_run_was_taken_over_and_ended_while_it_slept_took_effect(cli_env, test_tag, tmp_path) -> None:
+    """A pause at the run's last step: the successor took the run over and completed it
+    while the zombie slept; the zombie (``defect:unfenced-lease``: its writes are not
+    fenced) then finished too, writing what was already there. The fault took effect (a
+    takeover happened), so the case is judged, not "not run" with a guess that no worker
+    took the run over; and the zombie check says what it saw: nothing it did changed the
+    durable state, not that its writes were refused."""
+    case = "checkout/conv1/pause@step.after[turn-6]#1"
+    proc = _cli(["replay", case, "--subject", "defect:unfenced-lease", "--replay-failures", "0",
+                 "--report", str(tmp_path / "r.json")], cli_env, tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    [record] = json.loads((tmp_path / "r.json").read_text())["cases"]
+    assert record["outcome"] == "pass" and record["workers"][0]["took_effect"] is True, record["workers"]
+    assert [w["role"] for w in record["workers"]] == ["zombie", "resume"], record["workers"]
+    fenced = next(v for v in record["verdicts"] if v["check"] == "pause.zombie_fenced")
+    assert fenced["details"] == "nothing the zombie did changed the durable state (it ended 'completed' by itself)"
+    _none_left(test_tag, tmp_path)
+
+
 @pytest.mark.parametrize("subject,case,option", [
     ("misbehaving.adapter:HangsOnTerm", "checkout/conv1/term@log.append.after[turn-2]#1", ["--term-grace", "2"]),
     ("misbehaving.adapter:HangsOnCancel", "checkout/conv1/cancel@log.append.before[turn-2]#1", ["--stuck-after", "1.5"]),

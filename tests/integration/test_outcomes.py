@@ -43,14 +43,21 @@ def _none_left(tag: str, tmp_path: Path) -> None:
     assert not procs and not list(tmp_path.glob("crashmatrix-*")), (procs, list(tmp_path.glob("crashmatrix-*")))
 
 
+def _replay(case: str, subject: str, exit_code: int, env: dict[str, str], tmp_path: Path) -> tuple[str, dict]:
+    """``crashmatrix replay CASE --subject SUBJECT`` with no replays of a failure: its
+    output and the case's JSON record, once it exited ``exit_code``."""
+    proc = _cli(["replay", case, "--subject", subject, "--replay-failures", "0", "--report", str(tmp_path / "r.json")],
+                env, tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == exit_code, out[-3000:]
+    [record] = json.loads((tmp_path / "r.json").read_text())["cases"]
+    return out, record
+
+
 def test_a_cancel_acknowledged_and_ignored_is_a_failure_not_a_non_event(cli_env, test_tag, tmp_path) -> None:
     case = "checkout/conv1/cancel-api@log.append.after[turn-2]#1"
-    proc = _cli(["replay", case, "--subject", "misbehaving.adapter:IgnoresCancel", "--replay-failures", "0",
-                 "--report", str(tmp_path / "r.json")], cli_env, tmp_path)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 1, out[-3000:]
+    out, record = _replay(case, "misbehaving.adapter:IgnoresCancel", 1, cli_env, tmp_path)
     assert f"FAIL {case}" in out and "NOT-RUN" not in out
-    [record] = json.loads((tmp_path / "r.json").read_text())["cases"]
     assert record["outcome"] == "fail" and record["failed_check"] == "cancel.honoured", record
     honoured = next(v for v in record["verdicts"] if v["check"] == "cancel.honoured")
     assert "acknowledged and ignored" in honoured["details"] and "'completed'" in honoured["details"]
@@ -64,12 +71,7 @@ def test_a_run_ended_after_its_cancel_is_judged_not_resumed(cli_env, test_tag, t
     ``completed`` overwrites ``cancelled``): the controller does not resume an ended run
     through the runtime's resume API (which refuses a run that is not cancelled); the
     case fails on ``cancel.honoured``, never a harness error."""
-    case = "checkout/conv1/cancel-api@run.accepted[run]#1"
-    proc = _cli(["replay", case, "--subject", "defect:unfenced-lease", "--replay-failures", "0",
-                 "--report", str(tmp_path / "r.json")], cli_env, tmp_path)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 1, out[-3000:]
-    [record] = json.loads((tmp_path / "r.json").read_text())["cases"]
+    _, record = _replay("checkout/conv1/cancel-api@run.accepted[run]#1", "defect:unfenced-lease", 1, cli_env, tmp_path)
     assert record["outcome"] == "fail" and record["failed_check"] == "cancel.honoured", record
     assert record["error"] is None, record["error"]
     _none_left(test_tag, tmp_path)
@@ -82,12 +84,7 @@ def test_a_pause_whose_run_was_taken_over_and_ended_while_it_slept_took_effect(c
     takeover happened), so the case is judged, not "not run" with a guess that no worker
     took the run over; and the zombie check says what it saw: nothing it did changed the
     durable state, not that its writes were refused."""
-    case = "checkout/conv1/pause@step.after[turn-6]#1"
-    proc = _cli(["replay", case, "--subject", "defect:unfenced-lease", "--replay-failures", "0",
-                 "--report", str(tmp_path / "r.json")], cli_env, tmp_path)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
-    [record] = json.loads((tmp_path / "r.json").read_text())["cases"]
+    _, record = _replay("checkout/conv1/pause@step.after[turn-6]#1", "defect:unfenced-lease", 0, cli_env, tmp_path)
     assert record["outcome"] == "pass" and record["workers"][0]["took_effect"] is True, record["workers"]
     assert [w["role"] for w in record["workers"]] == ["zombie", "resume"], record["workers"]
     fenced = next(v for v in record["verdicts"] if v["check"] == "pause.zombie_fenced")

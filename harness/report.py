@@ -195,9 +195,17 @@ def warm_process_note(result: CaseResult) -> str | None:
     """For a failing case whose workers ran in a long-lived process after other jobs
     (:mod:`.resident`), or whose resume ran in the process its fault struck
     (``same-worker``), what that means for its replay, and what those workers left
-    running when their job returned; None otherwise."""
-    # a same-worker case's resume ran after its own start, in a process of its own
-    warm = [w for w in result.workers if w.get("resident") and w.get("jobs_before") and not w.get("same")]
+    running when their job returned; None otherwise. The first is left out when a replay
+    failed the same way with no worker after other jobs (then nothing those jobs left
+    explains it)."""
+
+    def after_others(r: CaseResult) -> list[dict[str, Any]]:
+        # a same-worker case's resume ran after its own start, in a process of its own
+        return [w for w in r.workers if w.get("resident") and w.get("jobs_before") and not w.get("same")]
+
+    warm = after_others(result)
+    if any(rep.outcome == "fail" and not after_others(rep) for rep in result.replays):
+        warm = []  # a replay failed with no worker after other jobs: not state those jobs left
     left = sorted({item for w in result.workers for item in w.get("left", ())})
     notes = []
     if any(w.get("same") for w in result.workers):

@@ -206,3 +206,23 @@ def test_what_a_long_lived_workers_job_left_names_its_tasks_and_counts_its_timer
                                          "task myruntime.lease:renew (and 1 timer(s); the worker records name them)")
     result.workers[0]["left"] = ["timer asyncpg.connection:_StatementCache._on_entry_expired"]
     assert warm_process_note(result) is None
+
+
+def test_the_long_lived_worker_hint_is_left_out_when_a_replay_failed_in_a_fresh_one() -> None:
+    """A failing case that ran in a long-lived worker after other jobs gets the hint that
+    state those jobs left may explain it, unless one of its replays failed the same way
+    with no worker after other jobs."""
+    from crashmatrix.harness.report import warm_process_note
+
+    case = "checkout/conv1/cancel@step.after[turn-1]#1"
+    result = _result(case, "fail")
+    result.workers = [{"role": "start", "resident": True, "jobs_before": 5}]
+    assert "ran in a long-lived worker after 5 other job(s)" in (warm_process_note(result) or "")
+    warm_again = _result(case, "fail")
+    warm_again.workers = [{"role": "start", "resident": True, "jobs_before": 7}]
+    result.replays = [warm_again]
+    assert "ran in a long-lived worker after 5 other job(s)" in (warm_process_note(result) or "")
+    fresh = _result(case, "fail")
+    fresh.workers = [{"role": "start", "resident": True, "jobs_before": 0}]
+    result.replays = [warm_again, fresh]
+    assert warm_process_note(result) is None

@@ -489,10 +489,9 @@ class CaseRun:
         if index == 0:  # a fault that changed nothing makes the case not-run (:mod:`.coverage`)
             from .coverage import took_effect  # lazily: coverage reads case results
 
-            w.entry["took_effect"] = took_effect(w.fault.kind, self.golden, w.report.end, exit_.returncode, at_fault)
-            if (not w.entry["took_effect"] and w.woke is not None and w.taken_over
-                    and w.woke.observation.status in ex.terminal_statuses()):
-                w.entry["took_effect"] = True  # other workers took the run over and ended it while this one slept
+            ended_asleep = (w.woke is not None and w.taken_over and w.woke.observation.status in ex.terminal_statuses())
+            w.entry["took_effect"] = took_effect(w.fault.kind, self.golden, w.report.end, exit_.returncode, at_fault,
+                                                 taken_over=ended_asleep)
         await ex.quiesce(w.job.worker_id, database=kind.quiesce_database if isinstance(kind, Stops) else True,
                          live=exit_.live)
         ledgers = None

@@ -58,14 +58,18 @@ def declared(adapter: Any) -> dict[str, str]:
     return dict(branches)
 
 
-def took_effect(kind: str, golden: GoldenRun, end: End | None, returncode: int | None, fired: Trace) -> bool:
+def took_effect(kind: str, golden: GoldenRun, end: End | None, returncode: int | None, fired: Trace,
+                taken_over: bool = False) -> bool:
     """Whether the first faulted worker's fault changed anything: False when it ended by
     itself (exit 0) with the golden run's status and the golden run's whole trace (per
     logical task, :func:`.golden.trace_difference`), as if the fault had not fired.
-    ``fired``: its trace up to the fault. Always True for a kind that is :func:`unjudged`."""
+    ``fired``: its trace up to the fault. Always True for a kind that is :func:`unjudged`,
+    and when ``taken_over``: other workers took its run over and ended it while it was
+    stopped (a pause's successors), whatever it did once woken."""
     from .golden import trace_difference
 
-    if unjudged(kind) or end is None or returncode != 0 or end.status != golden.evidence.observation.status:
+    if (unjudged(kind) or taken_over or end is None or returncode != 0
+            or end.status != golden.evidence.observation.status):
         return True
     return len(end.trace) != len(golden.trace) or trace_difference(golden.trace, end.trace) is not None
 

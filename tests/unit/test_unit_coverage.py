@@ -61,6 +61,9 @@ def test_a_fault_that_changed_nothing_did_not_take_effect() -> None:
     assert coverage.took_effect("cancel", GOLDEN, End("interrupted", TRACE[:2]), 0, TRACE[:2])
     assert coverage.took_effect("cancel", GOLDEN, None, None, TRACE[:2])  # killed: it did
     assert coverage.took_effect("net", GOLDEN, same, 0, TRACE[:2])  # a toxic ridden out took effect
+    # a pause whose run others took over and ended while it slept, however the zombie ended
+    assert not coverage.took_effect("pause", GOLDEN, same, 0, TRACE[:2])
+    assert coverage.took_effect("pause", GOLDEN, same, 0, TRACE[:2], taken_over=True)
 
 
 def test_a_passing_case_whose_fault_did_not_take_effect_is_not_run() -> None:

@@ -211,21 +211,23 @@ def missing_runtime(subject: str, module: str, extra: str) -> str:
     requirements in crashmatrix's metadata), or the extra, which pins the release the
     adapter was measured with and so conflicts with another pinned release."""
     import importlib.metadata
-    import re
+
+    from packaging.requirements import Requirement
 
     said = f"subject {subject!r} needs its runtime, which is not installed here (No module named {module!r})"
     if not extra:
         return said
     try:
-        reqs = [r.split(";")[0].strip() for r in importlib.metadata.requires("crashmatrix") or ()
-                if re.search(rf"extra\s*==\s*[\"']{re.escape(extra)}[\"']", r)]
+        listed = [Requirement(r) for r in importlib.metadata.requires("crashmatrix") or ()]
     except importlib.metadata.PackageNotFoundError:
-        reqs = []
-    names = [re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0] for r in reqs]
-    if not names:
+        listed = []
+    reqs = [r for r in listed if r.marker is not None and r.marker.evaluate({"extra": extra})
+            and not r.marker.evaluate({"extra": ""})]
+    if not reqs:
         return f"{said}: pip install 'crashmatrix[{extra}]'"
-    return (f"{said}: pip install the release your project runs ({' '.join(names)}), or "
-            f"pip install 'crashmatrix[{extra}]' for the one the adapter was measured with ({', '.join(reqs)})")
+    return (f"{said}: pip install the release your project runs ({' '.join(r.name for r in reqs)}), or "
+            f"pip install 'crashmatrix[{extra}]' for the one the adapter was measured with "
+            f"({', '.join(f'{r.name}{r.specifier}' for r in reqs)})")
 
 
 class Adapter(ABC):

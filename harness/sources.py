@@ -29,10 +29,10 @@ import importlib.metadata
 import inspect
 import sys
 import sysconfig
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 

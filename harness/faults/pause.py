@@ -20,6 +20,7 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING, Any
 
+from ..adapter import FENCED
 from ..checks import Check, compose
 from ..oracle import Verdict
 from ._base import FaultKind, Stops, register, signal_self
@@ -91,10 +92,10 @@ def check_zombie_fenced(before: Observation, after: Observation, zombie_end: Any
         problems.append(f"run status changed from {before.status!r} to {after.status!r} after the zombie woke")
     if problems:
         return Verdict(name, "crash", False, "; ".join(problems))
-    if zombie_end is not None and not zombie_end.error:
+    if zombie_end is not None and not zombie_end.error and zombie_end.status != FENCED:
         return Verdict(name, "crash", True, f"nothing the zombie did changed the durable state (it ended "
                                             f"{zombie_end.status!r} by itself)")
-    how = zombie_end.error if zombie_end is not None else "no report"
+    how = (zombie_end.error or zombie_end.status) if zombie_end is not None else "no report"
     return Verdict(name, "crash", True, f"the zombie's writes were refused ({how})")
 
 

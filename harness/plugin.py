@@ -89,7 +89,7 @@ import pytest
 from .errors import CrashmatrixError
 from .plan import Case
 from .plugin_goldens import CollectionGoldens, collected_cases
-from .plugin_prefetch import (Prefetcher, Upcoming, indexed_upcoming, ordered_upcoming, wait, worker_jobs,
+from .plugin_prefetch import (Pace, Prefetcher, Upcoming, indexed_upcoming, ordered_upcoming, wait, worker_jobs,
                               xdist_upcoming)
 from .plugin_services import Harnesses, Services
 from .plugin_settings import SETTINGS, MatrixSettings, resolve_settings
@@ -179,7 +179,9 @@ class State:
         is not found). How it ran goes to the controller in ``workeroutput``."""
         if session.config.option.collectonly:
             return
-        jobs = run_jobs(self.settings)
+        from .runner import WAITING_LANES
+
+        jobs, lanes = run_jobs(self.settings), WAITING_LANES
         workerinput = getattr(self.config, "workerinput", None)
         entries = [(k, item.nodeid, item.callspec.params["crashmatrix_case"]) for k, item in enumerate(session.items)
                    if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("crashmatrix_case"),
@@ -188,7 +190,8 @@ class State:
             upcoming: Upcoming[CaseParam] | None = ordered_upcoming([(n, p) for _, n, p in entries])
             how = "serial"
         else:
-            jobs = worker_jobs(jobs, workerinput.get("workercount", 1), workerinput.get("workerid", ""))
+            count, worker = workerinput.get("workercount", 1), workerinput.get("workerid", "")
+            jobs, lanes = worker_jobs(jobs, count, worker), worker_jobs(lanes, count, worker)
             indices, how = xdist_upcoming(self.config.pluginmanager.get_plugins())
             upcoming = indexed_upcoming(entries, indices) if indices is not None else None
         if upcoming is None:
@@ -196,8 +199,8 @@ class State:
         elif jobs <= 1:
             self.ahead = "one case at a time (jobs 1)"
         elif entries:
-            self.prefetcher = Prefetcher(upcoming, jobs, self._prefetch)
-            self.ahead = f"{jobs} cases in flight"
+            self.prefetcher = Prefetcher(upcoming, jobs, self._prefetch, _pace, lanes)
+            self.ahead = f"{jobs} cases in flight" + (f" and {lanes} more of kinds that mostly wait" if lanes else "")
         if workerinput is not None:
             self.config.workeroutput["crashmatrix_ahead"] = self.ahead  # type: ignore[attr-defined]
 
@@ -232,6 +235,13 @@ class State:
         if self.goldens.mismatch(param.subject, case.workload, case.conversation, golden):
             return None
         return self.submit(param, harness, golden)
+
+
+def _pace(param: CaseParam) -> Pace:
+    """How ``param``'s case uses the machine, as the CLI's case lanes read it."""
+    from .runner import kind_flag
+
+    return Pace(waits=kind_flag(param.case, "mostly_waits"), alone=kind_flag(param.case, "one_at_a_time"))
 
 
 _STATE_KEY = pytest.StashKey[State]()

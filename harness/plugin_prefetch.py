@@ -20,7 +20,7 @@ import concurrent.futures
 import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from .case import CaseResult
@@ -30,14 +30,33 @@ P = TypeVar("P")
 LOOKAHEAD = 16
 """Coming items looked at per item beyond the cases in flight and twice ``jobs`` (items
 whose case ``start`` declined are passed over there)."""
+WAITING_LOOKAHEAD = 64
+"""Coming items the waiting lanes look at for cases that mostly wait."""
 
 #: ``upcoming(nodeid)``: ``(nodeid, param)`` of the items this process runs after the
 #: item ``nodeid``, in the order it runs them
 Upcoming = Callable[[str], Iterable[tuple[str, P]]]
 
 
+class Pace(NamedTuple):
+    """How a case uses the machine, from its fault kinds (:class:`.faults.FaultKind`):
+    ``waits``: it spends most of its wall time waiting (``mostly_waits``: a server's
+    restart, a toxic's delay); ``alone``: no two such cases run at once
+    (``one_at_a_time``: ``db-restart``'s PostgreSQL)."""
+
+    waits: bool = False
+    alone: bool = False
+
+
 class Prefetcher(Generic[P]):
-    """Runs the cases of the coming items ahead of them, at most ``jobs`` in flight.
+    """Runs the cases of the coming items ahead of them, in lanes as the CLI's case
+    loop does (:class:`.runner.CaseLanes`): ``jobs`` slots take the coming items' cases
+    in order; up to ``waiting_lanes`` more (the plugin gives
+    :data:`.runner.WAITING_LANES`; none when ``jobs`` is 1) take only cases that mostly wait (``pace``),
+    from further ahead (:data:`WAITING_LOOKAHEAD` items), so their waits overlap the
+    other cases instead of filling the slots; a case that must run alone is not started
+    while another such is in flight (its item starts it when its turn comes). A slot
+    freed while an item waits for its own case goes to the next coming case at once.
 
     ``upcoming(nodeid)`` gives the ``(nodeid, param)`` of the items still to run after
     ``nodeid``, in order; it is asked again at every :meth:`take`, so it may change
@@ -46,54 +65,102 @@ class Prefetcher(Generic[P]):
     trace does not match the cache: the item then fails with the reason itself). Each
     item's case is started once at most; a started case whose item is no longer to run
     here (stolen by another xdist worker) is cancelled at the next :meth:`take`.
+    ``pace(param)``: the case's :class:`Pace` (default: neither waits nor runs alone).
     ``ahead``: node ids whose case was started before their item ran."""
 
     def __init__(self, upcoming: Upcoming[P], jobs: int,
-                 start: Callable[[P], concurrent.futures.Future[CaseResult] | None]) -> None:
+                 start: Callable[[P], concurrent.futures.Future[CaseResult] | None],
+                 pace: Callable[[P], Pace] | None = None, waiting_lanes: int = 0) -> None:
         self._upcoming = upcoming
         self._start = start
+        self._pace = pace or (lambda _: Pace())
         self._futures: dict[str, concurrent.futures.Future[Any]] = {}
+        self._lane: dict[str, tuple[bool, Pace]] = {}  # node id -> (started by a waiting lane, its pace)
         self._started: set[str] = set()  # node ids started or declined by ``start``: never started again
         self._dropped: list[concurrent.futures.Future[Any]] = []  # cancelled, awaited by :meth:`cancel`
         self.ahead: set[str] = set()
         self.jobs = jobs
+        self.waiting_lanes = waiting_lanes if jobs > 1 else 0
 
     def in_flight(self) -> int:
-        """Cases started, not finished and not taken by their items."""
+        """Cases started and not finished (the item being taken's own included)."""
         return sum(not f.done() for f in self._futures.values())
 
     def take(self, nodeid: str, param: P) -> CaseResult | None:
         """The result of item ``nodeid``'s case (waiting for it), or None when it was
         not started here (declined by ``start``, already taken once, or ``jobs``
         cases of other items in flight: the caller runs it). Starts the item's case if
-        not yet, then the coming items' cases up to ``jobs`` in flight; cancels cases
-        of items no longer to run here. A Ctrl-C while waiting cancels the case."""
+        not yet, then the coming items' cases (class docstring), again each time one
+        finishes while this item waits; cancels cases of items no longer to run here.
+        A Ctrl-C while waiting cancels the item's case."""
         # the cases in flight are those of the next items (started in their order): a
         # window past them bounds the work per item; a started case that falls outside
         # it is cancelled, and its item then runs its own case
-        window = itertools.islice(self._upcoming(nodeid), 2 * self.jobs + len(self._futures) + LOOKAHEAD)
+        size = 2 * self.jobs + len(self._futures) + LOOKAHEAD
+        coming = list(itertools.islice(self._upcoming(nodeid), max(size, WAITING_LOOKAHEAD * bool(self.waiting_lanes))))
+        window = coming[:size]
         pending = [(nodeid, param), *((n, p) for n, p in window if n != nodeid)]
-        keep = {n for n, _ in pending}
+        keep = {nodeid} | {n for n, _ in coming}
         for n in [n for n in self._futures if n not in keep]:
             future = self._futures.pop(n)
             future.cancel()
             self._dropped.append(future)
-        running = self.in_flight()
-        for n, p in pending:
-            if running >= self.jobs:
-                break
-            if n in self._started:
-                continue
-            self._started.add(n)
-            future = self._start(p)
-            if future is not None:
-                self._futures[n] = future
-                running += not future.done()
-                if n != nodeid:
-                    self.ahead.add(n)
+        waiting = [(n, p) for n, p in coming if n != nodeid]
+        self._fill(pending, waiting, nodeid)
         self._started.add(nodeid)
-        future = self._futures.pop(nodeid, None)
-        return None if future is None else wait(future)
+        future = self._futures.get(nodeid)
+        if future is None:
+            return None
+        try:
+            while not future.done():
+                others = [f for f in self._futures.values() if not f.done()]
+                concurrent.futures.wait(others, return_when=concurrent.futures.FIRST_COMPLETED)
+                if not future.done():
+                    self._fill(pending, waiting, nodeid)
+        except BaseException:
+            future.cancel()
+            raise
+        finally:
+            self._futures.pop(nodeid, None)
+            self._lane.pop(nodeid, None)
+        return future.result()
+
+    def _fill(self, pending: list[tuple[str, P]], waiting: list[tuple[str, P]], nodeid: str) -> None:
+        """Start cases until the lanes are full: ``pending`` (the item's own first, then
+        the window) in the ``jobs`` slots, cases that wait among ``waiting`` in the
+        waiting lanes."""
+        live = [self._lane[n] for n, f in self._futures.items() if not f.done()]
+        slots = sum(not by_waiting for by_waiting, _ in live)
+        lanes = len(live) - slots
+        alone = any(pace.alone for _, pace in live)
+        for n, p in pending:
+            if slots >= self.jobs:
+                break
+            if n not in self._started and self._begin(n, p, nodeid, False, alone):
+                slots += 1
+                alone |= self._lane[n][1].alone
+        for n, p in waiting:
+            if lanes >= self.waiting_lanes:
+                break
+            if n not in self._started and self._pace(p).waits and self._begin(n, p, nodeid, True, alone):
+                lanes += 1
+                alone |= self._lane[n][1].alone
+
+    def _begin(self, n: str, p: P, nodeid: str, by_waiting: bool, alone: bool) -> bool:
+        """Start ``n``'s case unless it must run alone and another such is in flight
+        (the item's own case always starts); True when it runs now."""
+        pace = self._pace(p)
+        if pace.alone and alone and n != nodeid:
+            return False
+        self._started.add(n)
+        future = self._start(p)
+        if future is None:
+            return False
+        self._futures[n] = future
+        self._lane[n] = (by_waiting, pace)
+        if n != nodeid:
+            self.ahead.add(n)
+        return not future.done()
 
     def cancel(self) -> None:
         """Cancel every case not taken; wait (up to 30 s) for them to unwind."""

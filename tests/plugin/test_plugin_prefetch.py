@@ -183,3 +183,52 @@ def test_each_item_looks_at_a_bounded_window_of_the_coming_items() -> None:
         assert pf.take(f"t[{name}]", name) == f"result {name}"
         assert max(pulled, default=0) <= 2 * 2 + 2 + 1 + LOOKAHEAD, max(pulled)  # jobs 2: 2 in flight, 1 done
     assert cases.started == names[:len(cases.started)] and len(cases.started) >= 100
+
+
+def test_waiting_lanes_start_cases_that_wait_from_further_ahead() -> None:
+    """Beside the ``jobs`` slots, the waiting lanes take only the cases that mostly wait,
+    from up to WAITING_LOOKAHEAD items ahead; at most one case that must run alone is in
+    flight (its item starts it when its turn comes)."""
+    from crashmatrix.harness.plugin_prefetch import Pace
+
+    names = [f"p{k}" for k in range(40)] + ["w1", "w2", "w3", "a1", "a2"]
+    pace = {"w1": Pace(waits=True), "w2": Pace(waits=True), "w3": Pace(waits=True),
+            "a1": Pace(waits=True, alone=True), "a2": Pace(waits=True, alone=True)}
+    cases = Cases(instant={"p0"})
+    pf = Prefetcher(ordered_upcoming(entries(*names)), 2, cases, lambda p: pace.get(p, Pace()), 2)
+    assert pf.take("t[p0]", "p0") == "result p0"
+    assert cases.started == ["p0", "p1", "p2", "w1", "w2"] and pf.in_flight() == 4  # 2 slots, 2 waiting lanes
+    cases.finish("w1")
+    cases.finish("w2")
+    cases.finish("p1")
+    assert pf.take("t[p1]", "p1") == "result p1"
+    assert cases.started[5:] == ["p3", "w3", "a1"]  # a slot for p3; the lanes: w3, a1 (a2 must wait for a1)
+    assert "a2" not in cases.started
+    cases.finish("a1")
+    cases.finish("p2")
+    assert pf.take("t[p2]", "p2") == "result p2"
+    assert cases.started[8:] == ["p4", "a2"]
+
+
+def test_a_slot_freed_while_an_item_waits_goes_to_the_next_case_at_once() -> None:
+    """The item's own case runs long; another case of the window finishes meanwhile: its
+    slot takes the next coming case before the item's case ends."""
+    import threading
+
+    cases = Cases()
+    pf = Prefetcher(ordered_upcoming(entries(*"abcde")), 2, cases)
+    seen: list[list[str]] = []
+
+    def later() -> None:
+        cases.finish("b")  # frees a slot while a's item waits
+        deadline = threading.Event()
+        for _ in range(200):  # the prefetcher starts c from the waiting item's thread
+            if "c" in cases.started:
+                break
+            deadline.wait(0.01)
+        seen.append(list(cases.started))
+        cases.finish("a")
+
+    threading.Timer(0.05, later).start()
+    assert pf.take("t[a]", "a") == "result a"
+    assert seen == [["a", "b", "c"]]  # c started while a still ran

@@ -78,6 +78,7 @@ never a failure or a pass.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -89,8 +90,8 @@ import pytest
 from .errors import CrashmatrixError
 from .plan import Case
 from .plugin_goldens import CollectionGoldens, collected_cases
-from .plugin_prefetch import (Pace, Prefetcher, Upcoming, indexed_upcoming, ordered_upcoming, wait, worker_jobs,
-                              xdist_upcoming)
+from .plugin_prefetch import (Batch, Pace, Prefetcher, Upcoming, indexed_upcoming, ordered_upcoming, wait,
+                              worker_jobs, xdist_upcoming)
 from .plugin_services import Harnesses, Services
 from .plugin_settings import SETTINGS, MatrixSettings, resolve_settings
 
@@ -159,6 +160,12 @@ class State:
         #: reports of matrix items, collected in the controller (or the only process)
         self.records: list[dict[str, Any]] = []
         self.prefetcher: Prefetcher[CaseParam] | None = None
+        #: a serial run's items per matrix test (node id -> ``(item node id, param)`` in
+        #: pytest's order), each matrix's run by a :class:`~.plugin_prefetch.Batch` once
+        #: its first item runs
+        self.matrices: dict[str, list[tuple[str, CaseParam]]] | None = None
+        self.batches: dict[str, Batch] = {}
+        self.ran_ahead: set[str] = set()
         #: how this process ran its cases (``N cases in flight``, ``one case at a time:
         #: why``), set when its run loop starts; the controller's ``workers_ahead`` maps
         #: each xdist worker to its own
@@ -186,6 +193,12 @@ class State:
         entries = [(k, item.nodeid, item.callspec.params["crashmatrix_case"]) for k, item in enumerate(session.items)
                    if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("crashmatrix_case"),
                                  CaseParam)]
+        if workerinput is None and jobs > 1:
+            self.matrices = {}
+            for _, n, p in entries:
+                self.matrices.setdefault(p.matrix.test, []).append((n, p))
+            self.ahead = f"each matrix in one case loop, {jobs} cases in flight, kill cases pruned by crash state"
+            return
         if workerinput is None:
             upcoming: Upcoming[CaseParam] | None = ordered_upcoming([(n, p) for _, n, p in entries])
             how = "serial"
@@ -225,6 +238,62 @@ class State:
 
         assert harness.explorer is not None
         return harness.submit(run_case_replayed(harness.explorer, param.case, golden, param.replay_failures))
+
+    def take(self, nodeid: str, param: CaseParam) -> CaseResult | None:
+        """The result of item ``nodeid``'s case run ahead of it (by its matrix's
+        :class:`~.plugin_prefetch.Batch` in a serial run, the prefetcher in an xdist
+        worker), or None: the item runs its case itself."""
+        if self.prefetcher is not None:
+            result = self.prefetcher.take(nodeid, param)
+            if nodeid in self.prefetcher.ahead:
+                self.ran_ahead.add(nodeid)
+            return result
+        if self.matrices is None:
+            return None
+        batch = self.batches.get(param.matrix.test)
+        if batch is None:
+            batch = self.batches[param.matrix.test] = self._batch(self.matrices.pop(param.matrix.test, []))
+        if param.case.id in batch:
+            self.ran_ahead.add(nodeid)
+        return batch.take(param.case.id)
+
+    def _batch(self, items: list[tuple[str, CaseParam]]) -> Batch:
+        """Start the case loop of one matrix's items (:func:`.runner.run_loop`, as
+        ``crashmatrix run`` runs a matrix: its lanes and spare lanes, kill cases grouped
+        by crash state with a seeded sample run whole, from the run's seed); a
+        conversation whose golden run cannot run or does not match the collected trace
+        is left out (its items fail with the reason). Resumes are not shared here: the
+        case loop may run a case again after an unsound shared resume, and an item's
+        outcome, once reported, stands."""
+        from .pruning import options_of
+        from .runner import run_loop
+
+        cases, goldens, harness = [], {}, None
+        for _, param in items:
+            case = param.case
+            if case.conversation not in goldens:
+                try:
+                    harness, goldens[case.conversation] = self.live_golden(param.subject, case.workload,
+                                                                           case.conversation)
+                except CrashmatrixError:
+                    goldens[case.conversation] = None
+                    continue
+                if self.goldens.mismatch(param.subject, case.workload, case.conversation, goldens[case.conversation]):
+                    goldens[case.conversation] = None
+            if goldens[case.conversation] is not None:
+                cases.append(case)
+        unique = list({c.id: c for c in cases}.values())
+        batch = Batch(c.id for c in unique)
+        if harness is None or harness.explorer is None or not unique:
+            batch.ended()
+            return batch
+        jobs = run_jobs(self.settings)
+        options = dataclasses.replace(options_of(True, seed=self.settings.seed), share=False)
+        batch.attach(harness.submit(run_loop(
+            harness.explorer, unique, {c: g for c, g in goldens.items() if g is not None}, jobs,
+            lambda result: batch.emit(result.case.id, result), options=options,
+            replay_failures=items[0][1].replay_failures, spare=0 if self.settings.jobs else jobs)))
+        return batch
 
     def _prefetch(self, param: CaseParam) -> concurrent.futures.Future[CaseResult] | None:
         case = param.case
@@ -289,13 +358,13 @@ class MatrixCase:
         mismatch = state.goldens.mismatch(self.subject, case.workload, case.conversation, golden)
         if mismatch:
             pytest.fail(mismatch, pytrace=False)
-        nodeid, prefetcher = self._item.nodeid, state.prefetcher
-        prefetched = prefetcher.take(nodeid, self.param) if prefetcher else None
+        nodeid = self._item.nodeid
+        prefetched = state.take(nodeid, self.param)
         self.result = prefetched or wait(state.submit(self.param, harness, golden))
         m = self.matrix
         self._record = record_case(self._item, self.result, test=m.test, kinds=m.kinds, sources=m.sources,
                                    conversations=m.conversations, shard=m.shard,
-                                   ran_ahead=prefetcher is not None and nodeid in prefetcher.ahead)
+                                   ran_ahead=nodeid in state.ran_ahead)
         props = self._item.user_properties
         props += [("crashmatrix_case", self.id), ("crashmatrix_subject", self.subject),
                   ("crashmatrix_outcome", self.result.outcome), ("crashmatrix_replay", self.result.replay)]
@@ -303,6 +372,8 @@ class MatrixCase:
             props.append(("crashmatrix_outcomes", ",".join(self._record["outcomes"])))
         if self._record["failed_check"]:
             props.append(("crashmatrix_failed_check", self._record["failed_check"]))
+        if getattr(self.result, "representative", ""):  # a kill case judged on an equal crash state
+            props.append(("crashmatrix_representative", self.result.representative))  # type: ignore[attr-defined]
         return self.result
 
     def check(self) -> CaseResult:
@@ -478,7 +549,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     elif workers is None:
         lines.append(f"crashmatrix: jobs={jobs} cases in flight, shared by the xdist workers")
     elif not hasattr(config, "workerinput"):
-        lines.append(f"crashmatrix: jobs={jobs} cases in flight (the coming items' cases run ahead)")
+        lines.append(f"crashmatrix: jobs={jobs} cases in flight (each matrix's cases run ahead of its items in "
+                     f"crashmatrix run's case loop, kill cases pruned by crash state)" if jobs > 1 else
+                     "crashmatrix: jobs=1, each item runs its own case")
     return lines
 
 
@@ -565,6 +638,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     try:
         if state.prefetcher is not None:
             state.prefetcher.cancel()
+        for batch in state.batches.values():
+            batch.close()
         if not hasattr(config, "workerinput"):
             _write_reports(state, _stopped_early(session, exitstatus))
     finally:
@@ -607,6 +682,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         if path:
             line += f"; {label}: {path}"
     terminalreporter.write_line(line)
+    for test, batch in state.batches.items():
+        for text in batch.summary_lines():
+            terminalreporter.write_line(f"crashmatrix: {test}: {text}" if len(state.batches) > 1 else
+                                        f"crashmatrix: {text}")
     from .sources import releases_line
 
     shown = {releases_line(r["matrix"].get("releases") or {}) for r in state.records}

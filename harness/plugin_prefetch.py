@@ -172,6 +172,70 @@ class Prefetcher(Generic[P]):
         self._dropped.clear()
 
 
+class Batch:
+    """The cases of one matrix's items in a serial run, run by one case loop (the CLI's,
+    :func:`.runner.run_loop`, with its crash-state pruning), each item taking its case's
+    final result when it runs.
+
+    ``ids``: the case ids the loop runs. The loop reports each final result with
+    :meth:`emit` (from any thread) and its end with :meth:`ended` (a loop that raised or
+    was cancelled ends too: the items still to come then run their own cases).
+    :meth:`take` gives a case's result once (None: not in this batch, taken already, or
+    the loop ended without it)."""
+
+    def __init__(self, ids: Iterable[str]) -> None:
+        self._results: dict[str, concurrent.futures.Future[Any]] = {i: concurrent.futures.Future() for i in ids}
+        self._taken: set[str] = set()
+        #: the loop's own future (:meth:`attach`), cancelled by :meth:`cancel`
+        self.loop: concurrent.futures.Future[Any] | None = None
+
+    def __contains__(self, case_id: str) -> bool:
+        return case_id in self._results and case_id not in self._taken
+
+    def attach(self, loop: concurrent.futures.Future[Any]) -> None:
+        """``loop`` runs this batch's cases; its end, however it ends, is :meth:`ended`."""
+        self.loop = loop
+        loop.add_done_callback(lambda _: self.ended())
+
+    def emit(self, case_id: str, result: Any) -> None:
+        """``case_id``'s final result (the first one given counts)."""
+        future = self._results.get(case_id)
+        if future is not None and not future.done():
+            future.set_result(result)
+
+    def ended(self) -> None:
+        """The loop is over: a case it gave no result is its item's to run."""
+        for future in self._results.values():
+            if not future.done():
+                future.set_result(None)
+
+    def take(self, case_id: str) -> Any:
+        """``case_id``'s result, waiting for it (a Ctrl-C while waiting propagates)."""
+        if case_id not in self:
+            return None
+        self._taken.add(case_id)
+        return self._results[case_id].result()
+
+    def summary_lines(self) -> list[str]:
+        """What the loop's pruning says (:meth:`.pruning.PruneSummary.lines`), once it
+        ended by itself; empty before, or when it was cancelled or raised."""
+        loop = self.loop
+        if loop is None or not loop.done() or loop.cancelled() or loop.exception() is not None:
+            return []
+        _, summary = loop.result()
+        return list(summary.lines())
+
+    def close(self) -> None:
+        """At the session's end: a loop that gave every result is let finish (its
+        summary), one that did not (``-x``, Ctrl-C) is cancelled (its cases in flight
+        unwind); either is waited for up to 30 s."""
+        if self.loop is not None:
+            if not all(f.done() for f in self._results.values()):
+                self.loop.cancel()
+            concurrent.futures.wait([self.loop], timeout=30)
+        self.ended()
+
+
 def wait(future: concurrent.futures.Future[Any]) -> Any:
     """``future.result()``; on any exception while waiting (a Ctrl-C included) the
     case's coroutine is cancelled first."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -59,7 +60,8 @@ def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
     assert serial.returncode == 0, serial.output[-3000:]
     assert _verdicts(matrix_project / "serial.json") == verdicts
     assert "crashmatrix: seed=" in serial.stdout and f"{expected} passed" in serial.stdout
-    assert "crashmatrix: jobs=" in serial.stdout and _ran_ahead(matrix_project / "serial.json") == expected - 1
+    # serially, the matrix's cases all run in one case loop, ahead of their items
+    assert "crashmatrix: jobs=" in serial.stdout and _ran_ahead(matrix_project / "serial.json") == expected
     # warm cache: the serial run did not recompute the golden trace
     again = json.loads(cache_files[0].read_text())
     assert again["conversations"]["conv1"]["computed_at"] == computed_at
@@ -90,6 +92,40 @@ def _marked_project(tmp_path: Path, name: str, marker: str) -> Path:
         f"def test_{name}(crashmatrix_case):\n"
         "    crashmatrix_case.check()\n")
     return project
+
+
+def test_a_serial_run_prunes_kill_cases_by_crash_state_as_the_cli_does(tmp_path: Path) -> None:
+    """Serially, a matrix's cases run in ``crashmatrix run``'s case loop: kill cases whose
+    crash state equals an earlier one's are judged on it (their items pass with the
+    representative named in the JSON report and JUnit), the summary says how many, and
+    a defective subject's verdicts are the CLI's case for case (a derived failure runs
+    whole: it is shown by a run of its own)."""
+    from _plugin_support import crashmatrix_cli
+
+    project = _marked_project(tmp_path, "pruned", "subject='reference'")
+    run = run_pytest(project, "-q", "--crashmatrix-report=p.json", "--junitxml=p.xml")
+    assert run.returncode == 0, run.output[-3000:]
+    assert re.search(r"crashmatrix: kill: (\d+) points -> (\d+) crash states, all pass; sample \d+/\d+ agree",
+                     run.stdout), run.stdout[-2000:]
+    [matrix] = json.loads((project / "p.json").read_text())["matrices"]
+    derived = {c["id"]: c["representative"] for c in matrix["cases"] if c.get("representative")}
+    assert derived and all(not c["workers"] for c in matrix["cases"] if c["id"] in derived)
+    assert {c["outcome"] for c in matrix["cases"]} == {"pass"}
+    props = [{p.get("name"): p.get("value") for p in case.findall("./properties/property")}
+             for case in ET.parse(project / "p.xml").getroot().iter("testcase")]
+    assert sorted(p["crashmatrix_representative"] for p in props if "crashmatrix_representative" in p) == \
+        sorted(derived.values())
+
+    defect = _marked_project(tmp_path, "defect", "subject='defect:replays-model-call'")
+    run = run_pytest(defect, "-q", "--crashmatrix-report=d.json")
+    assert run.returncode == 1, run.output[-3000:]
+    cli = crashmatrix_cli(defect, "run", "checkout", "--subject", "defect:replays-model-call", "--conversation",
+                          "conv1", "--kinds", "kill", "--sources", "label", "--report", "cli.json")
+    assert cli.returncode == 1, cli.output[-3000:]
+    mine = _verdicts(defect / "d.json")
+    cli_cases = json.loads((defect / "cli.json").read_text())["cases"]
+    assert mine == {c["id"]: c["outcome"] for c in cli_cases} and "fail" in mine.values()
+    assert "crash states, " in run.stdout and " fail, " in run.stdout
 
 
 def test_a_marked_matrix_of_a_build_pair_crashes_under_one_and_resumes_under_the_other(tmp_path: Path) -> None:

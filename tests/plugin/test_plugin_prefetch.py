@@ -232,3 +232,47 @@ def test_a_slot_freed_while_an_item_waits_goes_to_the_next_case_at_once() -> Non
     threading.Timer(0.05, later).start()
     assert pf.take("t[a]", "a") == "result a"
     assert seen == [["a", "b", "c"]]  # c started while a still ran
+
+
+def test_a_batch_gives_each_case_its_loops_result_once() -> None:
+    """A serial run's matrix: the loop emits results (the first counts), each item takes
+    its case's once; a case the loop never gave a result by its end is its item's to run
+    (None), and so is one not in the batch."""
+    from crashmatrix.harness.plugin_prefetch import Batch
+
+    batch = Batch(["a", "b", "c"])
+    loop: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    batch.attach(loop)
+    batch.emit("a", "result a")
+    batch.emit("a", "again")
+    assert "a" in batch and batch.take("a") == "result a"
+    assert "a" not in batch and batch.take("a") is None  # taken once
+    assert batch.take("x") is None
+    batch.emit("b", "result b")
+    loop.set_exception(RuntimeError("the loop raised"))  # its end, however it ends
+    assert batch.take("b") == "result b" and batch.take("c") is None
+    assert batch.summary_lines() == []
+
+
+def test_closing_a_batch_lets_a_complete_loop_finish_and_cancels_an_unfinished_one() -> None:
+    import threading
+
+    from crashmatrix.harness.plugin_prefetch import Batch
+
+    done = Batch(["a"])
+    loop: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    done.attach(loop)
+    done.emit("a", "result a")
+    summary = SimpleNamespace(lines=lambda: ["kill: 1 points -> 1 crash states, all pass; sample 0/0 agree"])
+    threading.Timer(0.05, lambda: loop.set_result(([], summary))).start()
+    done.close()  # every result given: waits for the loop's own end
+    assert not loop.cancelled() and done.summary_lines() == summary.lines()
+
+    partial = Batch(["a", "b"])
+    running: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    # cancelled, the loop unwinds at once (as a run_coroutine_threadsafe future is marked)
+    running.add_done_callback(lambda f: f.cancelled() and f.set_running_or_notify_cancel())
+    partial.attach(running)
+    partial.emit("a", "result a")
+    partial.close()  # -x after a: b's case never ends by itself
+    assert running.cancelled() and partial.take("b") is None

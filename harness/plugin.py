@@ -56,9 +56,10 @@ identical ids: the first to need a trace computes it under a file lock, the othe
 and read it. **Services**: one PostgreSQL for the run (xdist workers share one, started
 by the first under a file lock: :mod:`.services.sharedpg`; docs/benchmarks.md measured it against
 one per worker), one session (providers, zygote) per process, subject and workload, all
-started on first use and stopped when pytest ends. The coming items' cases run ahead,
-``jobs`` at a time (:mod:`.plugin_prefetch`), as the CLI's do; xdist workers share the
-``jobs``, each running ahead the items scheduled to it.
+started on first use and stopped when pytest ends. The items' cases run ahead of them
+in the CLI's case loop, ``jobs`` at a time, kill cases pruned by crash state
+(:mod:`.plugin_prefetch`); xdist workers share the ``jobs``, each running a share of
+every matrix by crash state and exchanging results with the others.
 **Seed**: one seed drives every random choice (Hypothesis's draws in :mod:`.fuzz`, the
 embedded fault proxy's toxicity rolls); when none is given the controller draws one,
 shows it in the pytest header, and hands it to xdist workers.
@@ -79,7 +80,9 @@ never a failure or a pass.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,8 +93,7 @@ import pytest
 from .errors import CrashmatrixError
 from .plan import Case
 from .plugin_goldens import CollectionGoldens, collected_cases
-from .plugin_prefetch import (Batch, Pace, Prefetcher, Upcoming, indexed_upcoming, ordered_upcoming, wait,
-                              worker_jobs, xdist_upcoming)
+from .plugin_prefetch import Batch, Exchange, wait, worker_index, worker_jobs, xdist_run_dir
 from .plugin_services import Harnesses, Services
 from .plugin_settings import SETTINGS, MatrixSettings, resolve_settings
 
@@ -146,7 +148,7 @@ class State:
     """The plugin's per-process state (``config.stash``): the session's settings, the
     process's :class:`~.plugin_services.Services`, the golden traces collection read
     (:class:`~.plugin_goldens.CollectionGoldens`), the case records the controller
-    reports, and the prefetcher of this process's items."""
+    reports, and the case loops of this process's matrices."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -159,13 +161,21 @@ class State:
         self.goldens = CollectionGoldens(self.services, cache_dir)
         #: reports of matrix items, collected in the controller (or the only process)
         self.records: list[dict[str, Any]] = []
-        self.prefetcher: Prefetcher[CaseParam] | None = None
         #: a serial run's items per matrix test (node id -> ``(item node id, param)`` in
         #: pytest's order), each matrix's run by a :class:`~.plugin_prefetch.Batch` once
         #: its first item runs
         self.matrices: dict[str, list[tuple[str, CaseParam]]] | None = None
         self.batches: dict[str, Batch] = {}
         self.ran_ahead: set[str] = set()
+        #: in an xdist worker that runs its share of each matrix: ``(K, N)``, the run's
+        #: directory, and per matrix test its exchange and the share of each case id
+        self.share: tuple[int, int] | None = None
+        self.run_dir: Path | None = None
+        self.exchanges: dict[str, tuple[Exchange, dict[str, int]]] = {}
+        #: the run's directory of xdist workers (the controller removes it at the end)
+        self.xdist_run_dir: Path | None = None
+        #: in the controller: each xdist worker's pruning lines (``gw0: kill: ...``)
+        self.worker_pruning: list[str] = []
         #: how this process ran its cases (``N cases in flight``, ``one case at a time:
         #: why``), set when its run loop starts; the controller's ``workers_ahead`` maps
         #: each xdist worker to its own
@@ -178,42 +188,38 @@ class State:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
-        """Keep ``jobs`` cases of the current and coming matrix items in flight
-        (:class:`~.plugin_prefetch.Prefetcher`): in a serial run, the items that follow
-        in ``session.items``; in an xdist worker, its share of ``jobs``
-        (:func:`~.plugin_prefetch.worker_jobs`) from the items xdist scheduled to it
-        (:func:`~.plugin_prefetch.xdist_upcoming`; one case at a time when that queue
-        is not found). How it ran goes to the controller in ``workeroutput``."""
+        """Run the matrix items' cases ahead of them in the CLI's case loop
+        (:mod:`.plugin_prefetch`): serially, each marked test's selected items in one
+        loop, started at its first item; in an xdist worker, its share of every matrix
+        by crash state, started now (whatever items xdist sends it), with its share of
+        ``jobs`` (:func:`~.plugin_prefetch.worker_jobs`); with ``jobs`` 1 (or a share
+        of 1), each item runs its own case. How it ran goes to the controller in
+        ``workeroutput``."""
         if session.config.option.collectonly:
             return
-        from .runner import WAITING_LANES
-
-        jobs, lanes = run_jobs(self.settings), WAITING_LANES
+        jobs = run_jobs(self.settings)
         workerinput = getattr(self.config, "workerinput", None)
-        entries = [(k, item.nodeid, item.callspec.params["crashmatrix_case"]) for k, item in enumerate(session.items)
+        if workerinput is not None:
+            count, worker = workerinput.get("workercount", 1), workerinput.get("workerid", "")
+            jobs = worker_jobs(jobs, count, worker)
+        entries = [(item.nodeid, item.callspec.params["crashmatrix_case"]) for item in session.items
                    if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("crashmatrix_case"),
                                  CaseParam)]
-        if workerinput is None and jobs > 1:
-            self.matrices = {}
-            for _, n, p in entries:
-                self.matrices.setdefault(p.matrix.test, []).append((n, p))
-            self.ahead = f"each matrix in one case loop, {jobs} cases in flight, kill cases pruned by crash state"
-            return
-        if workerinput is None:
-            upcoming: Upcoming[CaseParam] | None = ordered_upcoming([(n, p) for _, n, p in entries])
-            how = "serial"
-        else:
-            count, worker = workerinput.get("workercount", 1), workerinput.get("workerid", "")
-            jobs, lanes = worker_jobs(jobs, count, worker), worker_jobs(lanes, count, worker)
-            indices, how = xdist_upcoming(self.config.pluginmanager.get_plugins())
-            upcoming = indexed_upcoming(entries, indices) if indices is not None else None
-        if upcoming is None:
-            self.ahead = f"one case at a time: {how}"
-        elif jobs <= 1:
+        if jobs <= 1:
             self.ahead = "one case at a time (jobs 1)"
         elif entries:
-            self.prefetcher = Prefetcher(upcoming, jobs, self._prefetch, _pace, lanes)
-            self.ahead = f"{jobs} cases in flight" + (f" and {lanes} more of kinds that mostly wait" if lanes else "")
+            self.matrices = {}
+            for n, p in entries:
+                self.matrices.setdefault(p.matrix.test, []).append((n, p))
+            if workerinput is None:
+                self.ahead = f"each matrix in one case loop, {jobs} cases in flight, kill cases pruned by crash state"
+            else:
+                self.share = (worker_index(worker, count), count)
+                self.run_dir = xdist_run_dir(workerinput.get("testrunuid", ""))
+                for test in list(self.matrices):  # a share runs whatever items xdist sends this worker
+                    self.batches[test] = self._batch(self.matrices.pop(test))
+                self.ahead = (f"share {self.share[0] + 1}/{count} of each matrix by crash state in one case loop, "
+                              f"{jobs} cases in flight")
         if workerinput is not None:
             self.config.workeroutput["crashmatrix_ahead"] = self.ahead  # type: ignore[attr-defined]
 
@@ -239,15 +245,18 @@ class State:
         assert harness.explorer is not None
         return harness.submit(run_case_replayed(harness.explorer, param.case, golden, param.replay_failures))
 
+    def pruning_lines(self) -> list[str]:
+        """What this process's case loops' pruning says
+        (:meth:`~.plugin_prefetch.Batch.summary_lines`), each prefixed with its matrix
+        test when there are several."""
+        many = len(self.batches) > 1
+        return [f"{test}: {line}" if many else line for test, batch in self.batches.items()
+                for line in batch.summary_lines()]
+
     def take(self, nodeid: str, param: CaseParam) -> CaseResult | None:
         """The result of item ``nodeid``'s case run ahead of it (by its matrix's
-        :class:`~.plugin_prefetch.Batch` in a serial run, the prefetcher in an xdist
-        worker), or None: the item runs its case itself."""
-        if self.prefetcher is not None:
-            result = self.prefetcher.take(nodeid, param)
-            if nodeid in self.prefetcher.ahead:
-                self.ran_ahead.add(nodeid)
-            return result
+        :class:`~.plugin_prefetch.Batch`, or in an xdist worker another worker's,
+        :class:`~.plugin_prefetch.Exchange`), or None: the item runs its case itself."""
         if self.matrices is None:
             return None
         batch = self.batches.get(param.matrix.test)
@@ -255,7 +264,15 @@ class State:
             batch = self.batches[param.matrix.test] = self._batch(self.matrices.pop(param.matrix.test, []))
         if param.case.id in batch:
             self.ran_ahead.add(nodeid)
-        return batch.take(param.case.id)
+            return batch.take(param.case.id)
+        exchange, owners = self.exchanges.get(param.matrix.test, (None, {}))
+        owner = owners.get(param.case.id)
+        if exchange is None or owner is None or self.share is None or owner == self.share[0]:
+            return None
+        result = exchange.wait(param.case.id, owner)
+        if result is not None:
+            self.ran_ahead.add(nodeid)
+        return result
 
     def _batch(self, items: list[tuple[str, CaseParam]]) -> Batch:
         """Start the case loop of one matrix's items (:func:`.runner.run_loop`, as
@@ -283,34 +300,43 @@ class State:
             if goldens[case.conversation] is not None:
                 cases.append(case)
         unique = list({c.id: c for c in cases}.values())
+        live = {c: g for c, g in goldens.items() if g is not None}
+        jobs = run_jobs(self.settings)
+        spare = 0 if self.settings.jobs else jobs
+        exchange = None
+        if self.share is not None and unique and self.run_dir is not None:
+            from .pruning import shard_by_crash_state
+
+            k, n = self.share
+            workerinput = getattr(self.config, "workerinput", {})
+            jobs = spare = worker_jobs(jobs, n, workerinput.get("workerid", ""))
+            spare = 0 if self.settings.jobs else jobs
+            owners = {c.id: j for j in range(n) for c in shard_by_crash_state(unique, live, f"{j + 1}/{n}")}
+            unique = [c for c in unique if owners.get(c.id) == k]
+            exchange = Exchange(self.run_dir / hashlib.sha1(items[0][1].matrix.test.encode()).hexdigest()[:16])
+            exchange.claim(k)
+            self.exchanges[items[0][1].matrix.test] = (exchange, owners)
         batch = Batch(c.id for c in unique)
         if harness is None or harness.explorer is None or not unique:
             batch.ended()
+            if exchange is not None:
+                exchange.ended(self.share[0])  # type: ignore[index]
             return batch
-        jobs = run_jobs(self.settings)
+
+        def emit(result: CaseResult) -> None:
+            batch.emit(result.case.id, result)
+            if exchange is not None:
+                exchange.put(result.case.id, result)
+
         options = dataclasses.replace(options_of(True, seed=self.settings.seed), share=False)
-        batch.attach(harness.submit(run_loop(
-            harness.explorer, unique, {c: g for c, g in goldens.items() if g is not None}, jobs,
-            lambda result: batch.emit(result.case.id, result), options=options,
-            replay_failures=items[0][1].replay_failures, spare=0 if self.settings.jobs else jobs)))
+        loop = harness.submit(run_loop(harness.explorer, unique, live, jobs, emit, options=options,
+                                       replay_failures=items[0][1].replay_failures, spare=spare))
+        if exchange is not None:
+            share = self.share[0]  # type: ignore[index]
+            loop.add_done_callback(lambda _: exchange.ended(share))
+        batch.attach(loop)
         return batch
 
-    def _prefetch(self, param: CaseParam) -> concurrent.futures.Future[CaseResult] | None:
-        case = param.case
-        try:
-            harness, golden = self.live_golden(param.subject, case.workload, case.conversation)
-        except CrashmatrixError:
-            return None
-        if self.goldens.mismatch(param.subject, case.workload, case.conversation, golden):
-            return None
-        return self.submit(param, harness, golden)
-
-
-def _pace(param: CaseParam) -> Pace:
-    """How ``param``'s case uses the machine, as the CLI's case lanes read it."""
-    from .runner import kind_flag
-
-    return Pace(waits=kind_flag(param.case, "mostly_waits"), alone=kind_flag(param.case, "one_at_a_time"))
 
 
 _STATE_KEY = pytest.StashKey[State]()
@@ -490,14 +516,19 @@ class _XdistHooks:
 
     @pytest.hookimpl
     def pytest_configure_node(self, node: Any) -> None:
-        node.workerinput["crashmatrix_seed"] = _state(node.config).settings.seed
+        state = _state(node.config)
+        node.workerinput["crashmatrix_seed"] = state.settings.seed
+        state.xdist_run_dir = xdist_run_dir(node.workerinput.get("testrunuid", ""))
 
     @pytest.hookimpl
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         """Keep how the worker ran its cases (for the terminal summary)."""
         ahead = (getattr(node, "workeroutput", None) or {}).get("crashmatrix_ahead")
+        worker = str(node.workerinput.get("workerid", "?"))
         if ahead:
-            _state(node.config).workers_ahead[str(node.workerinput.get("workerid", "?"))] = ahead
+            _state(node.config).workers_ahead[worker] = ahead
+        for line in (getattr(node, "workeroutput", None) or {}).get("crashmatrix_pruning") or []:
+            _state(node.config).worker_pruning.append(f"{worker}: {line}")
 
 
 def run_jobs(settings: MatrixSettings) -> int:
@@ -627,7 +658,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Cancel prefetched cases whose items never ran (``-x``, Ctrl-C); write the JSON
+    """End the matrices' case loops (cancelled when the run stopped early: ``-x``,
+    Ctrl-C; else let finish: an xdist worker's share may still be awaited); write the JSON
     and HTML reports (the controller, or the only process), marked incomplete when the
     run stopped early; stop this process's services. Here and not at unconfigure: an
     xdist worker is ended soon after it reports its session finished, before its
@@ -636,14 +668,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     state = _state(config)
     try:
-        if state.prefetcher is not None:
-            state.prefetcher.cancel()
+        stopped = _stopped_early(session, exitstatus)
         for batch in state.batches.values():
-            batch.close()
+            batch.close(cancel=stopped is not None)
+        if hasattr(config, "workerinput"):  # sent with the worker's end, for the terminal summary
+            config.workeroutput["crashmatrix_pruning"] = state.pruning_lines()  # type: ignore[attr-defined]
         if not hasattr(config, "workerinput"):
-            _write_reports(state, _stopped_early(session, exitstatus))
+            _write_reports(state, stopped)
     finally:
         state.services.close()
+        if state.xdist_run_dir is not None:  # the controller, once every worker is done
+            shutil.rmtree(state.xdist_run_dir, ignore_errors=True)
 
 
 def _stopped_early(session: pytest.Session, exitstatus: int) -> str | None:
@@ -682,10 +717,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         if path:
             line += f"; {label}: {path}"
     terminalreporter.write_line(line)
-    for test, batch in state.batches.items():
-        for text in batch.summary_lines():
-            terminalreporter.write_line(f"crashmatrix: {test}: {text}" if len(state.batches) > 1 else
-                                        f"crashmatrix: {text}")
+    for text in state.pruning_lines() + state.worker_pruning:
+        terminalreporter.write_line(f"crashmatrix: {text}")
     from .sources import releases_line
 
     shown = {releases_line(r["matrix"].get("releases") or {}) for r in state.records}

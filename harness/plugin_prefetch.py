@@ -1,13 +1,14 @@
-"""Cases run ahead of pytest: a pytest run, serial or under xdist, with the CLI's parallelism.
+"""Cases run ahead of pytest: a matrix's items, serially or under xdist, in the CLI's case loop.
 
-pytest runs one item at a time per process; :class:`Prefetcher` keeps the cases of the
-item running now and of the items this process runs next in flight, at most ``jobs``
-at once, on the harness sessions' event loops. Which items come next is asked at each
-item (``upcoming``): in a serial run, the items after it in ``session.items``; in a
-pytest-xdist worker, the items xdist has scheduled to that worker and not yet started
-(:func:`xdist_upcoming`), which grow as the controller sends more and shrink when
-another worker steals some. Each item takes its own result when it runs
-(:meth:`Prefetcher.take`), so output, ``-x``, ``-k`` and the reports are as without it.
+pytest runs one item at a time per process; the plugin runs a marked test's cases in
+``crashmatrix run``'s case loop (:func:`.runner.run_loop`: its lanes, spare lanes and
+crash-state pruning of kill cases) on the harness session's event loop, and each item
+takes its case's final result when it runs (:class:`Batch`), so output, ``-x``, ``-k``
+and the reports are as without it. Serially, one loop runs the matrix's selected items.
+Under pytest-xdist no worker knows in advance which items it will run (the controller
+sends more as they finish, and may take some back), so each worker runs a fixed share
+of every matrix by crash state, whatever items it is sent, and the workers exchange
+final results through files (:class:`Exchange`).
 
 The run's ``jobs`` (default twice the cores) is the machine's budget: xdist workers
 share it (:func:`worker_jobs`), so ``-n N`` keeps as many cases in flight as a serial
@@ -17,159 +18,18 @@ run (docs/plugin.md; ``benchmarks/bench_plugin.py jobs``).
 from __future__ import annotations
 
 import concurrent.futures
-import itertools
+import hashlib
+import os
+import pickle
 import re
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
-if TYPE_CHECKING:
-    from .case import CaseResult
-
-P = TypeVar("P")
-
-LOOKAHEAD = 16
-"""Coming items looked at per item beyond the cases in flight and twice ``jobs`` (items
-whose case ``start`` declined are passed over there)."""
-WAITING_LOOKAHEAD = 64
-"""Coming items the waiting lanes look at for cases that mostly wait."""
-
-#: ``upcoming(nodeid)``: ``(nodeid, param)`` of the items this process runs after the
-#: item ``nodeid``, in the order it runs them
-Upcoming = Callable[[str], Iterable[tuple[str, P]]]
-
-
-class Pace(NamedTuple):
-    """How a case uses the machine, from its fault kinds (:class:`.faults.FaultKind`):
-    ``waits``: it spends most of its wall time waiting (``mostly_waits``: a server's
-    restart, a toxic's delay); ``alone``: no two such cases run at once
-    (``one_at_a_time``: ``db-restart``'s PostgreSQL)."""
-
-    waits: bool = False
-    alone: bool = False
-
-
-class Prefetcher(Generic[P]):
-    """Runs the cases of the coming items ahead of them, in lanes as the CLI's case
-    loop does (:class:`.runner.CaseLanes`): ``jobs`` slots take the coming items' cases
-    in order; up to ``waiting_lanes`` more (the plugin gives
-    :data:`.runner.WAITING_LANES`; none when ``jobs`` is 1) take only cases that mostly wait (``pace``),
-    from further ahead (:data:`WAITING_LOOKAHEAD` items), so their waits overlap the
-    other cases instead of filling the slots; a case that must run alone is not started
-    while another such is in flight (its item starts it when its turn comes). A slot
-    freed while an item waits for its own case goes to the next coming case at once.
-
-    ``upcoming(nodeid)`` gives the ``(nodeid, param)`` of the items still to run after
-    ``nodeid``, in order; it is asked again at every :meth:`take`, so it may change
-    between items. ``start(param)`` submits one case and returns its future, or None
-    when the case is better left to its item (its services cannot start, its golden
-    trace does not match the cache: the item then fails with the reason itself). Each
-    item's case is started once at most; a started case whose item is no longer to run
-    here (stolen by another xdist worker) is cancelled at the next :meth:`take`.
-    ``pace(param)``: the case's :class:`Pace` (default: neither waits nor runs alone).
-    ``ahead``: node ids whose case was started before their item ran."""
-
-    def __init__(self, upcoming: Upcoming[P], jobs: int,
-                 start: Callable[[P], concurrent.futures.Future[CaseResult] | None],
-                 pace: Callable[[P], Pace] | None = None, waiting_lanes: int = 0) -> None:
-        self._upcoming = upcoming
-        self._start = start
-        self._pace = pace or (lambda _: Pace())
-        self._futures: dict[str, concurrent.futures.Future[Any]] = {}
-        self._lane: dict[str, tuple[bool, Pace]] = {}  # node id -> (started by a waiting lane, its pace)
-        self._started: set[str] = set()  # node ids started or declined by ``start``: never started again
-        self._dropped: list[concurrent.futures.Future[Any]] = []  # cancelled, awaited by :meth:`cancel`
-        self.ahead: set[str] = set()
-        self.jobs = jobs
-        self.waiting_lanes = waiting_lanes if jobs > 1 else 0
-
-    def in_flight(self) -> int:
-        """Cases started and not finished (the item being taken's own included)."""
-        return sum(not f.done() for f in self._futures.values())
-
-    def take(self, nodeid: str, param: P) -> CaseResult | None:
-        """The result of item ``nodeid``'s case (waiting for it), or None when it was
-        not started here (declined by ``start``, already taken once, or ``jobs``
-        cases of other items in flight: the caller runs it). Starts the item's case if
-        not yet, then the coming items' cases (class docstring), again each time one
-        finishes while this item waits; cancels cases of items no longer to run here.
-        A Ctrl-C while waiting cancels the item's case."""
-        # the cases in flight are those of the next items (started in their order): a
-        # window past them bounds the work per item; a started case that falls outside
-        # it is cancelled, and its item then runs its own case
-        size = 2 * self.jobs + len(self._futures) + LOOKAHEAD
-        coming = list(itertools.islice(self._upcoming(nodeid), max(size, WAITING_LOOKAHEAD * bool(self.waiting_lanes))))
-        window = coming[:size]
-        pending = [(nodeid, param), *((n, p) for n, p in window if n != nodeid)]
-        keep = {nodeid} | {n for n, _ in coming}
-        for n in [n for n in self._futures if n not in keep]:
-            future = self._futures.pop(n)
-            future.cancel()
-            self._dropped.append(future)
-        waiting = [(n, p) for n, p in coming if n != nodeid]
-        self._fill(pending, waiting, nodeid)
-        self._started.add(nodeid)
-        future = self._futures.get(nodeid)
-        if future is None:
-            return None
-        try:
-            while not future.done():
-                others = [f for f in self._futures.values() if not f.done()]
-                concurrent.futures.wait(others, return_when=concurrent.futures.FIRST_COMPLETED)
-                if not future.done():
-                    self._fill(pending, waiting, nodeid)
-        except BaseException:
-            future.cancel()
-            raise
-        finally:
-            self._futures.pop(nodeid, None)
-            self._lane.pop(nodeid, None)
-        return future.result()
-
-    def _fill(self, pending: list[tuple[str, P]], waiting: list[tuple[str, P]], nodeid: str) -> None:
-        """Start cases until the lanes are full: ``pending`` (the item's own first, then
-        the window) in the ``jobs`` slots, cases that wait among ``waiting`` in the
-        waiting lanes."""
-        live = [self._lane[n] for n, f in self._futures.items() if not f.done()]
-        slots = sum(not by_waiting for by_waiting, _ in live)
-        lanes = len(live) - slots
-        alone = any(pace.alone for _, pace in live)
-        for n, p in pending:
-            if slots >= self.jobs:
-                break
-            if n not in self._started and self._begin(n, p, nodeid, False, alone):
-                slots += 1
-                alone |= self._lane[n][1].alone
-        for n, p in waiting:
-            if lanes >= self.waiting_lanes:
-                break
-            if n not in self._started and self._pace(p).waits and self._begin(n, p, nodeid, True, alone):
-                lanes += 1
-                alone |= self._lane[n][1].alone
-
-    def _begin(self, n: str, p: P, nodeid: str, by_waiting: bool, alone: bool) -> bool:
-        """Start ``n``'s case unless it must run alone and another such is in flight
-        (the item's own case always starts); True when it runs now."""
-        pace = self._pace(p)
-        if pace.alone and alone and n != nodeid:
-            return False
-        self._started.add(n)
-        future = self._start(p)
-        if future is None:
-            return False
-        self._futures[n] = future
-        self._lane[n] = (by_waiting, pace)
-        if n != nodeid:
-            self.ahead.add(n)
-        return not future.done()
-
-    def cancel(self) -> None:
-        """Cancel every case not taken; wait (up to 30 s) for them to unwind."""
-        pending = [*self._futures.values(), *self._dropped]
-        for f in pending:
-            f.cancel()
-        concurrent.futures.wait(pending, timeout=30)
-        self._futures.clear()
-        self._dropped.clear()
+FINISH_S = 900.0
+"""How long a session's end waits for a matrix's case loop to finish by itself."""
 
 
 class Batch:
@@ -225,15 +85,80 @@ class Batch:
         _, summary = loop.result()
         return list(summary.lines())
 
-    def close(self) -> None:
-        """At the session's end: a loop that gave every result is let finish (its
-        summary), one that did not (``-x``, Ctrl-C) is cancelled (its cases in flight
-        unwind); either is waited for up to 30 s."""
+    def close(self, cancel: bool) -> None:
+        """At the session's end: ``cancel`` (the run stopped early: ``-x``, Ctrl-C) the
+        loop's cases in flight unwind, waited for up to 30 s; else the loop is let
+        finish (its summary; in an xdist worker, the share other workers' items wait
+        for), waited for up to :data:`FINISH_S`, then cancelled."""
         if self.loop is not None:
-            if not all(f.done() for f in self._results.values()):
-                self.loop.cancel()
+            if not cancel:
+                concurrent.futures.wait([self.loop], timeout=FINISH_S)
+            self.loop.cancel()
             concurrent.futures.wait([self.loop], timeout=30)
         self.ended()
+
+
+class Exchange:
+    """The final results of one matrix's cases in an xdist run, shared between the
+    workers through files: worker K of N runs the K-th share of the matrix by crash
+    state (:func:`.pruning.shard_by_crash_state`) in a :class:`Batch` of its own,
+    whatever items xdist sends it, and :meth:`put` writes each result; an item whose
+    case is another share's waits for it there (:meth:`wait`).
+
+    ``base``: this matrix's directory (in the run's, ``crashmatrix-xdist-<testrunuid>``,
+    removed by the xdist controller when the run ends). Files: ``<share>.pid`` (the
+    worker running that share, :meth:`claim`), ``<share>.done`` (its loop ended,
+    :meth:`ended`), ``<sha1 of the case id>.pickle`` (a result, written whole then
+    renamed)."""
+
+    #: how long an item waits for a share no worker has claimed (a worker that died
+    #: before its first item) before running its case itself
+    UNCLAIMED_S = 120.0
+    POLL_S = 0.05
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        base.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, case_id: str) -> Path:
+        return self.base / f"{hashlib.sha1(case_id.encode()).hexdigest()}.pickle"
+
+    def claim(self, share: int) -> None:
+        """This process runs ``share``."""
+        (self.base / f"{share}.pid").write_text(str(os.getpid()))
+
+    def put(self, case_id: str, result: Any) -> None:
+        """``case_id``'s final result (a :class:`~.case.CaseResult`, pickled)."""
+        path = self._path(case_id)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps(result))
+        os.replace(tmp, path)
+
+    def ended(self, share: int) -> None:
+        """``share``'s loop is over: a case it wrote no result of is its item's to run."""
+        (self.base / f"{share}.done").touch()
+
+    def wait(self, case_id: str, share: int) -> Any:
+        """``case_id``'s result from the worker running ``share``, waiting for it; None
+        when that share's loop ended without it, its worker died, or no worker claimed
+        it within :data:`UNCLAIMED_S` (the item then runs its case itself)."""
+        from .services.process import pid_alive
+
+        path, since = self._path(case_id), time.monotonic()
+        while True:
+            if path.exists():
+                return pickle.loads(path.read_bytes())
+            if (self.base / f"{share}.done").exists():
+                return pickle.loads(path.read_bytes()) if path.exists() else None
+            try:
+                owner = int((self.base / f"{share}.pid").read_text())
+            except (OSError, ValueError):
+                owner = None
+            if owner is None and time.monotonic() - since > self.UNCLAIMED_S:
+                return None
+            if owner is not None and not pid_alive(owner):
+                return None
+            time.sleep(self.POLL_S)
 
 
 def wait(future: concurrent.futures.Future[Any]) -> Any:
@@ -258,62 +183,16 @@ def worker_jobs(jobs: int, workercount: int, workerid: str) -> int:
     return max(1, jobs // n + (index < jobs % n))
 
 
-def xdist_upcoming(plugins: Iterable[object]) -> tuple[Callable[[], list[int]] | None, str]:
-    """Find the pytest-xdist worker's queue among ``plugins`` (the pluginmanager's):
-    the interactor that registers itself as a plugin (``WorkerInteractor`` looked at
-    first), with ``torun`` (a queue whose ``lock()`` yields the deque of indices into
-    ``session.items`` scheduled to this worker and not yet started, and the shutdown
-    marker) and ``nextitem_index`` (the index it has taken from the queue to run next,
-    or not an int). Returns ``(indices, what)``: ``indices()`` reads both (the queue
-    under its lock, read only) and gives the indices in the order the worker runs
-    them; or ``(None, why)`` when no plugin has that shape (another pytest-xdist
-    version), ``why`` saying what was looked for or what failed."""
-    why = "pytest-xdist's worker queue (a plugin with torun.lock() and nextitem_index) not found"
-    for plugin in sorted(plugins, key=lambda p: type(p).__name__ != "WorkerInteractor"):
-        try:
-            lock = getattr(getattr(plugin, "torun", None), "lock", None)
-            if not callable(lock) or not hasattr(plugin, "nextitem_index"):
-                continue
-            with lock() as queue:
-                list(queue)
-        except Exception as exc:  # noqa: BLE001  (a queue of another shape: look further, else one case at a time)
-            why = f"pytest-xdist's worker queue (torun.lock()) could not be read: {exc!r}"
-            continue
-
-        def indices(plugin: Any = plugin, lock: Callable[[], Any] = lock) -> list[int]:
-            with lock() as queue:
-                queued = list(queue)
-            nxt = plugin.nextitem_index
-            return [i for i in ([nxt] if isinstance(nxt, int) else []) + queued if isinstance(i, int)]
-
-        return indices, "pytest-xdist's worker queue"
-    return None, why
+def worker_index(workerid: str, workercount: int) -> int:
+    """The 0-based index of xdist worker ``workerid`` (``gw0``, ``gw1``...) among
+    ``workercount`` (a restarted worker's higher number taken modulo the count; an id
+    without a number: the last)."""
+    n = max(1, workercount)
+    m = re.fullmatch(r"\D*(\d+)", workerid)
+    return int(m.group(1)) % n if m else n - 1
 
 
-def indexed_upcoming(entries: Sequence[tuple[int, str, P]], indices: Callable[[], Iterable[int]]) -> Upcoming[P]:
-    """``upcoming`` of an xdist worker: the matrix items among ``indices()`` (indices
-    into ``session.items``; ``entries``: ``(index, nodeid, param)`` of the matrix
-    items), in order; other tests in the queue are skipped. A queue that cannot be read
-    gives no coming items (each item then runs its own case only)."""
-    by_index = {i: (nodeid, param) for i, nodeid, param in entries}
-
-    def upcoming(nodeid: str) -> list[tuple[str, P]]:
-        try:
-            queued = list(indices())
-        except Exception:  # noqa: BLE001
-            return []
-        return [by_index[i] for i in queued if i in by_index]
-
-    return upcoming
-
-
-def ordered_upcoming(entries: Sequence[tuple[str, P]]) -> Upcoming[P]:
-    """``upcoming`` of a serial run: the entries (``(nodeid, param)`` in
-    ``session.items`` order) after ``nodeid``; all of them for a node id not among
-    them."""
-    position = {nodeid: k for k, (nodeid, _) in enumerate(entries)}
-
-    def upcoming(nodeid: str) -> Iterable[tuple[str, P]]:
-        return (entries[k] for k in range(position.get(nodeid, -1) + 1, len(entries)))
-
-    return upcoming
+def xdist_run_dir(testrunuid: str) -> Path:
+    """The directory the workers of xdist run ``testrunuid`` share results in
+    (:class:`Exchange`), beside their shared PostgreSQL's (:mod:`.services.sharedpg`)."""
+    return Path(tempfile.gettempdir()) / f"crashmatrix-xdist-{testrunuid}" / "results"

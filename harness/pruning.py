@@ -389,10 +389,22 @@ def _pruned_result_class() -> type:
         def to_dict(self) -> dict[str, Any]:
             return {**super().to_dict(), "representative": self.representative}
 
+    PrunedResult.__module__, PrunedResult.__qualname__ = __name__, "PrunedResult"  # pickled by this name
     return PrunedResult
 
 
 _PRUNED: type | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """``PrunedResult`` (built on first use, :func:`_pruned_result_class`), so that a
+    pickled derived result (the pytest plugin's xdist workers exchange results) loads."""
+    global _PRUNED
+    if name == "PrunedResult":
+        if _PRUNED is None:
+            _PRUNED = _pruned_result_class()
+        return _PRUNED
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def derive(case: Case, rep: Record, golden: GoldenRun) -> CaseResult:
@@ -401,9 +413,7 @@ def derive(case: Case, rep: Record, golden: GoldenRun) -> CaseResult:
     trace up to its point: a kill ends the worker there), the representative's resume
     verdicts, the end checks and invariants on its final state with ``case``'s own
     allowance of model calls in flight (:func:`.oracle.in_flight_model_calls`)."""
-    global _PRUNED
-    if _PRUNED is None:
-        _PRUNED = _pruned_result_class()
+    pruned = __getattr__("PrunedResult")
     fault = case.plan.faults[0]
     at = next(i for i, e in enumerate(golden.trace) if tuple(e[1:]) == fault.point.key)
     trace = list(golden.trace[:at + 1])
@@ -417,7 +427,7 @@ def derive(case: Case, rep: Record, golden: GoldenRun) -> CaseResult:
     verdicts += oracle.end_checks(golden.evidence, rep.final, allowance, golden.identifiers)
     verdicts += invariants.end_invariants(rep.final, allowance)
     outcome = "pass" if oracle.merge(verdicts) is True else "fail"
-    result = _PRUNED(case, rep.result.subject, outcome, verdicts=verdicts, run_id=rep.result.run_id,
+    result = pruned(case, rep.result.subject, outcome, verdicts=verdicts, run_id=rep.result.run_id,
                      resume_trace=list(rep.result.resume_trace), representative=rep.result.case.id)
     result.reached = set(rep.result.reached)
     return result

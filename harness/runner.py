@@ -85,9 +85,7 @@ class CpuIdle:
         return self._take("retire")
 
 
-def kind_flag(case: Case, flag: str) -> bool:
-    """Whether a fault kind of ``case`` sets ``flag`` (a :class:`.faults.FaultKind` class
-    flag: ``mostly_waits``, ``one_at_a_time``)."""
+def _kind_flag(case: Case, flag: str) -> bool:
     return any(getattr(faults.KINDS.get(f.kind), flag, False) for f in case.plan.faults)
 
 
@@ -105,9 +103,9 @@ class CaseLanes:
     ends); ``done(case)`` after each."""
 
     def __init__(self, cases: list[Case], jobs: int) -> None:
-        self._seqs = (list(cases), [c for c in cases if kind_flag(c, "mostly_waits")])
+        self._seqs = (list(cases), [c for c in cases if _kind_flag(c, "mostly_waits")])
         self._heads = [0, 0]
-        self._serial = {id(c) for c in cases if kind_flag(c, "one_at_a_time")}
+        self._serial = {id(c) for c in cases if _kind_flag(c, "one_at_a_time")}
         self._taken: set[int] = set()
         self._serial_busy = False
         self.slots = min(jobs, max(1, len(cases)))

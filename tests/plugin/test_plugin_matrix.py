@@ -1,7 +1,8 @@
 """A user's matrix test file (tests/plugin/user_project: a few lines and a pytest.ini
 slice) expands into the checkout matrix and passes under ``-n 2`` and serially, with
-identical ids and verdicts, each run keeping its coming cases in flight (the xdist
-workers from the items scheduled to them, the run's jobs shared between them). The
+identical ids and verdicts, each run running its cases ahead of their items in the
+CLI's case loop (each xdist worker a share of the matrix, the run's jobs shared between
+them, results exchanged). The
 xdist run starts cold: its two workers collect at once, one computes the golden trace
 under the cache's lock while the other waits and reads it; the serial run collects
 from the warm cache."""
@@ -45,10 +46,11 @@ def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
     assert set(verdicts.values()) == {"pass"}
     assert {cid.split("/")[2].split("@")[0] for cid in verdicts} == {"kill", "term"}
     assert f"{expected} passed" in xdist.stdout
-    # each worker kept its share of the 4 jobs in flight from the items scheduled to it:
-    # every case but each worker's first was started before its item ran
-    assert "crashmatrix: each of 2 xdist workers ran 2 cases in flight and 1 more of kinds that mostly wait;" in xdist.stdout, xdist.stdout[-2000:]
-    assert _ran_ahead(matrix_project / "xdist.json") >= expected - 2
+    # each worker ran its share of the matrix with its share of the 4 jobs, every case
+    # ahead of its item (in this worker or the other)
+    assert "crashmatrix: xdist workers ran gw0: share 1/2 of each matrix by crash state in one case loop, 2 cases " \
+        "in flight, gw1: share 2/2" in xdist.stdout, xdist.stdout[-2000:]
+    assert _ran_ahead(matrix_project / "xdist.json") == expected
     # the runtime under test, as the workers' environment has it installed (the
     # reference runtime ships in crashmatrix's own distribution)
     version = importlib.metadata.version("crashmatrix")
@@ -163,17 +165,22 @@ def test_a_case_that_tested_nothing_is_a_skip_with_its_reason(tmp_path: Path) ->
     assert suite is not None and suite.get("skipped") == str(n) and suite.get("failures") == "0"
 
 
-def test_xdist_workers_without_the_queue_they_read_run_one_case_at_a_time_and_say_so(tmp_path: Path) -> None:
-    """A pytest-xdist whose worker queue the plugin cannot find (here hidden by the
-    project's conftest): the run passes, each worker runs its own item's case only, and
-    the summary says so and why."""
-    project = _marked_project(tmp_path, "fallback", "subject='reference', shard='1/15'")
-    (project / "conftest.py").write_text(
-        "import crashmatrix.harness.plugin as plugin\n\n"
-        "plugin.xdist_upcoming = lambda plugins: (None, 'hidden by this conftest')\n")
-    run = run_pytest(project, "-q", "-n", "2", "--crashmatrix-jobs=4", "--crashmatrix-report=f.json")
-    assert run.returncode == 0, run.output[-3000:]
-    n = len(_verdicts(project / "f.json"))
-    assert n >= 2 and _ran_ahead(project / "f.json") == 0
-    assert (f"crashmatrix: each of 2 xdist workers ran one case at a time: hidden by this conftest; 0 of {n} cases "
-            "ran ahead of their items") in run.stdout, run.stdout[-2000:]
+def test_xdist_workers_run_a_share_each_and_exchange_results(tmp_path: Path) -> None:
+    """Under ``-n 2`` each worker runs its share of the matrix by crash state, whatever
+    items xdist sends it, kill cases pruned within it, and the items whose case is the
+    other worker's take that worker's result: a defective subject's verdicts are the
+    serial run's case for case, every case ran ahead of its item, each worker's pruning
+    is in the summary, and the run's results directory is gone afterwards."""
+    project = _marked_project(tmp_path, "shares", "subject='defect:replays-model-call'")
+    xdist = run_pytest(project, "-q", "-n", "2", "--crashmatrix-jobs=4", "--crashmatrix-report=x.json")
+    assert xdist.returncode == 1, xdist.output[-3000:]
+    serial = run_pytest(project, "-q", "--crashmatrix-report=s.json")
+    assert serial.returncode == 1, serial.output[-3000:]
+    verdicts = _verdicts(project / "x.json")
+    assert verdicts == _verdicts(project / "s.json") and "fail" in verdicts.values()
+    assert _ran_ahead(project / "x.json") == len(verdicts)
+    assert "crashmatrix: xdist workers ran gw0: share 1/2 of each matrix by crash state" in xdist.stdout
+    for worker in ("gw0", "gw1"):
+        assert re.search(rf"crashmatrix: {worker}: kill: \d+ points -> \d+ crash states", xdist.stdout), \
+            xdist.stdout[-2000:]
+    assert not [p for p in (tmp_path / "tmp").iterdir() if p.name.startswith("crashmatrix-xdist-")]

@@ -309,7 +309,7 @@ class State:
 
             k, n = self.share
             workerinput = getattr(self.config, "workerinput", {})
-            jobs = spare = worker_jobs(jobs, n, workerinput.get("workerid", ""))
+            jobs = worker_jobs(jobs, n, workerinput.get("workerid", ""))
             spare = 0 if self.settings.jobs else jobs
             owners = {c.id: j for j in range(n) for c in shard_by_crash_state(unique, live, f"{j + 1}/{n}")}
             unique = [c for c in unique if owners.get(c.id) == k]

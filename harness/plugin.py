@@ -304,7 +304,9 @@ class State:
         jobs = run_jobs(self.settings)
         spare = 0 if self.settings.jobs else jobs
         exchange = None
-        if self.share is not None and unique and self.run_dir is not None:
+        if self.share is not None and self.run_dir is not None and items:
+            # claimed (and ended below) even when nothing runs here: the other workers'
+            # items of this share then run their own cases at once instead of waiting
             from .pruning import shard_by_crash_state
 
             k, n = self.share
@@ -336,7 +338,6 @@ class State:
             loop.add_done_callback(lambda _: exchange.ended(share))
         batch.attach(loop)
         return batch
-
 
 
 _STATE_KEY = pytest.StashKey[State]()

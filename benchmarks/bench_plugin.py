@@ -15,9 +15,10 @@
 3. ``jobs``: pytest runs of a matrix slice (conv1 x ``--kinds`` x step,label; kill:
    82 items), the variants alternating in each round: ``jobs1``, serial with
    ``--crashmatrix-jobs 1`` (one case at a time, as pytest runs items); ``serial``,
-   the default (the coming items' cases run ahead, twice the cores at once);
-   ``xdist``, ``-n N`` (each worker runs the items scheduled to it ahead, with its
-   share of the same jobs); ``xdist1``, ``-n N --crashmatrix-jobs N`` (a share of 1:
+   the default (the matrix's cases run ahead in the CLI's case loop, twice the cores
+   at once, kill cases pruned); ``xdist``, ``-n N`` (each worker runs its share of the
+   matrix by crash state in its own loop, with its share of the same jobs, and the
+   workers exchange results); ``xdist1``, ``-n N --crashmatrix-jobs N`` (a share of 1:
    each worker one case at a time, its own item's). The cache is warm for all; each
    row gives wall and CPU seconds (user + system of pytest and its waited-for
    children), the CPU seconds of the pytest process alone (serial: everything a case

@@ -79,6 +79,7 @@ never a failure or a pass.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -167,19 +168,21 @@ class State:
         self.matrices: dict[str, list[tuple[str, CaseParam]]] | None = None
         self.batches: dict[str, Batch] = {}
         self.ran_ahead: set[str] = set()
-        #: in an xdist worker that runs its share of each matrix: ``(K, N)``, the run's
-        #: directory, and per matrix test its exchange and the share of each case id
+        #: in an xdist worker that runs its share of each matrix: ``(K, N)``, and per
+        #: matrix test its exchange and the share of each case id
         self.share: tuple[int, int] | None = None
-        self.run_dir: Path | None = None
         self.exchanges: dict[str, tuple[Exchange, dict[str, int]]] = {}
-        #: the run's directory of xdist workers (the controller removes it at the end)
-        self.xdist_run_dir: Path | None = None
+        #: under xdist, the directory the workers exchange results in (the controller
+        #: removes it at the end)
+        self.run_dir: Path | None = None
         #: in the controller: each xdist worker's pruning lines (``gw0: kill: ...``)
         self.worker_pruning: list[str] = []
         #: how this process ran its cases (``N cases in flight``, ``one case at a time:
         #: why``), set when its run loop starts; the controller's ``workers_ahead`` maps
         #: each xdist worker to its own
         self.ahead = ""
+        #: cases in flight in this process (its share of the run's under xdist)
+        self.jobs = 0
         self.workers_ahead: dict[str, str] = {}
 
     @property
@@ -205,6 +208,7 @@ class State:
         entries = [(item.nodeid, item.callspec.params["crashmatrix_case"]) for item in session.items
                    if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("crashmatrix_case"),
                                  CaseParam)]
+        self.jobs = jobs
         if jobs <= 1:
             self.ahead = "one case at a time (jobs 1)"
         elif entries:
@@ -274,6 +278,21 @@ class State:
             self.ran_ahead.add(nodeid)
         return result
 
+    def _share(self, test: str, cases: list[Case], goldens: dict[str, GoldenRun]) -> tuple[list[Case], Exchange]:
+        """In an xdist worker: this worker's share of ``cases`` (the matrix of marked
+        test ``test``) by crash state (:func:`.pruning.shard_by_crash_state`), and the
+        matrix's :class:`~.plugin_prefetch.Exchange`, claimed for that share; which share
+        each case is in is kept for :meth:`take`."""
+        from .pruning import shard_by_crash_state
+
+        assert self.share is not None and self.run_dir is not None
+        k, n = self.share
+        owners = {c.id: j for j in range(n) for c in shard_by_crash_state(cases, goldens, f"{j + 1}/{n}")}
+        exchange = Exchange(self.run_dir / hashlib.sha1(test.encode()).hexdigest()[:16])
+        exchange.claim(k)
+        self.exchanges[test] = (exchange, owners)
+        return [c for c in cases if owners.get(c.id) == k], exchange
+
     def _batch(self, items: list[tuple[str, CaseParam]]) -> Batch:
         """Start the case loop of one matrix's items (:func:`.runner.run_loop`, as
         ``crashmatrix run`` runs a matrix: its lanes and spare lanes, kill cases grouped
@@ -301,28 +320,14 @@ class State:
                 cases.append(case)
         unique = list({c.id: c for c in cases}.values())
         live = {c: g for c, g in goldens.items() if g is not None}
-        jobs = run_jobs(self.settings)
-        spare = 0 if self.settings.jobs else jobs
         exchange = None
-        if self.share is not None and self.run_dir is not None and items:
-            # claimed (and ended below) even when nothing runs here: the other workers'
-            # items of this share then run their own cases at once instead of waiting
-            from .pruning import shard_by_crash_state
-
-            k, n = self.share
-            workerinput = getattr(self.config, "workerinput", {})
-            jobs = worker_jobs(jobs, n, workerinput.get("workerid", ""))
-            spare = 0 if self.settings.jobs else jobs
-            owners = {c.id: j for j in range(n) for c in shard_by_crash_state(unique, live, f"{j + 1}/{n}")}
-            unique = [c for c in unique if owners.get(c.id) == k]
-            exchange = Exchange(self.run_dir / hashlib.sha1(items[0][1].matrix.test.encode()).hexdigest()[:16])
-            exchange.claim(k)
-            self.exchanges[items[0][1].matrix.test] = (exchange, owners)
+        if self.share is not None and items:
+            unique, exchange = self._share(items[0][1].matrix.test, unique, live)
         batch = Batch(c.id for c in unique)
         if harness is None or harness.explorer is None or not unique:
             batch.ended()
-            if exchange is not None:
-                exchange.ended(self.share[0])  # type: ignore[index]
+            if exchange is not None:  # ended even when nothing ran here: the other
+                exchange.ended(self.share[0])  # type: ignore[index]  # workers' items need not wait
             return batch
 
         def emit(result: CaseResult) -> None:
@@ -331,8 +336,9 @@ class State:
                 exchange.put(result.case.id, result)
 
         options = dataclasses.replace(options_of(True, seed=self.settings.seed), share=False)
-        loop = harness.submit(run_loop(harness.explorer, unique, live, jobs, emit, options=options,
-                                       replay_failures=items[0][1].replay_failures, spare=spare))
+        loop = harness.submit(run_loop(harness.explorer, unique, live, self.jobs, emit, options=options,
+                                       replay_failures=items[0][1].replay_failures,
+                                       spare=0 if self.settings.jobs else self.jobs))
         if exchange is not None:
             share = self.share[0]  # type: ignore[index]
             loop.add_done_callback(lambda _: exchange.ended(share))
@@ -519,7 +525,7 @@ class _XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         state = _state(node.config)
         node.workerinput["crashmatrix_seed"] = state.settings.seed
-        state.xdist_run_dir = xdist_run_dir(node.workerinput.get("testrunuid", ""))
+        state.run_dir = xdist_run_dir(node.workerinput.get("testrunuid", ""))
 
     @pytest.hookimpl
     def pytest_testnodedown(self, node: Any, error: object) -> None:
@@ -674,12 +680,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             batch.close(cancel=stopped is not None)
         if hasattr(config, "workerinput"):  # sent with the worker's end, for the terminal summary
             config.workeroutput["crashmatrix_pruning"] = state.pruning_lines()  # type: ignore[attr-defined]
-        if not hasattr(config, "workerinput"):
+        else:
             _write_reports(state, stopped)
     finally:
         state.services.close()
-        if state.xdist_run_dir is not None:  # the controller, once every worker is done
-            shutil.rmtree(state.xdist_run_dir, ignore_errors=True)
+        if state.run_dir is not None and not hasattr(config, "workerinput"):  # once every worker is done
+            shutil.rmtree(state.run_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the run's directory too, once empty (with a
+                state.run_dir.parent.rmdir()  # user's DSN no server's owner removes it)
 
 
 def _stopped_early(session: pytest.Session, exitstatus: int) -> str | None:

@@ -22,7 +22,6 @@ import hashlib
 import os
 import pickle
 import re
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -33,9 +32,9 @@ FINISH_S = 900.0
 
 
 class Batch:
-    """The cases of one matrix's items in a serial run, run by one case loop (the CLI's,
-    :func:`.runner.run_loop`, with its crash-state pruning), each item taking its case's
-    final result when it runs.
+    """The cases of one matrix's items (in an xdist worker, its share of them), run by
+    one case loop (the CLI's, :func:`.runner.run_loop`, with its crash-state pruning),
+    each item taking its case's final result when it runs.
 
     ``ids``: the case ids the loop runs. The loop reports each final result with
     :meth:`emit` (from any thread) and its end with :meth:`ended` (a loop that raised or
@@ -46,7 +45,7 @@ class Batch:
     def __init__(self, ids: Iterable[str]) -> None:
         self._results: dict[str, concurrent.futures.Future[Any]] = {i: concurrent.futures.Future() for i in ids}
         self._taken: set[str] = set()
-        #: the loop's own future (:meth:`attach`), cancelled by :meth:`cancel`
+        #: the loop's own future (:meth:`attach`), ended by :meth:`close`
         self.loop: concurrent.futures.Future[Any] | None = None
 
     def __contains__(self, case_id: str) -> bool:
@@ -178,8 +177,8 @@ def worker_jobs(jobs: int, workercount: int, workerid: str) -> int:
     (more workers than jobs: one case at a time each). An id without a number gets the
     smaller share."""
     n = max(1, workercount)
-    m = re.fullmatch(r"\D*(\d+)", workerid)
-    index = int(m.group(1)) if m else n
+    number = _worker_number(workerid)
+    index = n if number is None else number
     return max(1, jobs // n + (index < jobs % n))
 
 
@@ -188,11 +187,18 @@ def worker_index(workerid: str, workercount: int) -> int:
     ``workercount`` (a restarted worker's higher number taken modulo the count; an id
     without a number: the last)."""
     n = max(1, workercount)
+    number = _worker_number(workerid)
+    return n - 1 if number is None else number % n
+
+
+def _worker_number(workerid: str) -> int | None:
     m = re.fullmatch(r"\D*(\d+)", workerid)
-    return int(m.group(1)) % n if m else n - 1
+    return int(m.group(1)) if m else None
 
 
 def xdist_run_dir(testrunuid: str) -> Path:
     """The directory the workers of xdist run ``testrunuid`` share results in
     (:class:`Exchange`), beside their shared PostgreSQL's (:mod:`.services.sharedpg`)."""
-    return Path(tempfile.gettempdir()) / f"crashmatrix-xdist-{testrunuid}" / "results"
+    from .services.sharedpg import run_dir
+
+    return run_dir(testrunuid) / "results"

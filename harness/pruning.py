@@ -396,14 +396,18 @@ def _pruned_result_class() -> type:
 _PRUNED: type | None = None
 
 
+def _pruned() -> type:
+    global _PRUNED
+    if _PRUNED is None:
+        _PRUNED = _pruned_result_class()
+    return _PRUNED
+
+
 def __getattr__(name: str) -> Any:
     """``PrunedResult`` (built on first use, :func:`_pruned_result_class`), so that a
     pickled derived result (the pytest plugin's xdist workers exchange results) loads."""
-    global _PRUNED
     if name == "PrunedResult":
-        if _PRUNED is None:
-            _PRUNED = _pruned_result_class()
-        return _PRUNED
+        return _pruned()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -413,7 +417,7 @@ def derive(case: Case, rep: Record, golden: GoldenRun) -> CaseResult:
     trace up to its point: a kill ends the worker there), the representative's resume
     verdicts, the end checks and invariants on its final state with ``case``'s own
     allowance of model calls in flight (:func:`.oracle.in_flight_model_calls`)."""
-    pruned = __getattr__("PrunedResult")
+    pruned = _pruned()
     fault = case.plan.faults[0]
     at = next(i for i, e in enumerate(golden.trace) if tuple(e[1:]) == fault.point.key)
     trace = list(golden.trace[:at + 1])

@@ -38,6 +38,13 @@ from .process import pid_alive
 OWNER_WAIT_S = 600.0
 
 
+def run_dir(run_key: str) -> Path:
+    """The directory the processes of test run ``run_key`` (xdist's ``testrunuid``)
+    share: this server's, and the plugin's exchanged results
+    (:func:`..plugin_prefetch.xdist_run_dir`)."""
+    return Path(tempfile.gettempdir()) / f"crashmatrix-xdist-{run_key}"
+
+
 def _read(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text())
@@ -62,7 +69,7 @@ class SharedPostgres:
     does; :meth:`release` leaves (and, for the owner, stops the server)."""
 
     def __init__(self, run_key: str, watchdog: Any, settings: Mapping[str, str] | None = None) -> None:
-        self.base = Path(tempfile.gettempdir()) / f"crashmatrix-xdist-{run_key}"
+        self.base = run_dir(run_key)
         self.watchdog = watchdog
         self.settings = dict(settings) if settings is not None else None
         self.owner = False

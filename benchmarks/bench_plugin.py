@@ -13,13 +13,15 @@
    setup + cases, CPU seconds of the two processes and their children.
 
 3. ``jobs``: pytest runs of a matrix slice (conv1 x ``--kinds`` x step,label; kill:
-   82 items), the variants alternating in each round: ``jobs1``, serial with
+   82 items; ``--kinds default``: checkout's default matrix, 1,293 items), the variants alternating in each round: ``jobs1``, serial with
    ``--crashmatrix-jobs 1`` (one case at a time, as pytest runs items); ``serial``,
    the default (the matrix's cases run ahead in the CLI's case loop, twice the cores
-   at once, kill cases pruned); ``xdist``, ``-n N`` (each worker runs its share of the
-   matrix by crash state in its own loop, with its share of the same jobs, and the
-   workers exchange results); ``xdist1``, ``-n N --crashmatrix-jobs N`` (a share of 1:
-   each worker one case at a time, its own item's). The cache is warm for all; each
+   at once, kill cases pruned); ``xdist``, ``-n N`` (one share worker per 8 jobs runs
+   its share of the matrix by crash state in its own loop with the same jobs, and the
+   other workers' items take the results); ``xdist-shares``, ``-n N
+   --crashmatrix-share-workers N`` (every worker a share and a harness session of its
+   own, the jobs divided among them); ``xdist1``, ``-n N --crashmatrix-jobs 1`` (no
+   shares: each worker one case at a time, its own item's). The cache is warm for all; each
    row gives wall and CPU seconds (user + system of pytest and its waited-for
    children), the CPU seconds of the pytest process alone (serial: everything a case
    does in that one process; xdist: the controller's), and the 1-minute load before
@@ -29,7 +31,7 @@
 
     python benchmarks/bench_plugin.py collect [--warm 3]
     python benchmarks/bench_plugin.py services [--cases 20] [--rounds 2]
-    python benchmarks/bench_plugin.py jobs [--rounds 1] [--kinds kill] [-n 2] [--variants jobs1,serial,xdist]
+    python benchmarks/bench_plugin.py jobs [--rounds 1] [--kinds kill|default] [-n 2] [--variants jobs1,serial,xdist]
 
 Print the machine's load (``uptime``) with the figures: the machine is shared.
 """
@@ -175,8 +177,9 @@ _PYTEST_SELF_CPU = ("import resource, sys, pytest\n"
 JOBS_VARIANTS = {
     "jobs1": ("serial, --crashmatrix-jobs 1", ["--crashmatrix-jobs", "1"]),
     "serial": ("serial (jobs = 2 x cores)", []),
-    "xdist": ("-n {n} (jobs shared)", ["-n", "{n}"]),
-    "xdist1": ("-n {n}, one case each (jobs {n})", ["-n", "{n}", "--crashmatrix-jobs", "{n}"]),
+    "xdist": ("-n {n} (a share per 8 jobs)", ["-n", "{n}"]),
+    "xdist-shares": ("-n {n}, a share each", ["-n", "{n}", "--crashmatrix-share-workers", "{n}"]),
+    "xdist1": ("-n {n}, one case each (jobs 1)", ["-n", "{n}", "--crashmatrix-jobs", "1"]),
     # xdist's own floor: as many trivial items, crashmatrix's plugin not loaded
     "plain": ("plain items, serial", ["-p", "no:crashmatrix"]),
     "plain-xdist": ("plain items, -n {n}", ["-p", "no:crashmatrix", "-n", "{n}"]),
@@ -189,7 +192,7 @@ def bench_jobs(rounds: int, kinds: str, workers: int, variants: list[str]) -> No
     try:
         (tmp / "proj").mkdir()
         kinds_list = ", ".join(repr(k) for k in kinds.split(","))
-        (tmp / "proj" / "test_matrix.py").write_text(MATRIX_TEST.replace(
+        (tmp / "proj" / "test_matrix.py").write_text(MATRIX_TEST if kinds == "default" else MATRIX_TEST.replace(
             'subject="reference")', f'subject="reference", conversations=["conv1"], kinds=[{kinds_list}])'))
         env = _env(tmp)
         base = [sys.executable, "-c", _PYTEST_SELF_CPU, "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-q"]
@@ -224,7 +227,8 @@ def main() -> None:
     s.add_argument("--rounds", type=int, default=2)
     j = sub.add_parser("jobs")
     j.add_argument("--rounds", type=int, default=1)
-    j.add_argument("--kinds", default="kill", help="the slice: conv1 x these kinds x step,label (kill: 82 items)")
+    j.add_argument("--kinds", default="kill", help="the slice: conv1 x these kinds x step,label (kill: 82 items); "
+                   "default: checkout's default matrix, every conversation (as crashmatrix run checkout)")
     j.add_argument("-n", "--workers", type=int, default=2, help="xdist workers of the xdist variants")
     j.add_argument("--variants", default="jobs1,serial,xdist",
                    help=f"comma-separated, run in this order each round: {','.join(JOBS_VARIANTS)}")

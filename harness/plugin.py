@@ -94,7 +94,8 @@ import pytest
 from .errors import CrashmatrixError
 from .plan import Case
 from .plugin_goldens import CollectionGoldens, collected_cases
-from .plugin_prefetch import Batch, Exchange, wait, worker_index, worker_jobs, xdist_run_dir
+from .plugin_prefetch import (JOBS_PER_SHARE, Batch, Exchange, share_workers, wait, worker_index, worker_jobs,
+                              xdist_run_dir)
 from .plugin_services import Harnesses, Services
 from .plugin_settings import SETTINGS, MatrixSettings, resolve_settings
 
@@ -168,9 +169,11 @@ class State:
         self.matrices: dict[str, list[tuple[str, CaseParam]]] | None = None
         self.batches: dict[str, Batch] = {}
         self.ran_ahead: set[str] = set()
-        #: in an xdist worker that runs its share of each matrix: ``(K, N)``, and per
-        #: matrix test its exchange and the share of each case id
+        #: in an xdist worker that runs a share of each matrix: ``(K, N)``; under
+        #: xdist, the number of shares N (0: each item runs its own case); per matrix
+        #: test its exchange and, in a share's worker, the share of each case id
         self.share: tuple[int, int] | None = None
+        self.shares = 0
         self.exchanges: dict[str, tuple[Exchange, dict[str, int]]] = {}
         #: under xdist, the directory the workers exchange results in (the controller
         #: removes it at the end)
@@ -193,24 +196,27 @@ class State:
     def pytest_runtestloop(self, session: pytest.Session) -> None:
         """Run the matrix items' cases ahead of them in the CLI's case loop
         (:mod:`.plugin_prefetch`): serially, each marked test's selected items in one
-        loop, started at its first item; in an xdist worker, its share of every matrix
-        by crash state, started now (whatever items xdist sends it), with its share of
-        ``jobs`` (:func:`~.plugin_prefetch.worker_jobs`); with ``jobs`` 1 (or a share
-        of 1), each item runs its own case. How it ran goes to the controller in
-        ``workeroutput``."""
+        loop, started at its first item; under xdist, the first
+        :func:`~.plugin_prefetch.share_workers` workers each run a share of every
+        matrix by crash state, started now (whatever items xdist sends them), with
+        their part of ``jobs`` (:func:`~.plugin_prefetch.worker_jobs`), and the others'
+        items take their results; with ``jobs`` 1, each item runs its own case. How it
+        ran goes to the controller in ``workeroutput``."""
         if session.config.option.collectonly:
             return
         jobs = run_jobs(self.settings)
         workerinput = getattr(self.config, "workerinput", None)
-        if workerinput is not None:
-            count, worker = workerinput.get("workercount", 1), workerinput.get("workerid", "")
-            jobs = worker_jobs(jobs, count, worker)
         entries = [(item.nodeid, item.callspec.params["crashmatrix_case"]) for item in session.items
                    if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("crashmatrix_case"),
                                  CaseParam)]
+        if workerinput is not None:
+            count, worker = workerinput.get("workercount", 1), workerinput.get("workerid", "")
+            self.shares = share_workers(jobs, count, self.settings.share_workers)
+            index = worker_index(worker, count)
+            jobs = worker_jobs(jobs, self.shares, index) if index < self.shares else 0
         self.jobs = jobs
-        if jobs <= 1:
-            self.ahead = "one case at a time (jobs 1)"
+        if workerinput is None and jobs <= 1 or workerinput is not None and not self.shares:
+            self.ahead = f"one case at a time (jobs {jobs or 1})"
         elif entries:
             self.matrices = {}
             for n, p in entries:
@@ -218,12 +224,15 @@ class State:
             if workerinput is None:
                 self.ahead = f"each matrix in one case loop, {jobs} cases in flight, kill cases pruned by crash state"
             else:
-                self.share = (worker_index(worker, count), count)
                 self.run_dir = xdist_run_dir(workerinput.get("testrunuid", ""))
-                for test in list(self.matrices):  # a share runs whatever items xdist sends this worker
-                    self.batches[test] = self._batch(self.matrices.pop(test))
-                self.ahead = (f"share {self.share[0] + 1}/{count} of each matrix by crash state in one case loop, "
-                              f"{jobs} cases in flight")
+                if index < self.shares:
+                    self.share = (index, self.shares)
+                    for test in list(self.matrices):  # a share runs whatever items xdist sends this worker
+                        self.batches[test] = self._batch(self.matrices.pop(test))
+                    self.ahead = (f"share {index + 1}/{self.shares} of each matrix by crash state in one case loop, "
+                                  f"{jobs} cases in flight")
+                else:
+                    self.ahead = f"no share, its items took the results of the {self.shares} share(s)"
         if workerinput is not None:
             self.config.workeroutput["crashmatrix_ahead"] = self.ahead  # type: ignore[attr-defined]
 
@@ -257,26 +266,43 @@ class State:
         return [f"{test}: {line}" if many else line for test, batch in self.batches.items()
                 for line in batch.summary_lines()]
 
-    def take(self, nodeid: str, param: CaseParam) -> CaseResult | None:
+    def take(self, nodeid: str, param: CaseParam) -> tuple[CaseResult, dict[str, Any] | None] | None:
         """The result of item ``nodeid``'s case run ahead of it (by its matrix's
         :class:`~.plugin_prefetch.Batch`, or in an xdist worker another worker's,
-        :class:`~.plugin_prefetch.Exchange`), or None: the item runs its case itself."""
+        :class:`~.plugin_prefetch.Exchange`), or None: the item runs its case itself.
+        With it, what the report needs of the session that ran it when that was
+        another process's (:meth:`_batch`'s ``meta``: its releases and golden points;
+        None when it ran here)."""
         if self.matrices is None:
             return None
-        batch = self.batches.get(param.matrix.test)
-        if batch is None:
-            batch = self.batches[param.matrix.test] = self._batch(self.matrices.pop(param.matrix.test, []))
-        if param.case.id in batch:
+        test = param.matrix.test
+        if self.shares and self.share is None:  # a worker without a share: every share's results
+            exchange = self.exchanges.setdefault(test, (self._exchange(test), {}))[0]
+            shares = range(self.shares)
+        else:
+            batch = self.batches.get(test)
+            if batch is None:
+                batch = self.batches[test] = self._batch(self.matrices.pop(test, []))
+            if param.case.id in batch:
+                result = batch.take(param.case.id)
+                if result is None:
+                    return None
+                self.ran_ahead.add(nodeid)
+                return result, None
+            exchange, owners = self.exchanges.get(test, (None, {}))
+            owner = owners.get(param.case.id)
+            if exchange is None or owner is None or self.share is None or owner == self.share[0]:
+                return None
+            shares = range(owner, owner + 1)
+        taken = exchange.wait(param.case.id, shares)
+        if taken is not None:
             self.ran_ahead.add(nodeid)
-            return batch.take(param.case.id)
-        exchange, owners = self.exchanges.get(param.matrix.test, (None, {}))
-        owner = owners.get(param.case.id)
-        if exchange is None or owner is None or self.share is None or owner == self.share[0]:
-            return None
-        result = exchange.wait(param.case.id, owner)
-        if result is not None:
-            self.ran_ahead.add(nodeid)
-        return result
+        return taken
+
+    def _exchange(self, test: str) -> Exchange:
+        """The :class:`~.plugin_prefetch.Exchange` of marked test ``test``'s matrix."""
+        assert self.run_dir is not None
+        return Exchange(self.run_dir / hashlib.sha1(test.encode()).hexdigest()[:16])
 
     def _share(self, test: str, cases: list[Case], goldens: dict[str, GoldenRun]) -> tuple[list[Case], Exchange]:
         """In an xdist worker: this worker's share of ``cases`` (the matrix of marked
@@ -288,7 +314,7 @@ class State:
         assert self.share is not None and self.run_dir is not None
         k, n = self.share
         owners = {c.id: j for j in range(n) for c in shard_by_crash_state(cases, goldens, f"{j + 1}/{n}")}
-        exchange = Exchange(self.run_dir / hashlib.sha1(test.encode()).hexdigest()[:16])
+        exchange = self._exchange(test)
         exchange.claim(k)
         self.exchanges[test] = (exchange, owners)
         return [c for c in cases if owners.get(c.id) == k], exchange
@@ -330,10 +356,12 @@ class State:
                 exchange.ended(self.share[0])  # type: ignore[index]  # workers' items need not wait
             return batch
 
+        meta = {"releases": harness.releases(), "golden_points": {c: len(g.trace) for c, g in live.items()}}
+
         def emit(result: CaseResult) -> None:
             batch.emit(result.case.id, result)
             if exchange is not None:
-                exchange.put(result.case.id, result)
+                exchange.put(result.case.id, (result, meta))
 
         options = dataclasses.replace(options_of(True, seed=self.settings.seed), share=False)
         loop = harness.submit(run_loop(harness.explorer, unique, live, self.jobs, emit, options=options,
@@ -383,21 +411,22 @@ class MatrixCase:
         """Run the case on this process's live harness (services start on first use)."""
         if self.result is not None:
             return self.result
-        state, case = self._state, self.case
-        try:
-            harness, golden = state.live_golden(self.subject, case.workload, case.conversation)
-        except CrashmatrixError as exc:
-            pytest.fail(f"crashmatrix: {self.subject} on {case.workload}: {exc}", pytrace=False)
-        mismatch = state.goldens.mismatch(self.subject, case.workload, case.conversation, golden)
-        if mismatch:
-            pytest.fail(mismatch, pytrace=False)
-        nodeid = self._item.nodeid
-        prefetched = state.take(nodeid, self.param)
-        self.result = prefetched or wait(state.submit(self.param, harness, golden))
+        state, case, nodeid = self._state, self.case, self._item.nodeid
+        taken = state.take(nodeid, self.param)  # a result run ahead passed the same golden checks
+        if taken is None:
+            try:
+                harness, golden = state.live_golden(self.subject, case.workload, case.conversation)
+            except CrashmatrixError as exc:
+                pytest.fail(f"crashmatrix: {self.subject} on {case.workload}: {exc}", pytrace=False)
+            mismatch = state.goldens.mismatch(self.subject, case.workload, case.conversation, golden)
+            if mismatch:
+                pytest.fail(mismatch, pytrace=False)
+            taken = wait(state.submit(self.param, harness, golden)), None
+        self.result, meta = taken
         m = self.matrix
         self._record = record_case(self._item, self.result, test=m.test, kinds=m.kinds, sources=m.sources,
                                    conversations=m.conversations, shard=m.shard,
-                                   ran_ahead=nodeid in state.ran_ahead)
+                                   ran_ahead=nodeid in state.ran_ahead, meta=meta)
         props = self._item.user_properties
         props += [("crashmatrix_case", self.id), ("crashmatrix_subject", self.subject),
                   ("crashmatrix_outcome", self.result.outcome), ("crashmatrix_replay", self.result.replay)]
@@ -437,12 +466,16 @@ _CASE_KEY = pytest.StashKey[MatrixCase]()
 def record_case(
     item: pytest.Item, result: CaseResult, *, test: str, kinds: Sequence[str], sources: Sequence[str],
     conversations: Sequence[str] | None = None, shard: str | None = None, ran_ahead: bool = False,
+    meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Keep ``result`` for the reports: a :func:`.report.case_record` (with the crash
     point's source location) plus the item's node id, ``ran_ahead`` (its case was
     started before its item ran: :mod:`.plugin_prefetch`) and the matrix it belongs to
-    (``test``: the marked or property test's node id). Travels to the xdist controller
-    with the item's report. Returns the record."""
+    (``test``: the marked or property test's node id), with the golden run's points and
+    the releases under test from this process's live harness, or from ``meta`` when
+    another xdist worker's session ran the case (``{"releases": ..., "golden_points":
+    {conversation: n}}``). Travels to the xdist controller with the item's report.
+    Returns the record."""
     from .report import case_record
     from .sources import point_location
 
@@ -453,12 +486,15 @@ def record_case(
     record = case_record(result, location)
     record["nodeid"] = item.nodeid
     record["ran_ahead"] = ran_ahead
-    harness = state.services.harness(result.subject, case.workload)
+    if meta is None:
+        harness = state.services.harness(result.subject, case.workload)
+        meta = {"releases": harness.releases(),
+                "golden_points": {case.conversation: len(harness.golden(case.conversation).trace)}}
     record["matrix"] = {
         "test": test, "workload": case.workload, "subject": result.subject, "kinds": list(kinds),
         "sources": list(sources), "conversations": list(conversations or (case.conversation,)), "shard": shard,
-        "golden_points": {case.conversation: len(harness.golden(case.conversation).trace)},
-        "releases": harness.releases(),
+        "golden_points": {case.conversation: meta["golden_points"][case.conversation]},
+        "releases": meta["releases"],
     }
     item.stash.setdefault(_RECORDS_KEY, []).append(record)
     return record
@@ -540,7 +576,7 @@ class _XdistHooks:
 
 def run_jobs(settings: MatrixSettings) -> int:
     """The run's cases in flight: ``jobs`` when set, else twice the cores (as
-    ``crashmatrix run``); xdist workers share it (:func:`.plugin_prefetch.worker_jobs`)."""
+    ``crashmatrix run``); under xdist the share workers divide it (:func:`.plugin_prefetch.worker_jobs`)."""
     return settings.jobs or 2 * (os.cpu_count() or 1)
 
 
@@ -580,12 +616,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
                  + (f" shard={s.shard}" if s.shard else "") + f" replay-failures={s.replay_failures}"
                  + f" cache={_state(config).cache_dir}")
     jobs, workers = run_jobs(s), _xdist_workers(config)
-    if workers:
-        shares = sorted({worker_jobs(jobs, workers, f"gw{k}") for k in range(workers)}, reverse=True)
-        lines.append(f"crashmatrix: jobs={jobs} cases in flight, shared by {workers} xdist workers "
-                     f"({' or '.join(map(str, shares))} each, run ahead from the items scheduled to it)")
+    shares = share_workers(jobs, workers or 0, s.share_workers) if workers else 0
+    if shares:
+        each = sorted({worker_jobs(jobs, shares, k) for k in range(shares)}, reverse=True)
+        lines.append(f"crashmatrix: jobs={jobs} cases in flight, run by {shares} of {workers} xdist workers "
+                     f"({' or '.join(map(str, each))} each, a share of each matrix by crash state"
+                     + (", the other workers' items take their results)" if shares < workers else ")"))
+    elif workers:
+        lines.append(f"crashmatrix: jobs={jobs}, each of the {workers} xdist workers' items runs its own case")
     elif workers is None:
-        lines.append(f"crashmatrix: jobs={jobs} cases in flight, shared by the xdist workers")
+        lines.append(f"crashmatrix: jobs={jobs} cases in flight, run by the first xdist workers (a share of each "
+                     f"matrix each, --crashmatrix-share-workers or one per {JOBS_PER_SHARE} jobs)")
     elif not hasattr(config, "workerinput"):
         lines.append(f"crashmatrix: jobs={jobs} cases in flight (each matrix's cases run ahead of its items in "
                      f"crashmatrix run's case loop, kill cases pruned by crash state)" if jobs > 1 else
@@ -680,6 +721,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             batch.close(cancel=stopped is not None)
         if hasattr(config, "workerinput"):  # sent with the worker's end, for the terminal summary
             config.workeroutput["crashmatrix_pruning"] = state.pruning_lines()  # type: ignore[attr-defined]
+            if state.shares and state.share is None:  # did its items need a session of their own?
+                opened = state.services.opened
+                state.ahead += (", no harness session of its own" if not opened else
+                                f", {opened} harness session(s) of its own for items that ran their own cases")
+                config.workeroutput["crashmatrix_ahead"] = state.ahead  # type: ignore[attr-defined]
         else:
             _write_reports(state, stopped)
     finally:

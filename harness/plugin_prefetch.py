@@ -6,13 +6,16 @@ crash-state pruning of kill cases) on the harness session's event loop, and each
 takes its case's final result when it runs (:class:`Batch`), so output, ``-x``, ``-k``
 and the reports are as without it. Serially, one loop runs the matrix's selected items.
 Under pytest-xdist no worker knows in advance which items it will run (the controller
-sends more as they finish, and may take some back), so each worker runs a fixed share
-of every matrix by crash state, whatever items it is sent, and the workers exchange
-final results through files (:class:`Exchange`).
+sends more as they finish, and may take some back), so the first S workers each run a
+fixed share of every matrix by crash state, whatever items they are sent, and every
+worker's items take the final results through files (:class:`Exchange`).
 
-The run's ``jobs`` (default twice the cores) is the machine's budget: xdist workers
-share it (:func:`worker_jobs`), so ``-n N`` keeps as many cases in flight as a serial
-run (docs/plugin.md; ``benchmarks/bench_plugin.py jobs``).
+The run's ``jobs`` (default twice the cores) is the machine's budget: the share workers
+divide it (:func:`worker_jobs`), so ``-n N`` keeps as many cases in flight as a serial
+run; S is one worker per :data:`JOBS_PER_SHARE` jobs (:func:`share_workers`), so a
+machine that one harness session keeps busy runs one, and the other workers add no
+second session's start, golden runs and contention (docs/plugin.md;
+``benchmarks/bench_plugin.py jobs``).
 """
 
 from __future__ import annotations
@@ -23,12 +26,20 @@ import os
 import pickle
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
 FINISH_S = 900.0
 """How long a session's end waits for a matrix's case loop to finish by itself."""
+
+JOBS_PER_SHARE = 8
+"""Cases in flight one xdist worker's share keeps by default (:func:`share_workers`):
+one harness session's controller (its explorer and oracle, in the pytest process) is
+about a fifth of a case's CPU (docs/benchmarks.md, "Where the CPU goes": 6.4 of 38.4
+ms on checkout's default matrix), so one session keeps about four cores busy, two cases
+in flight a core; a second session on the same cores adds its start, its golden runs
+and contention, not throughput."""
 
 
 class Batch:
@@ -127,7 +138,9 @@ class Exchange:
         (self.base / f"{share}.pid").write_text(str(os.getpid()))
 
     def put(self, case_id: str, result: Any) -> None:
-        """``case_id``'s final result (a :class:`~.case.CaseResult`, pickled)."""
+        """``case_id``'s final result, pickled (the plugin's: a
+        :class:`~.case.CaseResult` with what the report needs of the session that ran
+        it)."""
         path = self._path(case_id)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(pickle.dumps(result))
@@ -137,26 +150,30 @@ class Exchange:
         """``share``'s loop is over: a case it wrote no result of is its item's to run."""
         (self.base / f"{share}.done").touch()
 
-    def wait(self, case_id: str, share: int) -> Any:
-        """``case_id``'s result from the worker running ``share``, waiting for it; None
-        when that share's loop ended without it, its worker died, or no worker claimed
-        it within :data:`UNCLAIMED_S` (the item then runs its case itself)."""
+    def wait(self, case_id: str, shares: Collection[int]) -> Any:
+        """``case_id``'s result from the worker running one of ``shares`` (its own
+        share when known, else every share of the run), waiting for it; None when
+        those shares' loops all ended without it, a worker of one of them died, or one
+        of them was not claimed within :data:`UNCLAIMED_S` (the item then runs its case
+        itself)."""
         from .services.process import pid_alive
 
         path, since = self._path(case_id), time.monotonic()
         while True:
             if path.exists():
                 return pickle.loads(path.read_bytes())
-            if (self.base / f"{share}.done").exists():
+            running = [k for k in shares if not (self.base / f"{k}.done").exists()]
+            if not running:
                 return pickle.loads(path.read_bytes()) if path.exists() else None
-            try:
-                owner = int((self.base / f"{share}.pid").read_text())
-            except (OSError, ValueError):
-                owner = None
-            if owner is None and time.monotonic() - since > self.UNCLAIMED_S:
-                return None
-            if owner is not None and not pid_alive(owner):
-                return None
+            for k in running:
+                try:
+                    owner = int((self.base / f"{k}.pid").read_text())
+                except (OSError, ValueError):
+                    owner = None
+                if owner is None and time.monotonic() - since > self.UNCLAIMED_S:
+                    return None
+                if owner is not None and not pid_alive(owner):
+                    return None
             time.sleep(self.POLL_S)
 
 
@@ -170,15 +187,23 @@ def wait(future: concurrent.futures.Future[Any]) -> Any:
         raise
 
 
-def worker_jobs(jobs: int, workercount: int, workerid: str) -> int:
-    """The share of the run's ``jobs`` (cases in flight) of xdist worker ``workerid``
-    (``gw0``, ``gw1``...) of ``workercount``: ``jobs // workercount``, one more for the
-    first ``jobs % workercount`` workers, so the shares add up to ``jobs``; at least 1
-    (more workers than jobs: one case at a time each). An id without a number gets the
-    smaller share."""
-    n = max(1, workercount)
-    number = _worker_number(workerid)
-    index = n if number is None else number
+def share_workers(jobs: int, workercount: int, sessions: int | None = None) -> int:
+    """How many of ``workercount`` xdist workers run a share of each matrix (a harness
+    session each) with the run's ``jobs``: ``sessions`` when set, else one per
+    :data:`JOBS_PER_SHARE` jobs, at least one; at most the workers, and at most
+    ``jobs // 2`` (a share keeps two cases in flight or more). 0 with fewer than two
+    jobs: every worker's items then run their own cases, one at a time."""
+    if jobs < 2:
+        return 0
+    wanted = sessions if sessions else jobs // JOBS_PER_SHARE
+    return max(1, min(wanted, max(1, workercount), jobs // 2))
+
+
+def worker_jobs(jobs: int, shares: int, index: int) -> int:
+    """The cases in flight of share ``index`` (0-based) of ``shares``: ``jobs //
+    shares``, one more for the first ``jobs % shares`` shares, so they add up to
+    ``jobs``; at least 1."""
+    n = max(1, shares)
     return max(1, jobs // n + (index < jobs % n))
 
 
@@ -187,13 +212,8 @@ def worker_index(workerid: str, workercount: int) -> int:
     ``workercount`` (a restarted worker's higher number taken modulo the count; an id
     without a number: the last)."""
     n = max(1, workercount)
-    number = _worker_number(workerid)
-    return n - 1 if number is None else number % n
-
-
-def _worker_number(workerid: str) -> int | None:
     m = re.fullmatch(r"\D*(\d+)", workerid)
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) % n if m else n - 1
 
 
 def xdist_run_dir(testrunuid: str) -> Path:

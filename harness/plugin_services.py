@@ -76,6 +76,12 @@ class Services:
         call). Raises :class:`~.errors.ServiceError`."""
         return self._matrix_pg().start()
 
+    @property
+    def opened(self) -> int:
+        """How many live harnesses this process opened (or tried to)."""
+        with self._lock:
+            return len(self._harnesses) + len(self._failed)
+
     def harness(self, subject: str, workload: str) -> LiveHarness:
         """The open :class:`~.live.LiveHarness` of ``subject`` on ``workload``. Raises
         :class:`~.errors.ServiceError` (or the registry's error) when it cannot start;

@@ -53,7 +53,10 @@ HELP_RESUME = ("Resume policy of every case: default, concurrent (concurrent=N r
                "input-once, redelivery (crashmatrix.harness.policies). Default: the subject's.")
 HELP_CACHE_DIR = "Directory of the golden-trace cache (default: .crashmatrix_cache in the rootdir)."
 HELP_JOBS = ("Cases in flight at once (the coming items' cases run ahead); default: twice the number of "
-             "cores. Under xdist the workers share them: each keeps jobs/N in flight.")
+             "cores. Under xdist the share workers divide them (--crashmatrix-share-workers).")
+HELP_SHARE_WORKERS = ("Under xdist: how many workers run the matrices' cases, each a share of every matrix by crash "
+                      "state in a harness session of its own, with its part of the jobs; the other workers' items "
+                      "take their results. Default: one per 8 cases in flight (jobs), at least one.")
 
 HELP_RESUME_WITH = ("Resume every case under another build: [LABEL=]SUBJECT[@DIR], DIR a virtual environment or a "
                     "source tree (the subject, which takes the same form, crashes; ids end /upgrade:A>B; check "
@@ -177,6 +180,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("html", HELP_HTML, _name, None, False),
     Setting("cache_dir", HELP_CACHE_DIR, _name, None, False),
     Setting("jobs", HELP_JOBS, _jobs, None, False),
+    Setting("share_workers", HELP_SHARE_WORKERS, _jobs, None, False),
     Setting("services", HELP_SERVICES, _services, "embedded", False),
     Setting("pg_image", HELP_PG_IMAGE, _name, None, False),
 )
@@ -202,6 +206,7 @@ class MatrixSettings:
     cache_dir: str | None
     jobs: int | None
     resume: str = "default"
+    share_workers: int | None = None
     kind_sample: int = DEFAULT_KIND_SAMPLE
     services: str = "embedded"
     pg_image: str | None = None

@@ -1,8 +1,8 @@
 """A user's matrix test file (tests/plugin/user_project: a few lines and a pytest.ini
 slice) expands into the checkout matrix and passes under ``-n 2`` and serially, with
 identical ids and verdicts, each run running its cases ahead of their items in the
-CLI's case loop (each xdist worker a share of the matrix, the run's jobs shared between
-them, results exchanged). The
+CLI's case loop (under xdist, one share of the matrix a harness session, the run's jobs
+divided among the share workers, results exchanged). The
 xdist run starts cold: its two workers collect at once, one computes the golden trace
 under the cache's lock while the other waits and reads it; the serial run collects
 from the warm cache."""
@@ -29,7 +29,7 @@ def _ran_ahead(path: Path) -> int:
 
 
 def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
-    xdist = run_pytest(matrix_project, "-q", "-n", "2", "--crashmatrix-jobs=4", "--crashmatrix-report=xdist.json")
+    xdist = run_pytest(matrix_project, "-n", "2", "--crashmatrix-jobs=4", "--crashmatrix-report=xdist.json")
     # xdist fails the run when its workers collect different ids
     assert xdist.returncode == 0, xdist.output[-3000:]
     cache_files = list((matrix_project / ".crashmatrix_cache" / "goldens").glob("checkout--reference--*.json"))
@@ -46,10 +46,14 @@ def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
     assert set(verdicts.values()) == {"pass"}
     assert {cid.split("/")[2].split("@")[0] for cid in verdicts} == {"kill", "term"}
     assert f"{expected} passed" in xdist.stdout
-    # each worker ran its share of the matrix with its share of the 4 jobs, every case
-    # ahead of its item (in this worker or the other)
-    assert "crashmatrix: xdist workers ran gw0: share 1/2 of each matrix by crash state in one case loop, 2 cases " \
-        "in flight, gw1: share 2/2" in xdist.stdout, xdist.stdout[-2000:]
+    # 4 jobs are one share's (one harness session keeps two cores busy): gw0 ran the
+    # matrix with all 4, gw1 no share, its items took gw0's results; every case ran
+    # ahead of its item
+    assert "crashmatrix: jobs=4 cases in flight, run by 1 of 2 xdist workers (4 each, a share of each matrix by " \
+        "crash state, the other workers' items take their results)" in xdist.stdout, xdist.stdout[:3000]
+    assert "crashmatrix: xdist workers ran gw0: share 1/1 of each matrix by crash state in one case loop, 4 cases " \
+        "in flight, gw1: no share, its items took the results of the 1 share(s), no harness session of its own" \
+        in xdist.stdout, xdist.stdout[-2000:]
     assert _ran_ahead(matrix_project / "xdist.json") == expected
     # the runtime under test, as the workers' environment has it installed (the
     # reference runtime ships in crashmatrix's own distribution)
@@ -166,13 +170,14 @@ def test_a_case_that_tested_nothing_is_a_skip_with_its_reason(tmp_path: Path) ->
 
 
 def test_xdist_workers_run_a_share_each_and_exchange_results(tmp_path: Path) -> None:
-    """Under ``-n 2`` each worker runs its share of the matrix by crash state, whatever
+    """Under ``-n 2`` with two share workers each runs its share of the matrix by crash state, whatever
     items xdist sends it, kill cases pruned within it, and the items whose case is the
     other worker's take that worker's result: a defective subject's verdicts are the
     serial run's case for case, every case ran ahead of its item, each worker's pruning
     is in the summary, and the run's results directory is gone afterwards."""
     project = _marked_project(tmp_path, "shares", "subject='defect:replays-model-call'")
-    xdist = run_pytest(project, "-q", "-n", "2", "--crashmatrix-jobs=4", "--crashmatrix-report=x.json")
+    xdist = run_pytest(project, "-q", "-n", "2", "--crashmatrix-jobs=4", "--crashmatrix-share-workers=2",
+                       "--crashmatrix-report=x.json")
     assert xdist.returncode == 1, xdist.output[-3000:]
     serial = run_pytest(project, "-q", "--crashmatrix-report=s.json")
     assert serial.returncode == 1, serial.output[-3000:]

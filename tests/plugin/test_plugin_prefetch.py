@@ -16,15 +16,24 @@ from typing import Any
 
 import pytest
 
-from crashmatrix.harness.plugin_prefetch import Batch, Exchange, worker_index, worker_jobs
+from crashmatrix.harness.plugin_prefetch import Batch, Exchange, share_workers, worker_index, worker_jobs
 
 
-@pytest.mark.parametrize("jobs, workers, shares", [
-    (4, 2, [2, 2]), (5, 2, [3, 2]), (4, 3, [2, 1, 1]), (1, 2, [1, 1]), (8, 1, [8]), (16, 4, [4, 4, 4, 4]),
+@pytest.mark.parametrize("jobs, workers, sessions, shares", [
+    (4, 2, None, 1),  # two cores' default: one harness session keeps them busy
+    (16, 4, None, 2), (32, 8, None, 4), (32, 2, None, 2),  # one share per 8 jobs, at most the workers
+    (4, 2, 2, 2), (4, 3, 3, 2),  # asked for: at most jobs // 2 (a share keeps 2 in flight or more)
+    (2, 2, None, 1), (1, 2, None, 0), (1, 2, 2, 0),  # one job: no shares, each item runs its own case
 ])
-def test_jobs_are_shared_among_the_xdist_workers(jobs: int, workers: int, shares: list[int]) -> None:
-    assert [worker_jobs(jobs, workers, f"gw{k}") for k in range(workers)] == shares
-    assert worker_jobs(5, 2, "odd") == 2
+def test_share_workers_one_per_eight_jobs(jobs: int, workers: int, sessions: int | None, shares: int) -> None:
+    assert share_workers(jobs, workers, sessions) == shares
+
+
+@pytest.mark.parametrize("jobs, shares, each", [
+    (4, 2, [2, 2]), (5, 2, [3, 2]), (4, 3, [2, 1, 1]), (8, 1, [8]), (16, 4, [4, 4, 4, 4]),
+])
+def test_jobs_are_divided_among_the_shares(jobs: int, shares: int, each: list[int]) -> None:
+    assert [worker_jobs(jobs, shares, k) for k in range(shares)] == each
 
 
 def test_a_batch_gives_each_case_its_loops_result_once() -> None:
@@ -73,20 +82,35 @@ def test_exchange_gives_another_workers_result_or_none_once_it_cannot_come(tmp_p
     mine, theirs = Exchange(tmp_path / "m"), Exchange(tmp_path / "m")
     theirs.claim(1)
     threading.Timer(0.1, lambda: theirs.put("checkout/conv1/kill@a#1", {"outcome": "pass"})).start()
-    assert mine.wait("checkout/conv1/kill@a#1", 1) == {"outcome": "pass"}
+    assert mine.wait("checkout/conv1/kill@a#1", [1]) == {"outcome": "pass"}
     theirs.ended(1)
-    assert mine.wait("checkout/conv1/kill@b#1", 1) is None
+    assert mine.wait("checkout/conv1/kill@b#1", [1]) is None
     assert not list((tmp_path / "m").glob("*.tmp"))  # written whole, then renamed
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (tmp_path / "m" / "2.pid").write_text(dead.stdout.strip())  # a worker that died mid-share
-    assert mine.wait("checkout/conv1/kill@c#1", 2) is None
+    assert mine.wait("checkout/conv1/kill@c#1", [2]) is None
 
     monkeypatch.setattr(Exchange, "UNCLAIMED_S", 0.2)
-    assert mine.wait("checkout/conv1/kill@d#1", 3) is None
+    assert mine.wait("checkout/conv1/kill@d#1", [3]) is None
     (tmp_path / "m" / "4.pid").write_text(str(os.getpid()))  # claimed by a live worker: it waits
     threading.Timer(0.3, lambda: theirs.put("checkout/conv1/kill@e#1", "late")).start()
-    assert mine.wait("checkout/conv1/kill@e#1", 4) == "late"
+    assert mine.wait("checkout/conv1/kill@e#1", [4]) == "late"
+
+
+def test_a_worker_without_a_share_waits_for_every_share(tmp_path: Path) -> None:
+    """An item of a worker that runs no share waits on all of them: for its result from
+    whichever share writes it, and until the last share has ended without it."""
+    reader, share0, share1 = Exchange(tmp_path / "m"), Exchange(tmp_path / "m"), Exchange(tmp_path / "m")
+    share0.claim(0)
+    share1.claim(1)
+    threading.Timer(0.1, lambda: share1.put("checkout/conv1/kill@a#1", "from share 1")).start()
+    assert reader.wait("checkout/conv1/kill@a#1", range(2)) == "from share 1"
+    share0.ended(0)
+    waiting = concurrent.futures.ThreadPoolExecutor(1).submit(reader.wait, "checkout/conv1/kill@b#1", range(2))
+    assert not concurrent.futures.wait([waiting], timeout=0.3).done  # share 1 still runs
+    share1.ended(1)
+    assert waiting.result(timeout=5) is None
 
 
 def test_worker_index_is_the_gw_number_modulo_the_count() -> None:

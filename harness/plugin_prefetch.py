@@ -14,7 +14,7 @@ The run's ``jobs`` (default twice the cores) is the machine's budget: the share 
 divide it (:func:`worker_jobs`), so ``-n N`` keeps as many cases in flight as a serial
 run; S is one worker per :data:`JOBS_PER_SHARE` jobs (:func:`share_workers`), so a
 machine that one harness session keeps busy runs one, and the other workers add no
-second session's start, golden runs and contention (docs/plugin.md;
+harness session of their own (its start, golden runs and contention) (docs/plugin.md;
 ``benchmarks/bench_plugin.py jobs``).
 """
 
@@ -38,7 +38,7 @@ JOBS_PER_SHARE = 8
 one harness session's controller (its explorer and oracle, in the pytest process) is
 about a fifth of a case's CPU (docs/benchmarks.md, "Where the CPU goes": 6.4 of 38.4
 ms on checkout's default matrix), so one session keeps about four cores busy, two cases
-in flight a core; a second session on the same cores adds its start, its golden runs
+in flight a core; another session on the same cores adds its start, its golden runs
 and contention, not throughput."""
 
 

@@ -186,6 +186,8 @@ class State:
         self.ahead = ""
         #: cases in flight in this process (its share of the run's under xdist)
         self.jobs = 0
+        #: live harnesses opened before the items ran (by collection, on a cold cache)
+        self.opened_at_items = 0
         self.workers_ahead: dict[str, str] = {}
 
     @property
@@ -215,6 +217,7 @@ class State:
             index = worker_index(worker, count)
             jobs = worker_jobs(jobs, self.shares, index) if index < self.shares else 0
         self.jobs = jobs
+        self.opened_at_items = self.services.opened
         if workerinput is None and jobs <= 1 or workerinput is not None and not self.shares:
             self.ahead = f"one case at a time (jobs {jobs or 1})"
         elif entries:
@@ -721,10 +724,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             batch.close(cancel=stopped is not None)
         if hasattr(config, "workerinput"):  # sent with the worker's end, for the terminal summary
             config.workeroutput["crashmatrix_pruning"] = state.pruning_lines()  # type: ignore[attr-defined]
-            if state.shares and state.share is None:  # did its items need a session of their own?
-                opened = state.services.opened
-                state.ahead += (", no harness session of its own" if not opened else
-                                f", {opened} harness session(s) of its own for items that ran their own cases")
+            if state.shares and state.share is None:  # did it need a session of its own, and why?
+                at_collection = state.opened_at_items
+                for_items = state.services.opened - at_collection
+                why = ([f"{at_collection} to compute golden traces at collection"] if at_collection else []) + \
+                    ([f"{for_items} for items that ran their own cases"] if for_items else [])
+                state.ahead += (", harness sessions of its own: " + ", ".join(why) if why else
+                                ", no harness session of its own")
                 config.workeroutput["crashmatrix_ahead"] = state.ahead  # type: ignore[attr-defined]
         else:
             _write_reports(state, stopped)

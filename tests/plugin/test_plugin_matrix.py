@@ -51,9 +51,12 @@ def test_user_matrix_file_xdist_and_serial_agree(matrix_project: Path) -> None:
     # ahead of its item
     assert "crashmatrix: jobs=4 cases in flight, run by 1 of 2 xdist workers (4 each, a share of each matrix by " \
         "crash state, the other workers' items take their results)" in xdist.stdout, xdist.stdout[:3000]
-    assert "crashmatrix: xdist workers ran gw0: share 1/1 of each matrix by crash state in one case loop, 4 cases " \
-        "in flight, gw1: no share, its items took the results of the 1 share(s), no harness session of its own" \
-        in xdist.stdout, xdist.stdout[-2000:]
+    # (gw1 opens a session only when it computed the golden trace at collection: the
+    # cache is cold and either worker may take its lock)
+    assert re.search(r"crashmatrix: xdist workers ran gw0: share 1/1 of each matrix by crash state in one case loop, "
+                     r"4 cases in flight, gw1: no share, its items took the results of the 1 share\(s\), "
+                     r"(no harness session of its own|harness sessions of its own: 1 to compute golden traces at "
+                     r"collection);", xdist.stdout), xdist.stdout[-2000:]
     assert _ran_ahead(matrix_project / "xdist.json") == expected
     # the runtime under test, as the workers' environment has it installed (the
     # reference runtime ships in crashmatrix's own distribution)

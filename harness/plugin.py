@@ -206,20 +206,20 @@ class State:
         ran goes to the controller in ``workeroutput``."""
         if session.config.option.collectonly:
             return
-        jobs = run_jobs(self.settings)
+        jobs = total = run_jobs(self.settings)
         workerinput = getattr(self.config, "workerinput", None)
         entries = [(item.nodeid, item.callspec.params["crashmatrix_case"]) for item in session.items
                    if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("crashmatrix_case"),
                                  CaseParam)]
         if workerinput is not None:
             count, worker = workerinput.get("workercount", 1), workerinput.get("workerid", "")
-            self.shares = share_workers(jobs, count, self.settings.share_workers)
+            self.shares = share_workers(total, count, self.settings.share_workers)
             index = worker_index(worker, count)
-            jobs = worker_jobs(jobs, self.shares, index) if index < self.shares else 0
+            jobs = worker_jobs(total, self.shares, index) if index < self.shares else 0
         self.jobs = jobs
         self.opened_at_items = self.services.opened
-        if workerinput is None and jobs <= 1 or workerinput is not None and not self.shares:
-            self.ahead = f"one case at a time (jobs {jobs or 1})"
+        if not self.shares and jobs <= 1:  # serially with jobs 1, or under xdist with no shares
+            self.ahead = f"one case at a time (jobs {total})"
         elif entries:
             self.matrices = {}
             for n, p in entries:
@@ -280,7 +280,9 @@ class State:
             return None
         test = param.matrix.test
         if self.shares and self.share is None:  # a worker without a share: every share's results
-            exchange = self.exchanges.setdefault(test, (self._exchange(test), {}))[0]
+            if test not in self.exchanges:
+                self.exchanges[test] = (self._exchange(test), {})
+            exchange = self.exchanges[test][0]
             shares = range(self.shares)
         else:
             batch = self.batches.get(test)
@@ -359,7 +361,8 @@ class State:
                 exchange.ended(self.share[0])  # type: ignore[index]  # workers' items need not wait
             return batch
 
-        meta = {"releases": harness.releases(), "golden_points": {c: len(g.trace) for c, g in live.items()}}
+        if exchange is not None:  # what the report needs of this session, for the other workers' items
+            meta = {"releases": harness.releases(), "golden_points": {c: len(g.trace) for c, g in live.items()}}
 
         def emit(result: CaseResult) -> None:
             batch.emit(result.case.id, result)
@@ -619,7 +622,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
                  + (f" shard={s.shard}" if s.shard else "") + f" replay-failures={s.replay_failures}"
                  + f" cache={_state(config).cache_dir}")
     jobs, workers = run_jobs(s), _xdist_workers(config)
-    shares = share_workers(jobs, workers or 0, s.share_workers) if workers else 0
+    shares = share_workers(jobs, workers, s.share_workers) if workers else 0
     if shares:
         each = sorted({worker_jobs(jobs, shares, k) for k in range(shares)}, reverse=True)
         lines.append(f"crashmatrix: jobs={jobs} cases in flight, run by {shares} of {workers} xdist workers "

@@ -110,10 +110,11 @@ class Batch:
 
 class Exchange:
     """The final results of one matrix's cases in an xdist run, shared between the
-    workers through files: worker K of N runs the K-th share of the matrix by crash
-    state (:func:`.pruning.shard_by_crash_state`) in a :class:`Batch` of its own,
-    whatever items xdist sends it, and :meth:`put` writes each result; an item whose
-    case is another share's waits for it there (:meth:`wait`).
+    workers through files: share worker K of N (:func:`share_workers`) runs the K-th
+    share of the matrix by crash state (:func:`.pruning.shard_by_crash_state`) in a
+    :class:`Batch` of its own, whatever items xdist sends it, and :meth:`put` writes
+    each result; an item whose case is another share's, or any item of a worker without
+    a share, waits for it there (:meth:`wait`).
 
     ``base``: this matrix's directory (in the run's, ``crashmatrix-xdist-<testrunuid>``,
     removed by the xdist controller when the run ends). Files: ``<share>.pid`` (the

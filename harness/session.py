@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncpg
 
 from . import registry
 from .adapter import Environment
@@ -31,6 +30,7 @@ from .errors import InvalidArgument, ServiceError
 from .explorer import Explorer, Options
 from .pool import WorkerPool
 from .services.matrixpg import MATRIX_PG_SETTINGS, MatrixPostgres, Workdir
+from .services.postgres import read_pool
 
 __all__ = ["MATRIX_PG_SETTINGS", "open_session"]
 
@@ -169,8 +169,7 @@ async def open_session(
         if adapter is not None:
             await adapter.describe()
         stack.push_async_callback(explorer.aclose)
-        explorer.db = await asyncpg.create_pool(  # min_size 0: no floor to restore across a db-restart
-            pg.dsn, min_size=0, max_size=4, server_settings={"application_name": "crashmatrix-controller"})
+        explorer.db = await read_pool(pg.dsn, "crashmatrix-controller")
         stack.push_async_callback(explorer.db.close)
         try:
             await explorer.adapter.prepare(env)

@@ -26,6 +26,7 @@ from crashmatrix.reference_runtime.logstore import CorruptRecord, StoredRecord, 
 from crashmatrix.reference_runtime.snapshots import DeltaSnapshotStore
 
 from ..adapter import Adapter, EffectEntry, Environment, InvocationEntry, LogEntry, Observation, RunContext
+from ..services.postgres import read_pool
 from ..services.providers.clients import Resources
 
 
@@ -41,6 +42,21 @@ def blob_store(env: Environment) -> LocalBlobStore:
 _KEPT = ConnectionKeeper()
 """This worker process's database connection between runs (a long-lived worker runs
 many: :mod:`crashmatrix.harness.resident`); a forked worker keeps it until it exits."""
+
+
+_OBSERVE_SQL = """
+SELECT r.status, r.input, r.lease_epoch, r.detail,
+       ARRAY(SELECT (l.seq, l.node_id, l.record, l.lease_epoch) FROM cm_run_log l
+             WHERE l.run_id = r.run_id ORDER BY l.seq) AS log,
+       ARRAY(SELECT (e.idem_key, e.node_id, e.tool, e.status, e.result, e.lease_epoch) FROM cm_effects e
+             WHERE e.run_id = r.run_id) AS effects,
+       ARRAY(SELECT (i.lease_epoch, i.worker, i.traceparent, i.link) FROM cm_run_invocations i
+             WHERE i.run_id = r.run_id ORDER BY i.lease_epoch) AS invocations
+FROM cm_runs r WHERE r.run_id = $1
+"""
+"""A run's durable state in one statement (one snapshot, one round trip): its row, its
+log in ``seq`` order, its effects, its invocations in ``lease_epoch`` order; the nested
+rows come back as tuples in the column order written here."""
 
 
 class ReferenceAdapter(Adapter):
@@ -164,10 +180,7 @@ class ReferenceAdapter(Adapter):
         if self._pools is None or self._pools_loop != loop:
             self._pools, self._pools_loop = {}, loop
         if dsn not in self._pools:
-            # min_size 0: no connection floor for asyncpg to restore (and log a traceback
-            # for) while a db-restart case has the server stopped
-            self._pools[dsn] = await asyncpg.create_pool(
-                dsn, min_size=0, max_size=4, server_settings={"application_name": "crashmatrix-oracle"})
+            self._pools[dsn] = await read_pool(dsn, "crashmatrix-oracle")
         return self._pools[dsn]
 
     async def aclose(self) -> None:
@@ -177,33 +190,23 @@ class ReferenceAdapter(Adapter):
 
     async def observe(self, env: Environment, run_id: str) -> Observation:
         pool = await self._oracle_pool(env.dsn)
-        async with pool.acquire() as conn:
-            run = await conn.fetchrow("SELECT status, input, lease_epoch, detail FROM cm_runs WHERE run_id = $1", run_id)
-            if run is None:
-                return Observation(run_id, "absent", log=[], effects=[], state=None, state_error="run does not exist")
-            rows = await conn.fetch(
-                "SELECT seq, node_id, record, lease_epoch FROM cm_run_log WHERE run_id = $1 ORDER BY seq", run_id
-            )
-            effects = await conn.fetch(
-                "SELECT idem_key, node_id, tool, status, result, lease_epoch FROM cm_effects WHERE run_id = $1", run_id
-            )
-            invocations = await conn.fetch(
-                "SELECT lease_epoch, worker, traceparent, link FROM cm_run_invocations WHERE run_id = $1 "
-                "ORDER BY lease_epoch", run_id
-            )
+        run = await pool.fetchrow(_OBSERVE_SQL, run_id)
+        if run is None:
+            return Observation(run_id, "absent", log=[], effects=[], state=None, state_error="run does not exist")
+        rows, effects, invocations = run["log"], run["effects"], run["invocations"]
         log: list[LogEntry] = []
         stored: list[StoredRecord] = []
         state_error = None
-        for r in rows:
+        for seq, node_id, record, epoch in rows:
             try:
-                item = decode_row(run_id, r["seq"], r["node_id"], bytes(r["record"]))
+                item = decode_row(run_id, seq, node_id, bytes(record))
             except CorruptRecord as exc:
-                log.append(LogEntry(r["seq"], r["node_id"], (), "?", r["lease_epoch"], str(exc)))
+                log.append(LogEntry(seq, node_id, (), "?", epoch, str(exc)))
                 state_error = str(exc)
                 continue
             stored.append(item)
             rec = item.record
-            log.append(LogEntry(r["seq"], r["node_id"], tuple(rec.parents), rec.kind, r["lease_epoch"]))
+            log.append(LogEntry(seq, node_id, tuple(rec.parents), rec.kind, epoch))
         state = None
         if state_error is None:
             try:
@@ -221,14 +224,13 @@ class ReferenceAdapter(Adapter):
             run["status"],
             log=log,
             effects=[
-                EffectEntry(e["idem_key"], e["node_id"], e["tool"], e["status"],
-                            json.loads(e["result"]) if e["result"] is not None else None, e["lease_epoch"])
-                for e in effects
+                EffectEntry(key, node_id, tool, status, json.loads(result) if result is not None else None, epoch)
+                for key, node_id, tool, status, result, epoch in effects
             ],
             state=state,
             state_error=state_error,
             lease_epoch=run["lease_epoch"],
-            invocations=[InvocationEntry(i["lease_epoch"], i["worker"], i["traceparent"], i["link"]) for i in invocations],
+            invocations=[InvocationEntry(*i) for i in invocations],
             detail=run["detail"],
         )
 

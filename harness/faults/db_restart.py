@@ -86,7 +86,7 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
         """Start the second server on first use: its adapter instance prepared on it,
         the controller's pool, the sequences carried. Raises :class:`HarnessError` when
         the session's PostgreSQL came from a DSN."""
-        import asyncpg
+        from ..services.postgres import read_pool
 
         if ex.start_restartable_pg is None:
             raise HarnessError("db-restart is unavailable: PostgreSQL comes from a DSN the harness cannot restart")
@@ -94,8 +94,7 @@ class DbRestart(Stops, CaseSetting, SessionResource, FaultKind):
             state.pg = await asyncio.to_thread(ex.start_restartable_pg)
             state.adapter = adapter_for_server(ex.adapter)
             await state.adapter.prepare(dataclasses.replace(ex.env, dsn=state.pg.dsn))
-            state.db = await asyncpg.create_pool(
-                state.pg.dsn, min_size=0, max_size=2, server_settings={"application_name": "crashmatrix-controller"})
+            state.db = await read_pool(state.pg.dsn, "crashmatrix-controller", max_size=2)
             await carry_sequences(ex.db, state.db)
 
     async def before_matrix(self, ex: Explorer, conversation: str) -> None:

@@ -65,6 +65,7 @@ __all__ = [
     "SERVER_SETTINGS",
     "PostgresService",
     "mask_dsn",
+    "read_pool",
     "start_postgres",
     "wait_sessions_gone",
 ]
@@ -670,6 +671,29 @@ async def _create_database(admin_dsn: str, name: str) -> None:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
+
+
+async def read_pool(dsn: str, application_name: str, *, max_size: int = 4) -> Any:
+    """An asyncpg pool for the controller's reads (the oracle's observations, the
+    quiesce's ``pg_stat_activity`` polls): no connection floor (``min_size`` 0: nothing
+    for asyncpg to restore, and log a traceback for, while a ``db-restart`` case has the
+    server stopped), ``application_name`` set at connect.
+
+    A connection released to it is not sent asyncpg's reset query (``RESET ALL``,
+    ``UNLISTEN *``, ``CLOSE ALL``, advisory unlocks: a round trip a release, the
+    controller's costliest statement by count): those reads set no session state.
+    asyncpg still rolls back a transaction left open before the connection is reused
+    (:meth:`asyncpg.Pool.release` runs its own ``_reset`` before the pool's ``reset``).
+
+    Raises what :func:`asyncpg.create_pool` raises (the server unreachable)."""
+    import asyncpg
+
+    return await asyncpg.create_pool(dsn, min_size=0, max_size=max_size, reset=_keep_session,
+                                     server_settings={"application_name": application_name})
+
+
+async def _keep_session(conn: Any) -> None:
+    """A pool's ``reset`` that sends nothing (:func:`read_pool`)."""
 
 
 async def wait_sessions_gone(

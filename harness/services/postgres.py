@@ -680,8 +680,8 @@ async def read_pool(dsn: str, application_name: str, *, max_size: int = 4) -> An
     server stopped), ``application_name`` set at connect.
 
     A connection released to it is not sent asyncpg's reset query (``RESET ALL``,
-    ``UNLISTEN *``, ``CLOSE ALL``, advisory unlocks: a round trip a release, the
-    controller's costliest statement by count): those reads set no session state.
+    ``UNLISTEN *``, ``CLOSE ALL``, advisory unlocks: a round trip a release, ~6
+    statements a case on checkout's default): those reads set no session state.
     asyncpg still rolls back a transaction left open before the connection is reused
     (:meth:`asyncpg.Pool.release` runs its own ``_reset`` before the pool's ``reset``).
 

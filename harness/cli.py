@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -55,8 +56,6 @@ PROGRESS_ENV, PROGRESS_LINE_S = "CRASHMATRIX_PROGRESS_S", 30.0
 if not console.is_terminal and "COLUMNS" not in os.environ:
     console.width = 160  # a log file or a CI job: no terminal to fit, keep the tables readable
 if console.width < 100:  # an 80-column terminal, or $COLUMNS: rich's help boxes would cut option names
-    import typer.core
-
     typer.core.HAS_RICH = False  # click's plain help wraps the descriptions and keeps every name whole
 elif not console.is_terminal and "TERMINAL_WIDTH" not in os.environ:
     import typer.rich_utils
@@ -67,14 +66,21 @@ elif not console.is_terminal and "TERMINAL_WIDTH" not in os.environ:
 err = Console(stderr=True)
 
 
+def _literal(text: str) -> str:
+    """``text`` as a help string shows it whole: rich's help reads ``[turn-4]`` as markup
+    and drops it, so it is escaped there; click's plain help (an 80-column terminal,
+    above) prints the escape itself, so it is left as it is."""
+    return escape(text) if typer.core.HAS_RICH else text
+
+
 def _fail(exc: BaseException) -> int:
     err.print(f"crashmatrix: error: {exc}", markup=False, highlight=False, soft_wrap=True)
     return 3 if isinstance(exc, HarnessError) else 2
 
 
-RESUME_WITH_HELP = ("Resume every case under another build: [LABEL=]SUBJECT\\[@DIR], DIR a virtual environment or a "
-                    "source tree (the golden runs and each case's first worker run --subject, which takes the same "
-                    "form); case ids end in /upgrade:A>B and the check upgrade.migrated joins the oracle.")
+RESUME_WITH_HELP = _literal("Resume every case under another build: [LABEL=]SUBJECT[@DIR], DIR a virtual environment "
+                            "or a source tree (the golden runs and each case's first worker run --subject, which takes "
+                            "the same form); case ids end in /upgrade:A>B and the check upgrade.migrated joins the oracle.")
 KEEP_FAILED_HELP = ("Keep each case that did not pass in a directory of its own here (its workers' event files "
                     "and logs, its plan), named in the JSON report's 'artifacts'. Default with --report: "
                     "REPORT-failed beside it; without: removed with the session.")
@@ -395,7 +401,7 @@ def _write_reports(result: object, report: Optional[Path], html: Optional[Path])
 
 @app.command()
 def replay(
-    case_id: Annotated[str, typer.Argument(help="Case id as printed, e.g. 'checkout/conv1/kill@log.append.before\\[turn-4.tool-0]#1'.")],
+    case_id: Annotated[str, typer.Argument(help=_literal("Case id as printed, e.g. 'checkout/conv1/kill@log.append.before[turn-4.tool-0]#1'."))],
     subject: Annotated[str, typer.Option(help="Subject the case ran on.")] = "reference",
     dsn: Annotated[Optional[str], typer.Option(help="PostgreSQL DSN instead of an embedded server.")] = None,
     report: Annotated[Optional[Path], typer.Option(help="Write the JSON report here.")] = None,

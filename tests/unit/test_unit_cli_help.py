@@ -16,6 +16,22 @@ def test_replay_help_shows_the_example_case_id_whole() -> None:
     assert "kill@log.append.before[turn-4.tool-0]#1" in out, out
 
 
+@pytest.mark.parametrize("columns", ["80", "240"])
+def test_help_shows_bracketed_examples_whole_at_any_width(columns: str) -> None:
+    """An 80-column terminal gets click's plain help (rich's boxes would cut option
+    names), which prints a rich escape as it is: the example id must not carry one."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": columns}
+    for command, shown in ((["replay", "--help"], "log.append.before[turn-4.tool-0]#1"),
+                           (["run", "--help"], "[LABEL=]SUBJECT[@DIR]")):
+        out = subprocess.run([sys.executable, "-c", "from crashmatrix.harness.cli import main; main()", *command],
+                             env=env, capture_output=True, text=True, timeout=120).stdout
+        assert shown in out and "\\[" not in out, out
+
+
 def test_toxiproxy_server_passes_every_option_and_refuses_unknown_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[list[str]] = []
     import crashmatrix.harness.faultproxy as faultproxy

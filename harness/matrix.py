@@ -412,6 +412,20 @@ def _seeded_sample(indices: list[int], n: int, stream: str) -> list[int]:
     return indices if len(indices) <= n else sorted(random.Random(stream).sample(indices, n))
 
 
+def _ranked_sample(found: list[Case], indices: list[int], n: int, stream: str) -> list[int]:
+    """``n`` of ``indices`` (into ``found``; all of them when there are fewer): those whose
+    case ids rank first by a draw of their own (the random stream ``stream:<case id>``), in
+    order. A case is picked or not by its own draw and the ``n``-th best of the others, so
+    a candidate more or fewer leaves the other picks as they were: the crash states of a
+    workload with concurrent tool calls are not the same in every session (the golden
+    runs' reads inside the concurrent stretch land at points of their timing), and a
+    positional draw (:func:`_seeded_sample`) would then pick another set throughout."""
+    if len(indices) <= n:
+        return indices
+    rank = {i: random.Random(f"{stream}:{found[i].id}").random() for i in indices}
+    return sorted(sorted(indices, key=rank.__getitem__)[:n])
+
+
 def _across_point_names(found: list[Case], n: int, stream: str) -> tuple[list[int], int]:
     """``n`` indices of ``found`` spread evenly over its crash point names (``log.append.before``,
     ``tool.request.before``...: a share each, in the order the names first appear, a name
@@ -439,7 +453,8 @@ def sample_by_policy(workload: str, goldens: Mapping[str, GoldenRun], per_policy
     kind (:attr:`.policies.Policy.sampled_kind`: kill; cancel for ``same-worker``) resumed
     under it, at most one per crash state (:func:`.pruning.crash_state_groups`: the first point
     of each; a golden run without I/O marks gives every point its own), in enumeration
-    order; deterministic as :func:`sample_by_kind`. A long stretch of points that leave one
+    order; deterministic as :func:`sample_by_kind`, and a crash state more or fewer changes
+    at most one pick (:func:`_ranked_sample`). A long stretch of points that leave one
     state (a model call's) would otherwise take most of the sample, and the states a
     policy's defects live in (an effect started and not yet answered, a record not yet
     appended) are a point or two each. A kind the worker outlives (cancel) is spread over
@@ -478,7 +493,7 @@ def sample_by_policy(workload: str, goldens: Mapping[str, GoldenRun], per_policy
             if key not in seen:
                 seen.add(key)
                 firsts.append(i)
-        chosen = _seeded_sample(firsts, n, f"{seed}:resume:{spec}")
+        chosen = _ranked_sample(found, firsts, n, f"{seed}:resume:{spec}")
         out += [found[i] for i in chosen]
         parts.append(f"{spec} {len(chosen)} of {len(firsts)} crash states ({len(found)} {kind} cases)")
     return out, f"sampled resume policies (seed {seed}; --resume runs a policy at every point): " + ", ".join(parts)

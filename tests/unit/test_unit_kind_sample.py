@@ -44,6 +44,32 @@ def test_a_sampled_policy_is_kill_cases_resumed_that_way_seeded_and_in_order() -
     assert sample_by_policy("checkout", goldens, {"concurrent": 5}, ("label",), seed=4)[0] != picked
 
 
+def test_a_crash_state_more_changes_at_most_one_pick_of_a_policy_sample() -> None:
+    """Sessions of a workload with concurrent tool calls may cut its golden trace into a
+    crash state more or fewer (the twin runs' reads land by timing): the policy sample
+    keeps every other pick."""
+    from crashmatrix.harness.adapter import Observation
+    from crashmatrix.harness.golden import GoldenRun
+    from crashmatrix.harness.matrix import sample_by_policy
+    from crashmatrix.harness.oracle import Evidence
+
+    trace = [("label", "log.append.after", f"turn-{i}", 1) for i in range(1, 61)]
+    goldens = {"conv1": GoldenRun("conv1", "cm-run-g", trace, Evidence(Observation("cm-run-g", "completed"), {}, {}), 0.1)}
+    merged = [i // 2 for i in range(60)]  # two points a crash state: 30 states
+
+    def ids(states: list[int]) -> set[str]:
+        picked, _ = sample_by_policy("checkout", goldens, {"concurrent": 10}, ("label",), seed=0,
+                                     states={"conv1": states})
+        return {c.id for c in picked}
+
+    before = ids(merged)
+    assert len(before) == 10
+    for pair in range(30):  # split one state in two, wherever it lies
+        split = [s * 2 + (1 if s == pair and i % 2 else 0) for i, s in enumerate(merged)]
+        after = ids(split)
+        assert len(after) == 10 and len(before - after) <= 1, (pair, sorted(before ^ after))
+
+
 def test_same_worker_samples_cancel_cases_the_fault_its_worker_outlives() -> None:
     from crashmatrix.harness.adapter import Observation
     from crashmatrix.harness.golden import GoldenRun

@@ -9,8 +9,11 @@ Starts one session (as ``crashmatrix run`` does), runs the golden runs, then the
 labelled-point matrix of the given conversations and kinds; reads CPU times (user +
 system, from ``/proc`` through psutil) of every process of the session before and after
 the cases, and prints CPU milliseconds per case by process kind: workers (the zygote's
-reaped children), the zygote itself, each provider, PostgreSQL (the postmaster and its
-reaped backends), the controller (this process). The sum over kinds is the CPU a case
+children, those reaped and those still running: the long-lived ones), the zygote
+itself, each provider, PostgreSQL (the postmaster and its backends, exited or still
+open: the pools' and the long-lived workers' connections), the controller (this
+process). A process's CPU counts from its own times while it runs and from its
+parent's children times once reaped, so every process is counted whole. The sum over kinds is the CPU a case
 costs; on N cores the matrix can run at most ``N * 1000 / sum`` cases per second. Wall
 figures depend on the machine's load (printed); the CPU split does much less.
 
@@ -73,15 +76,36 @@ def _processes(workdir: str) -> dict[str, psutil.Process]:
     return out
 
 
+def _living(children: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``children`` still running (a zombie's times are its parent's to reap)."""
+    out = []
+    for c in children:
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE:
+                c.cpu_times()  # raises for a child gone since the listing
+                out.append(c)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 def _snapshot(procs: dict[str, psutil.Process]) -> dict[str, float]:
     snap = {}
     for kind, p in procs.items():
         if kind == "zygote":
             t = p.cpu_times()
             snap["zygote"] = (t.user + t.system) * 1000
-            snap["workers"] = (t.children_user + t.children_system) * 1000
+            # workers: the reaped ones (the zygote's children times) and the living ones,
+            # long-lived workers above all (a worker reaped between two snapshots moves
+            # from the second sum to the first, counted whole in both)
+            snap["workers:exited"] = (t.children_user + t.children_system) * 1000
+            snap["workers"] = snap["workers:exited"] + sum(
+                _cpu(c, children=True) for c in _living(p.children(recursive=False)))
         elif kind == "controller":
             snap[kind] = _cpu(p, children=False)
+        elif kind == "postgres":  # the backends that exited, and those still open (pools, kept connections)
+            snap["postgres:exited"] = _cpu(p, children=True)
+            snap[kind] = snap["postgres:exited"] + sum(_cpu(c, children=True) for c in _living(p.children()))
         else:
             snap[kind] = _cpu(p, children=True)
     return snap
@@ -147,8 +171,6 @@ async def main() -> None:
                                               options=pruning.options_of(args.prune))
         seconds = time.monotonic() - t0
         after = _snapshot(procs)
-        if explorer.pool.residents is not None:  # their CPU counts once the zygote reaped them
-            await explorer.pool.residents.close()
         await asyncio.sleep(1.0)  # backends flush their statistics at exit, at most 1 s late
         db1 = await _db_stats(explorer)
         statements = await _statements(explorer, args.statements) if args.statements else []
@@ -159,11 +181,14 @@ async def main() -> None:
     print(f"{n} cases ({bad} not passed) in {seconds:.1f} s = {n / seconds:.1f} cases/s, jobs={args.jobs}, "
           f"load {os.getloadavg()[0]:.1f}, cores {os.cpu_count()}, fsync {args.fsync}, "
           f"{'pruned' if args.prune else 'unpruned'}: {ran} executed, {forked} workers ({resident} in long-lived ones)")
+    exited = {k: after.pop(f"{k}:exited", 0.0) - before.pop(f"{k}:exited", 0.0) for k in ("workers", "postgres")}
     total = 0.0
     for kind in sorted(after, key=lambda k: -(after[k] - before.get(k, 0))):
         per_case = (after[kind] - before.get(kind, 0)) / n
         total += per_case
         print(f"  {kind:18s} {per_case:7.1f} ms CPU per case")
+    print(f"  (of which in processes that exited during the cases: workers {exited['workers'] / n:.1f}, "
+          f"postgres {exited['postgres'] / n:.1f}; the rest in long-lived workers and open backends)")
     print("  PostgreSQL per case: " + ", ".join(f"{k} {(db1[k] - db0[k]) / n:.1f}" for k in db0))
     print(f"  {'sum':18s} {total:7.1f} ms CPU per case -> ceiling {os.cpu_count() * 1000 / total:.1f} cases/s")
     if ran < n:

@@ -9,6 +9,7 @@ as it finishes, so the caller can draw progress.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +26,7 @@ from .golden import GoldenRun, golden_effects, golden_failure
 from .names import Names
 from .plan import DEFAULT_SOURCES, Case, FaultPlan, Resume
 from .policies import policy_of
+from .pool import fork_only
 from .session import open_session
 from .settings import RunSettings
 from .sources import releases_line, subject_releases
@@ -384,7 +386,10 @@ async def run_case_replayed(
     same case id, the same plan, on the same session) up to ``replay_failures`` times,
     stopping at the first replay whose outcome differs. A case whose replays all fail
     keeps outcome ``fail``; one whose replay disagrees becomes ``flaky`` (a race in the
-    subject: a failure of the subject, not a deterministic one). The replays'
+    subject: a failure of the subject, not a deterministic one). A replay forks every
+    worker of its own (:func:`.pool.fork_only`) unless the case's resume policy runs in a
+    long-lived worker by design: a failure that a long-lived worker's earlier jobs may
+    have caused is then replayed without them. The replays'
     own results are in ``result.replays``; the first run's verdicts stay the result's.
     A harness error is not replayed (it is the harness's failure, not the subject's).
     A passing case whose fault could not take effect is ``not-run``
@@ -397,8 +402,10 @@ async def run_case_replayed(
     mark_not_run(result)
     if result.outcome != "fail":
         return result
+    fresh = not policy_of(case.resume).long_lived  # warm-worker, same-worker: resumed in one by design
     for _ in range(replay_failures):
-        again = await explorer.run_case(case, golden, hook)
+        with fork_only() if fresh else contextlib.nullcontext():
+            again = await explorer.run_case(case, golden, hook)
         result.replays.append(again)
         if again.outcome != "fail":
             result.outcome = "flaky"

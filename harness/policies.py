@@ -160,6 +160,9 @@ class Policy:
     #: the fault kind of the cases the matrix samples under this policy (``crashmatrix
     #: run``'s default, :func:`.matrix.sample_by_policy`)
     sampled_kind: ClassVar[str] = "kill"
+    #: whether a case's resume runs in a long-lived worker by this policy's own design
+    #: (warm-worker, same-worker): its replays keep them (:func:`.matrix.run_case_replayed`)
+    long_lived: ClassVar[bool] = False
 
     def __init__(self, spec: Resume) -> None:
         self.spec = spec
@@ -517,6 +520,7 @@ class WarmWorker(Policy):
     (:mod:`.resident`). Then resumes by id as usual."""
 
     name = "warm-worker"
+    long_lived = True
 
     def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
         return _needs_long_lived(self.name, adapter, options)
@@ -586,6 +590,7 @@ class SameWorker(Policy):
 
     name = "same-worker"
     sampled_kind = "cancel"
+    long_lived = True
 
     def not_applicable(self, adapter: Adapter, options: Options) -> str | None:
         return _needs_long_lived(self.name, adapter, options)

@@ -10,12 +10,14 @@ sleeps, then woken (:meth:`WorkerPool.run`'s ``at_stop``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import json
 import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,21 @@ deadline (``Options.worker_timeout``, 60 s), which stays the harness's own bound
 (``Options.term_grace``, 10 s)."""
 WATCH_POLL_S = 0.1
 """How often a faulted worker's progress is looked at (s)."""
+
+_FORK_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("crashmatrix_fork_only", default=False)
+
+
+@contextlib.contextmanager
+def fork_only() -> Iterator[None]:
+    """Within this block (and the tasks it starts), every job :meth:`WorkerPool.run`
+    runs forks a worker of its own, as ``--fresh-workers`` would: a failing case's replay
+    runs so, and then tells a failure of the subject from state other jobs left in a
+    long-lived worker (:func:`.report.warm_process_note`)."""
+    token = _FORK_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _FORK_ONLY.reset(token)
 
 
 @dataclass
@@ -227,13 +244,14 @@ class WorkerPool:
         afresh. If ``at_stop`` raises, the worker is SIGKILLed and reaped and the error
         propagates. ``seconds`` counts from the fork, the stop included. A job that may
         run in a long-lived worker (:func:`.resident.eligible`, without ``term_grace``)
-        runs in one when the pool has them and one is free, stopped and woken there alike.
+        runs in one when the pool has them and one is free (and not inside :func:`fork_only`),
+        stopped and woken there alike.
 
         ``stuck_after``: once the fault fired (and a stopped worker was woken), a worker
         silent that long (:class:`.history.Silence`: no crash point passed, no exit) is
         SIGKILLed and reported stuck (``stuck_s``, ``last_point``); so is a ``term_grace``
         worker silent for its whole grace. None: not watched (the deadline only)."""
-        if (self.residents is not None and term_grace is None
+        if (self.residents is not None and term_grace is None and not _FORK_ONLY.get()
                 and eligible(job, self.declared_long_lived)):
             assert self.residents_dir is not None
             done = await self.residents.run(job, log_path, timeout=timeout, log_dir=self.residents_dir,

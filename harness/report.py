@@ -185,7 +185,8 @@ def outcomes_line(outcomes: list[str]) -> str:
 def _how_replayed(r: CaseResult) -> str:
     if r.outcome == "flaky":
         return (f"  flaky: {outcomes_line(['fail', *(x.outcome for x in r.replays)])}: the verdict differs "
-                "between runs of the same case (a race in the subject)")
+                "between runs of the same case (a race in the subject, or what an earlier job left in a long-lived "
+                "worker's process: the note below says when it ran in one)")
     if r.replays:
         return f"  reproduced: failed on the first run and on {len(r.replays)} replay(s)"
     return ""

@@ -179,6 +179,31 @@ def test_warm_worker_resumes_in_a_process_that_ran_the_conversation_and_finds_st
         (r.case.id, [(v.check, v.details) for v in r.failed]) for r in clean.results if r.outcome != "pass"][:3]
 
 
+def test_a_failure_replays_in_forked_workers_unless_its_policy_resumes_in_a_warm_one(subjects_on_path) -> None:
+    """The memoising runtime fails the default matrix only where a long-lived worker
+    ran another run first; its failures replay in workers forked for the replay, pass
+    there (flaky), and the report names the long-lived worker. A warm-worker case
+    replays in a long-lived worker again: that is what it tests."""
+    from crashmatrix.harness.matrix import run_matrix
+    from crashmatrix.harness.plan import Resume
+    from crashmatrix.harness.report import warm_process_note
+
+    memo = "leaky.adapter:MemoizesEffectsByNode"
+    report = asyncio.run(run_matrix("checkout", memo, kinds=("kill",), conversations=("conv1",), replay_failures=1))
+    replayed = [r for r in report.results if r.replays]
+    assert replayed, _verdicts(report)
+    assert all(not w.get("resident") for r in replayed for rep in r.replays for w in rep.workers), [
+        (r.case.id, [rep.workers for rep in r.replays]) for r in replayed][:2]
+    assert all(r.outcome == "flaky" and r.replays[-1].outcome == "pass" for r in replayed), _verdicts(report)
+    assert all("ran in a long-lived worker after" in (warm_process_note(r) or "") for r in replayed)
+    case = replayed[0].case
+    warm = asyncio.run(run_matrix("checkout", memo, cases=[dataclasses.replace(case, resume=Resume("warm-worker"))],
+                                  replay_failures=1))
+    (result,) = warm.results
+    assert result.outcome == "fail" and result.replays, _verdicts(warm)
+    assert any(w.get("resident") for rep in result.replays for w in rep.workers), [rep.workers for rep in result.replays]
+
+
 def test_a_start_that_leaves_the_golden_path_in_a_warm_worker_is_the_subjects_failure(subjects_on_path) -> None:
     """Cancelled workers start their runs in long-lived workers; a runtime whose process
     state changes the run's path (its memo answers an effect, so the call's labels are

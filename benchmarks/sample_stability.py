@@ -1,16 +1,16 @@
 """How much the default matrix's resume-policy sample changes from session to session.
 
     python benchmarks/sample_stability.py [--workload support_desk]
-                                          [--conversations exchange,declined,goodwill] [--sessions 4]
+                                          [--conversations exchange,declined,goodwill] [--runs 4]
 
-Each session starts the services and runs the workload's golden runs (as ``crashmatrix
+Each run starts a session (the services) and runs the workload's golden runs (as ``crashmatrix
 run`` does), then lists the default matrix's cases (:func:`.defaults.default_matrix`)
 and keeps the kill cases resumed ``concurrent`` and ``warm-worker``: one per sampled
 crash state. A workload with concurrent tool calls may cut its golden trace into a
 crash state more or fewer from one session to the next (the golden runs' reads inside
-the concurrent stretch land at points of their timing). Printed: each session's crash
-state count, and for each draw how many of the first session's picks every later
-session replaced: ``ranked`` (what the matrix draws, :func:`.matrix._ranked_sample`: a
+the concurrent stretch land at points of their timing). Printed: each run's crash
+state count, and for each draw how many of the first run's picks every later run
+replaced: ``ranked`` (what the matrix draws, :func:`.matrix._ranked_sample`: a
 state's first case picked by a draw of its own id) and ``positional`` (one seeded
 ``random.sample`` over the list of states, the draw it replaced), on the same golden
 runs. Exit code 0; a session that cannot start raises.
@@ -57,17 +57,17 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", default="support_desk")
     ap.add_argument("--conversations", default="exchange,declined,goodwill")
-    ap.add_argument("--sessions", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=4)
     args = ap.parse_args()
     runs = []
-    for i in range(args.sessions):
+    for i in range(args.runs):
         picks, states = await _session(args.workload, args.conversations.split(","))
         runs.append(picks)
-        print(f"session {i + 1}: {states} crash states, {len(picks['ranked'])} policy cases", flush=True)
+        print(f"run {i + 1}: {states} crash states, {len(picks['ranked'])} policy cases", flush=True)
     for name in ("ranked", "positional"):
         first = runs[0][name]
         replaced = [len(first - r[name]) for r in runs[1:]]
-        print(f"{name:10s} picks replaced against session 1: {replaced} of {len(first)}")
+        print(f"{name:10s} picks replaced against the first run: {replaced} of {len(first)}")
 
 
 if __name__ == "__main__":

@@ -244,7 +244,7 @@ def run(
     """Run the golden runs, then the matrix; print a summary table. Without a workload:
     checkout, then support_desk (production's shapes: a long run, parallel effects, tight
     limits, a sub-agent, a blob, an approval wait), each with its own summary and report
-    (``--report r.json`` and ``r-support_desk.json``). Without --kinds: kill, term and
+    (--report r.json and r-support_desk.json). Without --kinds: kill, term and
     cancel at every crash point, and a seeded sample (--kind-sample) of pause,
     db-restart, net, cancel-edge and cancel-api cases and of kill cases resumed
     concurrent and warm-worker and cancel cases resumed same-worker (the notes under
@@ -372,13 +372,34 @@ def run(
             console.print(note, markup=False, soft_wrap=True)
         _write_reports(result, report, html)
         _say_kept(_keep_dir(keep_failed, report), result.results)
+        ends.append(f"{workload} {_verdict_word(result.exit_code)} ({len(result.results)} cases, "
+                    f"{result.counts['pass']} passed{_not_passed(result)})")
         return result.exit_code
 
-    codes = []
+    codes: list[int] = []
+    ends: list[str] = []  # a line per workload for the closing line of a run of several
     for n, names in enumerate(targets):
         codes.append(run_one(names, _nth_path(report, names.workload, n), _nth_path(html, names.workload, n)))
     # the worst first: a failure (1) over harness errors only (3) over a pass (0)
-    raise typer.Exit(1 if 1 in codes else max(codes))
+    code = 1 if 1 in codes else max(codes)
+    if len(ends) > 1:
+        console.print(f"crashmatrix: {'; '.join(ends)}: exit {code}", markup=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _verdict_word(code: int) -> str:
+    """What a workload's exit code says, in a word or two."""
+    return {0: "passed", 1: "FAILED", 3: "harness errors"}.get(code, f"exit {code}")
+
+
+def _not_passed(report: MatrixReport) -> str:
+    """``, 2 failed, 1 flaky`` for the outcomes other than pass a report has, or ``""``."""
+    c = report.counts
+    return "".join(f", {c[o]} {label}" for o, label in _OUTCOME_WORDS if c.get(o))
+
+
+_OUTCOME_WORDS = (("fail", "failed"), ("flaky", "flaky"), ("harness-error", "harness errors"),
+                  ("not-run", "not run"), ("not-applicable", "not applicable"))
 
 
 def _nth_path(path: Optional[Path], workload: str, n: int) -> Optional[Path]:

@@ -137,7 +137,9 @@ def check_applied_once(ev: Evidence) -> Verdict:
     if problems:
         return Verdict(name, "end", False, "; ".join(problems))
     total = sum(1 for rows in ev.ledgers.values() for r in rows if _applied(r))
-    return Verdict(name, "end", True, f"{total} applied effect(s), each once")
+    return Verdict(name, "end", True, f"{total} applied effect(s); none applied twice under one key, by one tool "
+                                      "call or for one effect record of the run (a retry under a new key is the "
+                                      "ledger checks' to see)")
 
 
 def check_resolved(ev: Evidence) -> Verdict:

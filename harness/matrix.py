@@ -243,6 +243,7 @@ async def run(
         if s.wants_proxy:  # an unreachable fault proxy: one ServiceError here (exit 2), not one per case
             await explorer.fault_proxy.client()
         report, cases = await _prepare(explorer, s)
+        report.setup_seconds = time.monotonic() - t0  # kept as it is if the cases are interrupted
         if on_report:
             on_report(report)
         if on_start:

@@ -115,7 +115,27 @@ def subject(name: str) -> Any:
         return _instantiate(name, load(table[name]))
     if _importable(name, table):
         return _instantiate(name, load(name))
-    raise RegistryError(f"subject={name!r} is not registered; known: {', '.join(sorted(table))} (or give module:AdapterClass)")
+    raise RegistryError(f"subject={name!r} is not registered{_did_you_mean(name, table)}; known: "
+                        f"{_known_subjects(name, sorted(table))} (or give module:AdapterClass)")
+
+
+def _did_you_mean(name: str, known: Any) -> str:
+    """`` (did you mean 'x'?)`` for the closest names of ``known`` (difflib), or ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=2, cutoff=0.75)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def _known_subjects(name: str, names: list[str]) -> str:
+    """The subjects to name after an unknown ``name``: the mutants when it names one
+    (``defect:...``), else the runtimes and a count of the mutants (the whole list is
+    ``crashmatrix list subjects``), so the line stays readable."""
+    mutants = [n for n in names if n.startswith("defect:")]
+    if name.startswith("defect:"):
+        return ", ".join(mutants)
+    others = ", ".join(n for n in names if not n.startswith("defect:"))
+    return f"{others}, and {len(mutants)} mutants defect:NAME (crashmatrix list subjects)" if mutants else others
 
 
 def workload_names() -> list[str]:
@@ -130,4 +150,5 @@ def workload(name: str) -> Any:
         return load(WORKLOADS[name])
     if _importable(name, WORKLOADS):
         return load(name)
-    raise RegistryError(f"workload={name!r} is not registered; known: {', '.join(sorted(WORKLOADS))} (or give module:WORKLOAD)")
+    raise RegistryError(f"workload={name!r} is not registered{_did_you_mean(name, WORKLOADS)}; known: "
+                        f"{', '.join(sorted(WORKLOADS))} (or give module:WORKLOAD)")

@@ -205,6 +205,7 @@ def test_controller_killed_or_interrupted_leaves_nothing(cli_env, test_tag, tmp_
         name = "SIGINT" if sig == signal.SIGINT else "SIGTERM"
         data = json.loads((tmp_path / "partial.json").read_text())
         assert data["complete"] is False and name in data["reason"], data.get("reason")
+        assert data["summary"]["setup_seconds"] > 0, data["summary"]  # services and golden runs took time
         cases = data["cases"]
         assert 1 <= len(cases) < data["planned"] and data["summary"]["cases"] == len(cases), (len(cases), data["planned"])
         # each case ran workers, or was pruned into a representative that did

@@ -82,3 +82,28 @@ def test_list_names_one_registry_a_line_and_refuses_an_unknown_list() -> None:
     assert every.exit_code == 0 and [line.split(":")[0] for line in every.output.splitlines()] == list(cli.LISTS)
     wrong = runner.invoke(cli.app, ["list", "kind"])
     assert wrong.exit_code == 2 and "unknown list 'kind'" in wrong.output, wrong.output
+
+
+def test_a_run_of_several_workloads_ends_with_one_line_for_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``crashmatrix run`` without a workload runs two matrices, each with its own
+    summary; the last line gives both verdicts and the exit code, the worst first."""
+    from crashmatrix.harness import matrix
+    from crashmatrix.harness.case import CaseResult
+    from crashmatrix.harness.plan import Case
+
+    outcomes = {"checkout": ["pass", "pass"], "support_desk": ["pass", "fail", "flaky"]}
+
+    async def fake_run(settings, *, on_start=None, on_result=None, on_report=None):  # the services are not the point
+        names = settings.names
+        report = matrix.MatrixReport(names.workload, names.subject, names.kinds, names.sources, {})
+        conv = "conv1" if names.workload == "checkout" else "exchange"
+        report.results = [CaseResult(Case.parse(f"{names.workload}/{conv}/kill@step.after[turn-{i}]#1"), names.subject, o)
+                          for i, o in enumerate(outcomes[names.workload], 1)]
+        return report
+
+    monkeypatch.setattr(matrix, "run", fake_run)
+    result = runner.invoke(cli.app, ["run", "--kinds", "kill"], env={"COLUMNS": "240"})
+    last = result.output.strip().splitlines()[-1]
+    assert result.exit_code == 1, result.output
+    assert last == ("crashmatrix: checkout passed (2 cases, 2 passed); "
+                    "support_desk FAILED (3 cases, 1 passed, 1 failed, 1 flaky): exit 1"), last

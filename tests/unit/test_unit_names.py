@@ -31,7 +31,7 @@ def test_a_build_pair_is_parsed_once() -> None:
 
 
 @pytest.mark.parametrize("call, error, line", [
-    (lambda: resolve("chekout"), RegistryError, "workload='chekout' is not registered; known: "),
+    (lambda: resolve("chekout"), RegistryError, "workload='chekout' is not registered (did you mean 'checkout'?); known: "),
     (lambda: resolve("checkout", "nosuch"), RegistryError, "subject='nosuch' is not registered; known: "),
     (lambda: resolve("checkout", kinds="kill,boom"), InvalidArgument, "kinds='kill,boom': each item must be one of kill, term"),
     (lambda: resolve("checkout", kinds=" , "), InvalidArgument, "kinds=' , ': each item must be one of"),

@@ -59,8 +59,22 @@ def test_a_misspelt_mutant_is_not_registered_rather_than_an_import_error() -> No
 
 
 def test_an_unknown_plain_name_lists_the_known_ones_and_the_import_form() -> None:
-    with pytest.raises(RegistryError, match=r"workload='chekout' is not registered; known: .*checkout.*module:WORKLOAD"):
+    with pytest.raises(RegistryError, match=r"workload='chekout' is not registered \(did you mean 'checkout'\?\); "
+                                            r"known: .*checkout.*module:WORKLOAD"):
         registry.workload("chekout")
+
+
+def test_an_unknown_subject_names_the_runtimes_and_counts_the_mutants() -> None:
+    """The mutants are most of the subjects: a misspelt runtime gets the runtimes and a
+    count (the whole list is one command away), a misspelt mutant gets the mutants."""
+    with pytest.raises(RegistryError) as info:
+        registry.subject("refrence")
+    message = str(info.value)
+    assert message.startswith("subject='refrence' is not registered (did you mean 'reference'?); known: absurd, ")
+    assert "defect:unkeyed-retry" not in message and " mutants defect:NAME (crashmatrix list subjects)" in message
+    with pytest.raises(RegistryError) as info:
+        registry.subject("defect:unkeyed")
+    assert "(did you mean 'defect:unkeyed-retry'?)" in str(info.value) and "langgraph" not in str(info.value)
 
 
 def test_every_registered_name_points_at_an_adapter_class_or_a_workload() -> None:

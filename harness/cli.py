@@ -463,7 +463,11 @@ def replay(
             how = f"signal {w['signal']}" if w["signal"] is not None else f"exit {w['returncode']}"
             console.print(f"  worker {w['role']}: pid {w['pid']}, {how}, {w['seconds']:.3f} s" + (" (timed out)" if w["timed_out"] else "")
                           + (f"; toxic removed {w['healed']}" if w.get("healed") else "")
-                          + (f"; database {w['outage']}" if w.get("outage") else ""), markup=False, soft_wrap=True)
+                          + (f"; database {w['outage']}" if w.get("outage") else "")
+                          + (f"; one of {w['concurrent']} resumers at once" if w.get("concurrent") else "")
+                          + (" (the one that lost the run: concurrent.loser_fenced judges how it ended)"
+                             if w.get("concurrent") and w["returncode"] else ""),
+                          markup=False, soft_wrap=True)
         if r.error:
             label = "harness error" if r.outcome == "harness-error" else "note"
             console.print(f"  {label}: {r.error}", markup=False, soft_wrap=True)

@@ -82,6 +82,11 @@ def test_run_writes_report_and_replay_reproduces_a_case(cli_env, test_tag, tmp_p
     assert replay.returncode == 0, replay.stdout + replay.stderr
     for check in ("log.clean_prefix", "effects.ledger_equal", "provider.payment.ledger_equal", "model.calls_billed"):
         assert check in replay.stdout
+    # the same point resumed by two resumers at once: each worker line says so
+    replay = subprocess.run([*CLI, "replay", case["id"] + "/concurrent"], env=cli_env, capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert replay.stdout.count("; one of 2 resumers at once") == 2, replay.stdout
     assert _leftovers(test_tag, tmp_path) == ([], [])
 
 

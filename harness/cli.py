@@ -331,6 +331,10 @@ def run(
         def on_report(partial: MatrixReport) -> None:
             state["report"] = partial
 
+        def stop_progress() -> None:  # a bar never started would print an empty line
+            if "task" in state:
+                progress.stop()
+
         where = f" (PostgreSQL and Toxiproxy from containers, {os.environ.get('CRASHMATRIX_PG_IMAGE') or 'postgres:17'})" if (
             os.environ.get("CRASHMATRIX_SERVICES") == "containers") else ""
         console.print(f"crashmatrix: starting services for {workload} on {names.subject}{where} ...")
@@ -348,10 +352,10 @@ def run(
             )
             result = _run_async(run(settings, on_start=on_start, on_result=on_result, on_report=on_report))
         except CrashmatrixError as exc:
-            progress.stop()
+            stop_progress()
             raise typer.Exit(_fail(exc)) from None
         except (Stopped, KeyboardInterrupt) as exc:
-            progress.stop()
+            stop_progress()
             stopped = exc if isinstance(exc, Stopped) else Stopped(signal.SIGINT)
             partial = state.get("report")
             if not isinstance(partial, MatrixReport):  # stopped before the cases were enumerated
@@ -364,7 +368,7 @@ def run(
             _say_kept(_keep_dir(keep_failed, report), partial.results)
             err.print(f"crashmatrix: {stopped.reason}; services stopped")
             raise typer.Exit(stopped.exit_code) from None
-        progress.stop()
+        stop_progress()
         assert isinstance(result, MatrixReport)
         print_failures(console, [r for r in result.golden_results if r.outcome != 'pass'] + result.results, max_failures_shown)
         print_summary(console, result)

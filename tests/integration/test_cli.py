@@ -58,6 +58,7 @@ def test_unreachable_dsn_is_one_line_and_exit_2(cli_env, test_tag, tmp_path) -> 
     err = [l for l in proc.stderr.strip().splitlines() if l.startswith("crashmatrix: error")]
     assert len(err) == 1 and "cannot reach PostgreSQL" in err[0], proc.stderr
     assert "s3cret" not in proc.stderr + proc.stdout
+    assert proc.stdout.splitlines() == ["crashmatrix: starting services for checkout on reference ..."], proc.stdout
     assert _leftovers(test_tag, tmp_path) == ([], [])
 
 
@@ -248,6 +249,9 @@ def test_the_default_runs_checkout_then_support_desk_each_with_its_report(cli_en
     assert first["workload"] == "checkout" and second["workload"] == "support_desk"
     assert first["summary"]["cases"] >= 1 and second["summary"]["cases"] >= 1
     assert {c["id"].split("/")[0] for c in second["cases"]} == {"support_desk"}
+    n1, n2 = first["summary"]["cases"], second["summary"]["cases"]
+    assert proc.stdout.strip().splitlines()[-1] == (f"crashmatrix: checkout passed ({n1} cases, {n1} passed); "
+                                                    f"support_desk passed ({n2} cases, {n2} passed): exit 0"), proc.stdout[-500:]
 
 
 def test_db_restart_cases_print_no_traceback(cli_env, tmp_path) -> None:

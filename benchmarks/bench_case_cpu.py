@@ -4,6 +4,7 @@
                                         [--jobs 4] [--subject reference] [--prune]
                                         [--kinds default]
                                         [--fsync on|off] [--fresh-workers] [--statements N]
+                                        [--clean-runs N]
 
 Starts one session (as ``crashmatrix run`` does), runs the golden runs, then the step +
 labelled-point matrix of the given conversations and kinds; reads CPU times (user +
@@ -30,21 +31,40 @@ long-lived workers, :mod:`crashmatrix.harness.resident`, whose CPU is counted wi
 workers'; their count is printed). ``--statements N``: the server runs with
 ``pg_stat_statements`` (planning tracked too), and the cases' total planning and
 execution time and their N costliest statements are printed.
+
+``--clean-runs N``: after the matrix, N runs of the first conversation without a fault,
+one after the other, each read by the adapter's ``observe`` as a case's end is, measured
+the same way: once in a long-lived worker (the cheapest a run gets: a warm process and a
+kept connection) and once in a forked worker (what a case's crash worker pays: a fork, a
+fresh backend). A case executes the workload from its input to its crash point, then the
+rest in its resume, so one clean run is the floor of what a case executed costs while
+cases do not share their prefix; the ratio of the two is printed. Then the cost of a
+store snapshot by the one store-agnostic means PostgreSQL has, a copy of the session's
+database (``CREATE DATABASE ... TEMPLATE``), the cheapest way a case could start at its
+crash point instead of running to it: wall ms and PostgreSQL's CPU ms a copy. For the
+forked runs it also prints a forked worker's minor page faults and system CPU (its
+reaped children's counts in ``/proc/ZYGOTE/stat``): a fork's cost is mostly the pages its
+run touches.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import time
+import uuid
 
+import asyncpg
 import psutil
 
+from crashmatrix.harness import pool as worker_pool
 from crashmatrix.harness import pruning, runner
 from crashmatrix.harness.defaults import default_matrix
 from crashmatrix.harness.enumeration import enumerate_cases
 from crashmatrix.harness.explorer import Options
+from crashmatrix.harness.plan import FaultPlan
 from crashmatrix.harness.session import open_session
 
 
@@ -136,6 +156,61 @@ async def _statements(explorer, top: int) -> list[dict[str, object]]:
     return [dict(total), *(dict(r) for r in rows)]
 
 
+def _reaped_faults(pid: int) -> tuple[int, float]:
+    """Minor page faults and system CPU ms of ``pid``'s reaped children (/proc/PID/stat:
+    ``cminflt``, ``cstime``)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[8]), int(fields[14]) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+async def _clean_runs(explorer, procs: dict[str, psutil.Process], conversation: str, n: int,
+                      forked: bool) -> tuple[dict[str, float], float]:
+    """CPU ms per process kind per clean run of ``conversation`` (``n`` runs, each read
+    by ``observe``), and wall ms a run; for forked runs also the minor page faults and
+    system CPU ms of a forked worker (keys ``faults``, ``worker system``: not CPU kinds)."""
+    faults0 = _reaped_faults(procs["zygote"].pid)
+    before = _snapshot(procs)
+    t0 = time.monotonic()
+    with worker_pool.fork_only() if forked else contextlib.nullcontext():
+        for _ in range(n):
+            run_id = f"cm-run-{uuid.uuid4().hex[:16]}"
+            job, log = explorer.job("start", conversation, run_id, FaultPlan(), explorer.workdir)
+            exit_, report = await explorer.run_worker(job, log)
+            if report.end is None or report.end.status != "completed":
+                raise SystemExit(f"a clean run of {conversation} did not complete ({exit_.describe()})")
+            await explorer.evidence(run_id)
+    wall = (time.monotonic() - t0) * 1000 / n
+    after = _snapshot(procs)
+    split = {k: (after[k] - before.get(k, 0)) / n for k in after if not k.endswith(":exited")}
+    if forked:
+        faults1 = _reaped_faults(procs["zygote"].pid)
+        split["faults"], split["worker system"] = ((b - a) / n for a, b in zip(faults0, faults1))
+    return split, wall
+
+
+async def _template_copy(explorer, procs: dict[str, psutil.Process], n: int) -> tuple[float, float]:
+    """Wall ms and PostgreSQL CPU ms of one ``CREATE DATABASE ... TEMPLATE`` copy of the
+    session's database (its connections other than the copier's are none while it runs:
+    the pool's are closed first), each copy dropped again."""
+    name = await explorer.db.fetchval("SELECT current_database()")
+    admin = await asyncpg.connect(explorer.env.dsn.replace(f"/{name}", "/postgres", 1))
+    try:
+        await explorer.db.expire_connections()
+        await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                            " WHERE datname = $1 AND pid <> pg_backend_pid()", name)
+        before = _snapshot(procs)["postgres"]
+        t0 = time.monotonic()
+        for i in range(n):
+            await admin.execute(f'CREATE DATABASE "cm_copy_{i}" TEMPLATE "{name}"')
+        wall = (time.monotonic() - t0) * 1000 / n
+        cpu = (_snapshot(procs)["postgres"] - before) / n
+        for i in range(n):
+            await admin.execute(f'DROP DATABASE "cm_copy_{i}"')
+    finally:
+        await admin.close()
+    return wall, cpu
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", default="checkout")
@@ -149,6 +224,8 @@ async def main() -> None:
     ap.add_argument("--fresh-workers", action="store_true")
     ap.add_argument("--statements", type=int, default=0, metavar="N",
                     help="also print the N statements of most planning + execution time (pg_stat_statements)")
+    ap.add_argument("--clean-runs", type=int, default=0, metavar="N",
+                    help="then measure N clean runs (long-lived and forked workers) and a database copy")
     args = ap.parse_args()
     convs = args.conversations.split(",")
     options = Options(long_lived=not args.fresh_workers)
@@ -174,6 +251,10 @@ async def main() -> None:
         await asyncio.sleep(1.0)  # backends flush their statistics at exit, at most 1 s late
         db1 = await _db_stats(explorer)
         statements = await _statements(explorer, args.statements) if args.statements else []
+        clean = []
+        if args.clean_runs:
+            clean = [await _clean_runs(explorer, procs, convs[0], args.clean_runs, forked) for forked in (False, True)]
+            copy = await _template_copy(explorer, procs, min(args.clean_runs, 5))
     n = len(results)
     ran, forked = pruning.executed(results), pruning.workers_run(results)
     resident = forked - pruning.workers_forked(results)
@@ -201,6 +282,18 @@ async def main() -> None:
               f"({plan:.0f} + {execute:.0f} ms):")
         for r in statements[1:]:
             print(f"    {r['calls']:6d} calls  plan {r['plan']:7.1f} ms  exec {r['exec']:7.1f} ms  {r['query']}")
+
+    for (split, wall), where in zip(clean, ("long-lived", "forked")):
+        faults, system = split.pop("faults", None), split.pop("worker system", None)
+        cpu = sum(split.values())
+        top = ", ".join(f"{k} {v:.1f}" for k, v in sorted(split.items(), key=lambda kv: -kv[1]) if v >= 0.5)
+        print(f"  a clean run of {convs[0]} in a {where} worker: {cpu:.1f} ms CPU ({top}), {wall:.0f} ms wall;"
+              f" a case executed costs {total * n / ran / cpu:.2f} of it, a matrix case {total / cpu:.2f}")
+        if faults is not None:
+            print(f"    the forked worker: {faults:.0f} minor page faults, {system:.1f} ms of its CPU in the kernel")
+    if clean:
+        print(f"  a copy of the session's database (CREATE DATABASE ... TEMPLATE): {copy[0]:.0f} ms wall, "
+              f"{copy[1]:.1f} ms PostgreSQL CPU")
 
 
 if __name__ == "__main__":

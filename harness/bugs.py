@@ -19,21 +19,34 @@ An entry is **found** when the buggy release fails with a check naming the sympt
 the fixing release passes; anything else is **not found** with the reason
 (:func:`judge`). :func:`markdown` and :func:`to_json` render the table
 (docs/findings.md, "Public-bug corpus").
+
+Inside :func:`guarded` (the CLI's ``crashmatrix bugs``), every child (``venv``, ``pip``,
+the child ``crashmatrix run``) runs in a session of its own registered with a watchdog
+(:mod:`.services.watchdog`), and so is the crashmatrix wheel's temporary directory: a
+SIGKILLed ``crashmatrix bugs`` leaves no process and no directory behind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from .errors import InvalidArgument
+from .services.process import signal_group, stop_process_groups
+from .services.watchdog import Watchdog
 
 AD = "crashmatrix.harness.adapters"
 RW = "crashmatrix.scenarios.realworld"
@@ -447,22 +460,90 @@ def judge(entry: Entry, buggy: Side | None, fixed: Side | None) -> tuple[str, st
 _CONFLICT_MARKS = ("ResolutionImpossible", "conflicting dependencies", "Cannot install")
 
 
+INTERRUPT_GRACE_S = 10.0
+"""Seconds a child (a ``crashmatrix run`` writing its partial report) has to end after
+the SIGINT :func:`_call` passes on, before its group is stopped."""
+
+
+@dataclass
+class _Guard:
+    watchdog: Watchdog
+    wheels: list[Path] = field(default_factory=list)
+
+
+_GUARD: contextvars.ContextVar[_Guard | None] = contextvars.ContextVar("crashmatrix_bugs_guard", default=None)
+
+
+@contextlib.contextmanager
+def guarded() -> Iterator[None]:
+    """Within this block, :func:`run_entry` and :func:`ensure_venv` run their children
+    in sessions of their own registered with a watchdog started here, and the wheel's
+    directory is registered too: however this process ends (SIGKILL included), the
+    watchdog stops the children (SIGTERM, SIGKILL 2 s later) and removes the directory.
+    The wheels built inside are removed when it ends. Raises
+    :class:`~.errors.ServiceError` when the watchdog cannot start."""
+    guard = _Guard(Watchdog.start())
+    token = _GUARD.set(guard)
+    try:
+        yield
+    finally:
+        _GUARD.reset(token)
+        for tree in [t for t, wheel in _WHEELS.items() if wheel.parent in guard.wheels]:
+            del _WHEELS[tree]
+        for directory in guard.wheels:
+            shutil.rmtree(directory, ignore_errors=True)
+        guard.watchdog.close()
+
+
+def _call(cmd: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` to its end, stdout and stderr captured as text; never raises on the
+    exit code. Inside :func:`guarded` it runs in a session of its own, registered with
+    the watchdog; as that session does not see the terminal's Ctrl-C, a
+    ``KeyboardInterrupt`` here is passed on (SIGINT to its group, up to
+    :data:`INTERRUPT_GRACE_S` to end) before the group is stopped. Raises
+    ``subprocess.TimeoutExpired`` after ``timeout`` seconds (the child stopped and
+    reaped) and ``OSError`` when ``cmd`` cannot be executed."""
+    guard = _GUARD.get()
+    if guard is None:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    with subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        guard.watchdog.watch_pgid(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt) and signal_group(proc.pid, signal.SIGINT):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(INTERRUPT_GRACE_S)
+            stop_process_groups([proc], grace_s=2.0)  # type: ignore[list-item]
+            raise
+        finally:
+            guard.watchdog.forget_pgid(proc.pid)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 _WHEELS: dict[Path, Path] = {}
 
 
 def _wheel(tree: Path) -> Path:
-    """crashmatrix's wheel built from ``tree``, once per process (into a temporary
-    directory removed at exit). Raises ``subprocess.CalledProcessError`` when the build
-    fails."""
+    """crashmatrix's wheel built from ``tree``, once per process, or per :func:`guarded`
+    block inside one (into a temporary directory removed at exit, or at the block's
+    end). Raises ``subprocess.CalledProcessError`` when the build fails."""
     if tree not in _WHEELS:
-        import atexit
-        import shutil
-        import tempfile
-
         out = Path(tempfile.mkdtemp(prefix="crashmatrix-wheel-"))
-        atexit.register(shutil.rmtree, out, True)
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
-                        "-w", str(out), str(tree)], check=True, capture_output=True, timeout=INSTALL_TIMEOUT)
+        guard = _GUARD.get()
+        if guard is None:
+            import atexit
+
+            atexit.register(shutil.rmtree, out, True)
+        else:
+            guard.watchdog.watch_path(out)
+            guard.wheels.append(out)
+        cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
+               "-w", str(out), str(tree)]
+        built = _call(cmd, timeout=INSTALL_TIMEOUT)
+        if built.returncode != 0:
+            raise subprocess.CalledProcessError(built.returncode, cmd, built.stdout, built.stderr)
         _WHEELS[tree] = next(out.glob("crashmatrix-*.whl"))
     return _WHEELS[tree]
 
@@ -483,14 +564,16 @@ def ensure_venv(dist: str, version: str, pins: tuple[str, ...] = (), *, cache: P
     py = venv / "bin" / "python"
 
     def pip(args: list[str]) -> tuple[int, str]:
-        p = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
-                           capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+        p = _call([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
+                  timeout=INSTALL_TIMEOUT)
         return p.returncode, p.stdout + p.stderr
 
     if not (marker.is_file() and marker.read_text().split("\n") == reqs and py.exists()):
         log(f"  installing {' '.join(reqs)} into {venv}")
         cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=300)
+        made = _call([sys.executable, "-m", "venv", "--clear", str(venv)], timeout=300)
+        if made.returncode != 0:
+            return venv, "install-failed", f"python -m venv: {(made.stderr or made.stdout).strip()[-300:]}"
         rc, out = pip([str(_wheel(tree)), *reqs])
         if rc != 0:
             lines = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
@@ -523,7 +606,7 @@ def run_side(entry: Entry, version: str, out_dir: Path, *, cache: Path | None = 
            *entry.command(venv, report)]
     log(f"  {entry.name} {entry.dist}=={version}: {' '.join(cmd[1:])}")
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+        p = _call(cmd, timeout=RUN_TIMEOUT)
         side.exit = p.returncode
         tail = [ln for ln in (p.stderr or p.stdout).splitlines() if ln.strip()]
     except subprocess.TimeoutExpired:

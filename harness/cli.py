@@ -759,12 +759,16 @@ def bugs_cmd(
                           markup=False, highlight=False, soft_wrap=True)
         return
     results: list[bugs.Result] = []
-    for e in chosen:
-        console.print(f"crashmatrix bugs: {e.name} ...", markup=False, highlight=False)
-        r = bugs.run_entry(e, out.parent, log=lambda line: console.print(line, markup=False, highlight=False))
-        console.print(f"  {r.outcome}: {r.why}", markup=False, highlight=False, soft_wrap=True)
-        results.append(r)
-        bugs.write(results, out)
+    try:
+        with bugs.guarded():  # no child or wheel directory outlives this process, however it ends
+            for e in chosen:
+                console.print(f"crashmatrix bugs: {e.name} ...", markup=False, highlight=False)
+                r = bugs.run_entry(e, out.parent, log=lambda line: console.print(line, markup=False, highlight=False))
+                console.print(f"  {r.outcome}: {r.why}", markup=False, highlight=False, soft_wrap=True)
+                results.append(r)
+                bugs.write(results, out)
+    except CrashmatrixError as exc:
+        raise typer.Exit(_fail(exc)) from None
     paths = bugs.write(results, out)
     found = sum(r.outcome == "found" for r in results)
     console.print(f"{found} of {len(results)} entries found; report: {paths[0]}, {paths[1]}", markup=False, highlight=False)

@@ -398,12 +398,9 @@ def _verdict_word(code: int) -> str:
 
 def _not_passed(report: MatrixReport) -> str:
     """``, 2 failed, 1 flaky`` for the outcomes other than pass a report has, or ``""``."""
-    c = report.counts
-    return "".join(f", {c[o]} {label}" for o, label in _OUTCOME_WORDS if c.get(o))
+    from .report import count_phrases
 
-
-_OUTCOME_WORDS = (("fail", "failed"), ("flaky", "flaky"), ("harness-error", "harness errors"),
-                  ("not-run", "not run"), ("not-applicable", "not applicable"))
+    return "".join(f", {p}" for o, p in count_phrases(report.counts, always=()) if o != "pass")
 
 
 def _nth_path(path: Optional[Path], workload: str, n: int) -> Optional[Path]:

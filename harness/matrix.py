@@ -42,6 +42,10 @@ FAILING = ("fail", "flaky", "harness-error")
 NON_EVENTS = ("not-run", "not-applicable")
 """Outcomes that tested nothing: never counted as failed nor passed, listed apart with
 their reason (:func:`.report.non_event_groups`)."""
+OUTCOME_WORDS = {"pass": "passed", "fail": "failed", "flaky": "flaky", "harness-error": "harness errors",
+                 "not-run": "not run", "not-applicable": "not applicable"}
+"""How a count of each outcome reads (``3 failed``): in the terminal's summary, the
+pytest plugin's and a run's closing line (:func:`.report.count_phrases`)."""
 
 
 @dataclass

@@ -26,7 +26,7 @@ from rich.table import Table
 from .case import CaseResult, replay_command
 from .golden import golden_failure
 from .plan import Resume
-from .matrix import FAILING, NON_EVENTS, OUTCOMES, MatrixReport
+from .matrix import FAILING, NON_EVENTS, OUTCOME_WORDS, OUTCOMES, MatrixReport
 
 _COLUMN = {"pass": 0, "fail": 1, "flaky": 2, "harness-error": 3}
 
@@ -318,12 +318,9 @@ def print_summary(console: Console, report: MatrixReport) -> None:
                       f"{escape(', '.join(v.check for v in g.failed))} (no case of it was run)")
     c = report.counts
     console.print(
-        f"{len(report.results)} cases: [green]{c['pass']} passed[/green], "
-        f"[red]{c['fail']} failed[/red], [magenta]{c['flaky']} flaky[/magenta], "
-        f"[yellow]{c['harness-error']} harness errors[/yellow]"
-        + (f", {c['not-run']} not run" if c.get("not-run") else "")
-        + (f", {c['not-applicable']} not applicable" if c.get("not-applicable") else "") + " " +
-        f"in {report.seconds:.1f} s ({report.cases_per_second:.1f} cases/s, {report.jobs} jobs"
+        f"{len(report.results)} cases: "
+        + ", ".join(f"[{_COLOURS[o]}]{p}[/{_COLOURS[o]}]" if o in _COLOURS else p for o, p in count_phrases(c))
+        + f" in {report.seconds:.1f} s ({report.cases_per_second:.1f} cases/s, {report.jobs} jobs"
         + (f" + up to {report.spare_jobs} while the cores idled" if report.spare_jobs else "") + "; "
         f"setup and golden runs {report.setup_seconds:.1f} s)",
         soft_wrap=True,
@@ -484,6 +481,17 @@ def counts_line(records: list[dict[str, Any]]) -> str:
     counts = dict.fromkeys(OUTCOMES, 0)
     for r in records:
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-    return (f"{len(records)} cases: {counts['pass']} passed, {counts['fail']} failed, {counts['flaky']} flaky, "
-            f"{counts['harness-error']} harness errors"
-            + "".join(f", {counts[o]} {o.replace('-', ' ')}" for o in NON_EVENTS if counts[o]))
+    return f"{len(records)} cases: " + ", ".join(p for _, p in count_phrases(counts))
+
+
+_COLOURS = {"pass": "green", "fail": "red", "flaky": "magenta", "harness-error": "yellow"}
+"""The terminal summary's colour of each outcome every run counts."""
+
+
+def count_phrases(counts: dict[str, int], *, always: tuple[str, ...] = ("pass", *FAILING)
+                  ) -> list[tuple[str, str]]:
+    """``(outcome, "N word")`` in :data:`.matrix.OUTCOMES` order (words:
+    :data:`.matrix.OUTCOME_WORDS`): each outcome of ``always`` (default: pass and the
+    failing ones, 0 included), every other one only when ``counts`` has any (the
+    non-events: a run where every fault took effect does not mention them)."""
+    return [(o, f"{counts.get(o, 0)} {OUTCOME_WORDS[o]}") for o in OUTCOMES if o in always or counts.get(o)]

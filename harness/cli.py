@@ -740,7 +740,8 @@ def bugs_cmd(
     """The public-bug corpus (harness/bugs.py): install each entry's buggy and fixing
     release in a venv of its own (cached under $CRASHMATRIX_BUGS_CACHE, default
     ~/.cache/crashmatrix/bugs), run its command on both, and report found / not found.
-    Exit 0 when every entry expected found was found, 1 when one was not, 2 bad input."""
+    Exit 0 when every entry expected found was found, 1 when one was not, 2 bad input,
+    130 interrupted (the entries that finished are written)."""
     from . import bugs
 
     try:
@@ -766,6 +767,10 @@ def bugs_cmd(
                 bugs.write(results, out)
     except CrashmatrixError as exc:
         raise typer.Exit(_fail(exc)) from None
+    except KeyboardInterrupt:
+        kept = f"; the {len(results)} entries that finished are in {out}" if results else ""
+        err.print(f"crashmatrix bugs: interrupted; its children stopped{kept}", markup=False, highlight=False)
+        raise typer.Exit(130) from None
     paths = bugs.write(results, out)
     found = sum(r.outcome == "found" for r in results)
     console.print(f"{found} of {len(results)} entries found; report: {paths[0]}, {paths[1]}", markup=False, highlight=False)

@@ -5,10 +5,13 @@ of real releases are the nightly job's (.ci/bugs-nightly; figures in docs/findin
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from crashmatrix.harness import bugs
 
@@ -65,10 +68,12 @@ def _processes_naming(marker: str) -> list[int]:
     return pids
 
 
-def test_sigkilled_corpus_leaves_no_child_and_no_wheel_directory(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "ctrl-c"])
+def test_stopped_corpus_leaves_no_child_and_no_wheel_directory(tmp_path, sig):
     """The corpus's children (here ``pip wheel`` building a tree whose build backend
     sleeps) and the wheel's directory outlive a SIGKILLed ``crashmatrix bugs`` by no more
-    than the watchdog's cleanup."""
+    than the watchdog's cleanup, and an interrupted one not at all: the child, in a
+    session of its own, gets the Ctrl-C passed on."""
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "slow_backend"\n'
@@ -86,8 +91,8 @@ def test_sigkilled_corpus_leaves_no_child_and_no_wheel_directory(tmp_path):
             time.sleep(0.1)
         children = [pid for pid in _processes_naming(str(tree)) if pid != proc.pid]
         assert children, "pip wheel is not running"
-        proc.kill()
-        proc.wait()
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) != 0
         deadline = time.monotonic() + 15
         while (list(scratch.glob("crashmatrix-wheel-*")) or any(_alive(pid) for pid in children)) \
                 and time.monotonic() < deadline:

@@ -250,6 +250,12 @@ def hold_point(case_id: str, trace: Trace, fault: tuple[str, str, int] | None) -
     return choices[zlib.crc32(case_id.encode()) % len(choices)]
 
 
+def _steps_run(report: WorkerReport, limit: int = 4) -> str:
+    """The steps (``step.before`` tasks) a worker ran, in order: ``plan, charge, +2 more``."""
+    tasks = list(dict.fromkeys(e.task for e in report.trace() if e.source == "step" and e.name == "step.before"))
+    return ", ".join(tasks[:limit]) + (f", +{len(tasks) - limit} more" if len(tasks) > limit else "")
+
+
 class Concurrent(Policy):
     """After the fault, ``resume.workers`` resumers on the same run: started together,
     or the first held at :func:`hold_point` while the others resume (:class:`.worker.Lead`)."""
@@ -338,8 +344,12 @@ class Concurrent(Policy):
                             f"run over at a person's wait ({human.WAIT}) before another took it")
         if len(owners) > 1:
             said = ", ".join(sorted({reports[i].end.status for i in owners if reports[i].end is not None}))
+            ran = "; ".join(f"resumer {i + 1} ran {_steps_run(reports[i])}" for i in owners)
             return _verdict("concurrent.loser_fenced", False, f"{len(owners)} of {len(reports)} resumers ran steps and "
-                            f"none of them was refused (they ended {said}): two owners at once, no loser fenced")
+                            f"none of them was refused (they ended {said}; {ran}): two owners at once, no loser "
+                            "fenced. A unique record per step does not stop two owners from both starting the same "
+                            "step between the check and the record (its model call billed, its effects sent, "
+                            "twice); a lease or fence on the run does (docs/checks.md)")
         refused = [(r.end.error or "").split(":")[0] if r.end.status == "error" else FENCED
                    for r, e in zip(reports, exits) if r.end is not None and r.end.status in ("error", FENCED)]
         how = f"; refused: {', '.join(refused)}" if refused else ""

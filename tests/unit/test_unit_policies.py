@@ -81,6 +81,11 @@ def test_a_fenced_loser_and_two_owners() -> None:
     assert late.valid is True  # the second found the run done and ran nothing
     both = Concurrent._loser_fenced([_report("completed", True), _report("completed", True)], [_exit(0), _exit(0)], terminal)
     assert both.valid is False and "no loser fenced" in both.details
+    # each owner's steps are named, so two owners of different steps read as what they are
+    ran_apart = WorkerReport([End("completed", [TraceEntry("step", "step.before", "plan", 1)], None)]), \
+        WorkerReport([End("completed", [TraceEntry("step", "step.before", t, 1) for t in ("charge", "mail")], None)])
+    apart = Concurrent._loser_fenced(list(ran_apart), [_exit(0), _exit(0)], terminal)
+    assert apart.valid is False and "resumer 1 ran plan; resumer 2 ran charge, mail" in apart.details
     # a second owner that ran steps and left the run unfinished is an owner too
     half = Concurrent._loser_fenced([_report("completed", True), _report("interrupted", True)], [_exit(0), _exit(0)], terminal)
     assert half.valid is False and "they ended completed, interrupted" in half.details

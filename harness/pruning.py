@@ -650,6 +650,11 @@ def workers_forked(results: list[CaseResult]) -> int:
     return sum(1 for r in results for w in r.workers if "shared" not in w and not w.get("resident"))
 
 
+def _sample_said(agree: int, checked: int) -> str:
+    """``sample 22/22 agree``, or that no derived verdict was checked against a run of its own."""
+    return f"sample {agree}/{checked} agree" if checked else "no derived verdict sampled"
+
+
 @dataclass
 class PruneSummary:
     """What pruning did in one run of cases (module docstring)."""
@@ -704,7 +709,7 @@ class PruneSummary:
                 f"{n} {'pass' if k == 'pass' else k}" for k, n in sorted(c.items()))
             kinds = "/".join(sorted({g.kind for g in self.plan.groups}))
             out.append(f"{kinds}: {self.points:,} points -> {self.states:,} crash states, {verdict}; "
-                       f"sample {self.agree}/{len(self.checked)} agree")
+                       + _sample_said(self.agree, len(self.checked)))
             for member, rep, diffs in self.checked:
                 if diffs:
                     out.append(f"crash-state grouping unsound ({member} vs {rep}: {diffs[0]}): the subject wrote "
@@ -715,7 +720,7 @@ class PruneSummary:
         if self.shared or self.share_checked:
             agree = sum(not d for _, _, d in self.share_checked)
             out.append(f"resumes: {self.shared:,} case(s) took the resume of an equal crash state; "
-                       f"sample {agree}/{len(self.share_checked)} agree")
+                       + _sample_said(agree, len(self.share_checked)))
             for member, owner, diffs in self.share_checked:
                 if diffs:
                     took = sorted(c for c, o in self.shared_from.items() if o == owner)

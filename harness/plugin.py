@@ -757,8 +757,8 @@ def _write_reports(state: State, stopped: str | None) -> None:
     from .report import plugin_report, write_data
 
     s = state.settings
-    if not state.records or not (s.report or s.html):
-        return
+    if not (s.report or s.html) or (not state.records and stopped is None):
+        return  # a run stopped before any case ended still says so: its reports hold no case
     from .html_report import write_html
 
     data = plugin_report(state.records, s.seed, complete=stopped is None, reason=stopped)

@@ -441,3 +441,22 @@ def test_html_anchors_are_case_ids_unique_across_matrices_and_an_early_stop_is_s
     assert page.count('class="cell flaky"') == 2 and "1 flaky" in page
     assert '<p class="incomplete">incomplete: interrupted (KeyboardInterrupt)</p>' in page
     assert 'tr class="point-row has-failure"' in page and 'id="failing-only"' in page
+
+
+def test_a_run_stopped_before_any_case_ended_still_writes_its_reports(tmp_path: Path) -> None:
+    """Ctrl-C under xdist before a worker reported a case: the controller has no record,
+    and the reports say the run was interrupted instead of not being written."""
+    from types import SimpleNamespace
+
+    from crashmatrix.harness.plugin import _write_reports
+
+    settings_ = SimpleNamespace(report=str(tmp_path / "r.json"), html=str(tmp_path / "r.html"), seed=3)
+    _write_reports(SimpleNamespace(settings=settings_, records=[]), "interrupted (KeyboardInterrupt)")
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["complete"] is False and data["matrices"] == [] and data["reason"].startswith("interrupted")
+    assert "incomplete: interrupted" in (tmp_path / "r.html").read_text()
+    other = tmp_path / "finished"
+    other.mkdir()
+    settings_ = SimpleNamespace(report=str(other / "r.json"), html=None, seed=3)
+    _write_reports(SimpleNamespace(settings=settings_, records=[]), None)  # no crashmatrix item ran
+    assert not (other / "r.json").exists()

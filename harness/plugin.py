@@ -771,7 +771,8 @@ def _write_reports(state: State, stopped: str | None) -> None:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """One line: cases passed, failed, flaky, harness errors, the seed, the report paths;
     then the release of each runtime under test (:func:`.sources.releases_line`)."""
-    from .report import counts_line
+    from .matrix import FAILING
+    from .report import counts_line, program_hint
 
     state = config.stash.get(_STATE_KEY, None)
     if state is None or not state.records or hasattr(config, "workerinput"):
@@ -781,6 +782,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         if path:
             line += f"; {label}: {path}"
     terminalreporter.write_line(line)
+    if any(r["outcome"] in FAILING for r in state.records) and (hint := program_hint()):
+        terminalreporter.write_line(f"crashmatrix: {hint}")
     for text in state.pruning_lines() + state.worker_pruning:
         terminalreporter.write_line(f"crashmatrix: {text}")
     from .sources import releases_line

@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -254,7 +256,22 @@ def print_failures(console: Console, results: list[CaseResult], limit: int = 20)
             console.print(f"  {warm}", markup=False, soft_wrap=True)
     if len(bad) > limit:
         console.print(f"... and {len(bad) - limit} more failing case(s); see the JSON report")
+    if bad and (hint := program_hint()):
+        console.print(hint, markup=False, soft_wrap=True)
     print_non_events(console, results)
+
+
+def program_hint() -> str:
+    """A line for the replay lines when ``crashmatrix`` on ``$PATH`` is not this
+    installation's (a venv not activated, as the README installs it): where this one's
+    command is. Empty when PATH finds it, or when this installation has no script (run
+    as ``python -m``)."""
+    script = Path(sys.executable).with_name("crashmatrix")
+    found = shutil.which("crashmatrix")
+    if not script.is_file() or (found is not None and os.path.realpath(found) == os.path.realpath(script)):
+        return ""
+    where = "is not on PATH" if found is None else f"on PATH is another installation's ({found})"
+    return f"(the replay lines say crashmatrix, which {where}: this one is {script})"
 
 
 def non_event_groups(results: list[CaseResult]) -> list[dict[str, Any]]:

@@ -226,3 +226,23 @@ def test_the_long_lived_worker_hint_is_left_out_when_a_replay_failed_in_a_fresh_
     fresh.workers = [{"role": "start", "resident": True, "jobs_before": 0}]
     result.replays = [warm_again, fresh]
     assert warm_process_note(result) is None
+
+
+def test_program_hint_names_this_installation_s_command_when_path_does_not(monkeypatch, tmp_path):
+    import sys
+    from pathlib import Path
+
+    from crashmatrix.harness.report import program_hint
+
+    script = Path(sys.executable).with_name("crashmatrix")
+    if not script.is_file():  # run as python -m from a tree with no installed script: nothing to point at
+        assert program_hint() == ""
+        return
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert program_hint() == f"(the replay lines say crashmatrix, which is not on PATH: this one is {script})"
+    other = tmp_path / "crashmatrix"
+    other.write_text("#!/bin/sh\n")
+    other.chmod(0o755)
+    assert f"another installation's ({other})" in program_hint()
+    monkeypatch.setenv("PATH", str(script.parent))
+    assert program_hint() == ""

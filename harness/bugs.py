@@ -468,7 +468,7 @@ the SIGINT :func:`_call` passes on, before its group is stopped."""
 @dataclass
 class _Guard:
     watchdog: Watchdog
-    wheels: list[Path] = field(default_factory=list)
+    wheels: dict[Path, Path] = field(default_factory=dict)  # tree -> its wheel, built in the block
 
 
 _GUARD: contextvars.ContextVar[_Guard | None] = contextvars.ContextVar("crashmatrix_bugs_guard", default=None)
@@ -488,10 +488,9 @@ def guarded() -> Iterator[None]:
         yield
     finally:
         _GUARD.reset(token)
-        for tree in [t for t, wheel in _WHEELS.items() if wheel.parent in guard.wheels]:
-            del _WHEELS[tree]
-        for directory in guard.wheels:
-            shutil.rmtree(directory, ignore_errors=True)
+        for wheel in guard.wheels.values():
+            shutil.rmtree(wheel.parent, ignore_errors=True)
+            guard.watchdog.forget_path(wheel.parent)
         guard.watchdog.close()
 
 
@@ -529,23 +528,26 @@ def _wheel(tree: Path) -> Path:
     """crashmatrix's wheel built from ``tree``, once per process, or per :func:`guarded`
     block inside one (into a temporary directory removed at exit, or at the block's
     end). Raises ``subprocess.CalledProcessError`` when the build fails."""
-    if tree not in _WHEELS:
+    guard = _GUARD.get()
+    wheels = _WHEELS if guard is None else guard.wheels
+    if tree not in wheels:
         out = Path(tempfile.mkdtemp(prefix="crashmatrix-wheel-"))
-        guard = _GUARD.get()
         if guard is None:
             import atexit
 
             atexit.register(shutil.rmtree, out, True)
         else:
             guard.watchdog.watch_path(out)
-            guard.wheels.append(out)
         cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
                "-w", str(out), str(tree)]
         built = _call(cmd, timeout=INSTALL_TIMEOUT)
         if built.returncode != 0:
+            shutil.rmtree(out, ignore_errors=True)
+            if guard is not None:
+                guard.watchdog.forget_path(out)
             raise subprocess.CalledProcessError(built.returncode, cmd, built.stdout, built.stderr)
-        _WHEELS[tree] = next(out.glob("crashmatrix-*.whl"))
-    return _WHEELS[tree]
+        wheels[tree] = next(out.glob("crashmatrix-*.whl"))
+    return wheels[tree]
 
 
 def ensure_venv(dist: str, version: str, pins: tuple[str, ...] = (), *, cache: Path | None = None,
